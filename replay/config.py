@@ -1,0 +1,222 @@
+"""Fleet config: YAML through `yaml.safe_load` into frozen dataclasses; unknown keys are errors.
+
+Engine arguments use vLLM's names and defaults (`vllm/engine/arg_utils.py`, `vllm/config`).
+Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traces import TraceConfig
+from traces.configtools import from_dict
+from traces.errors import ConfigError
+
+ROUTERS = ("least-outstanding", "round-robin")
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """vLLM engine arguments (names and defaults as vLLM's V1 engine on a datacenter GPU)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"
+    num_gpu_blocks_override: int | None = None
+    # 0 means "no per-request cap on a prefill chunk" as in vLLM.
+    long_prefill_token_threshold: int = 0
+    # None: the model's own context length.
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive("engine.max_num_seqs", self.max_num_seqs)
+        _positive("engine.max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128):
+            raise ValueError(f"engine.block_size: got {self.block_size}, expected a power of 2 from 1 to 128")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"engine.gpu_memory_utilization: got {self.gpu_memory_utilization}, expected a value in (0, 1]"
+            )
+        if self.num_gpu_blocks_override is not None:
+            _positive("engine.num_gpu_blocks_override", self.num_gpu_blocks_override)
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"engine.long_prefill_token_threshold: got {self.long_prefill_token_threshold}, expected >= 0"
+            )
+        if self.max_model_len is not None:
+            _positive("engine.max_model_len", self.max_model_len)
+
+
+@dataclass(frozen=True)
+class StepModelArgs:
+    """Roofline efficiencies and overheads (see replay/stepmodel.py); None = the GPU's default."""
+
+    mfu: float | None = None
+    mbu: float | None = None
+    per_step_overhead_us: float | None = None
+    per_seq_overhead_us: float | None = None
+    allreduce_latency_us: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("mfu", "mbu"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise ValueError(f"step_model.{name}: got {value}, expected a value in (0, 1]")
+        for name in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"step_model.{name}: got {value}, expected >= 0")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    name: str = "default"
+    replicas: int = 1
+    tensor_parallel_size: int = 1
+    # Overrides of the fleet-level model / GPU / price for this pool.
+    model: str | None = None
+    gpu: str | None = None
+    weight_dtype: str | None = None
+    price_usd_per_gpu_hour: float | None = None
+    # Trace workload labels this pool serves; an empty list takes every label no other pool lists.
+    workloads: tuple[str, ...] = ()
+    router: str = "least-outstanding"
+    engine: EngineArgs = field(default_factory=EngineArgs)
+    step_model: StepModelArgs = field(default_factory=StepModelArgs)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"name: got {self.name!r}, expected letters, digits, '-' or '_'")
+        if self.replicas < 0:
+            raise ValueError(f"replicas: got {self.replicas}, expected a whole number >= 0")
+        _positive("tensor_parallel_size", self.tensor_parallel_size)
+        if self.router not in ROUTERS:
+            raise ValueError(f"router: unknown router {self.router!r}; known: {', '.join(sorted(ROUTERS))}")
+        if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
+            raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    ttft_ms: float = 2000.0
+    tpot_ms: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.ttft_ms <= 0 or self.tpot_ms <= 0:
+            raise ValueError(f"slo: got ttft_ms={self.ttft_ms}, tpot_ms={self.tpot_ms}, expected both > 0")
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    model: str = "llama-3.1-70b"
+    gpu: str = "h100-sxm-80gb"
+    weight_dtype: str | None = None
+    price_usd_per_gpu_hour: float | None = None
+    seed: int = 0
+    slo: SloConfig = field(default_factory=SloConfig)
+    # Simulated time between snapshots (one row per pool in ticks.parquet).
+    tick_s: float = 1.0
+    # Trailing window for the windowed TTFT percentiles, SLO attainment and cost per token.
+    metrics_window_s: float = 60.0
+    # After the last arrival, keep replaying at most this long; what is still in flight is "unfinished".
+    max_drain_s: float = 3600.0
+    trace: TraceConfig | None = None
+    pools: tuple[PoolConfig, ...] = (PoolConfig(replicas=3, tensor_parallel_size=4),)
+
+    def __post_init__(self) -> None:
+        if self.tick_s <= 0:
+            raise ValueError(f"tick_s: got {self.tick_s}, expected > 0")
+        if self.metrics_window_s <= 0:
+            raise ValueError(f"metrics_window_s: got {self.metrics_window_s}, expected > 0")
+        if self.max_drain_s < 0:
+            raise ValueError(f"max_drain_s: got {self.max_drain_s}, expected >= 0")
+        if not self.pools:
+            raise ValueError("pools: expected at least one pool")
+        names = [p.name for p in self.pools]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"pools: pool name {name!r} appears twice")
+        if sum(p.replicas for p in self.pools) == 0:
+            raise ValueError("pools: every pool has 0 replicas; nothing would serve the trace")
+        claimed: dict[str, str] = {}
+        for pool in self.pools:
+            for label in pool.workloads:
+                if label in claimed:
+                    raise ValueError(f"pools: workload {label!r} is listed by both {claimed[label]!r} and {pool.name!r}")
+                claimed[label] = pool.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    def sha256(self) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{name}: got {value}, expected a whole number > 0")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load, but a duplicate key is an error rather than a silent overwrite."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = True
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_config(path: str | Path | None) -> FleetConfig:
+    """Read a fleet config; None gives the default fleet. Every problem is a ConfigError."""
+    if path is None:
+        return FleetConfig()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (expected YAML)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{line}: {exc.problem} (only plain YAML values are allowed)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from None
+    if data is None:
+        raise ConfigError(f"{path}: config file is empty (expected a mapping with 'pools', 'model', ...)")
+    return from_dict(FleetConfig, data, "", source=str(path))

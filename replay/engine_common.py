@@ -1,0 +1,107 @@
+"""What both engines share: the inputs they are built from, state codes, event kinds, reasons.
+
+Both engines (numba `engine_nb`, pure-Python `engine_ref`) take an `EngineInputs` and expose the
+same `Engine` methods, so the cluster loop and the differential test do not care which runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+# Request states.
+PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+STATE_NAMES = ("pending", "waiting", "running", "finished", "rejected")
+
+# Event kinds. REJECT and PREEMPT are always recorded; the others only with detailed events.
+EV_ARRIVE, EV_REJECT, EV_SCHEDULE, EV_PREEMPT, EV_FIRST_TOKEN, EV_FINISH = 0, 1, 2, 3, 4, 5
+EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish")
+
+# Why a request was rejected at arrival (REJECT_NONE = it was not).
+REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
+REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica")
+
+# Routers within a pool, by integer id (the numba dispatch is in engine_nb.route).
+ROUTER_IDS = {"least-outstanding": 0, "round-robin": 1}
+
+NO_EVENT = np.iinfo(np.int64).max
+
+# Per-replica cumulative counters, read at every tick (same names in both engines).
+COUNTERS = (
+    "busy_us",
+    "prefill_tokens",
+    "output_tokens",
+    "admitted",
+    "finished",
+    "preemptions",
+    "steps",
+    "hit_tokens",
+    "query_tokens",
+)
+
+
+@dataclass(frozen=True)
+class EngineInputs:
+    """Column arrays of the trace (in arrival order) and the fleet, as the engines consume them."""
+
+    arrival_us: np.ndarray  # int64[N], non-decreasing
+    prompt_tokens: np.ndarray  # int64[N]
+    output_tokens: np.ndarray  # int64[N]
+    priority: np.ndarray  # int64[N]
+    pool: np.ndarray  # int64[N] pool index chosen by the pool split
+    hash_off: np.ndarray  # int64[N] offset of the request's prefix hashes in trace_hashes
+    hash_len: np.ndarray  # int64[N]
+    trace_hashes: np.ndarray  # uint64[H]
+    trace_block_tokens: int  # tokens per trace hash block (1 when the trace has none)
+    # One entry per pool.
+    pool_replicas: np.ndarray  # int64[P]
+    pool_kv_blocks: np.ndarray  # int64[P] KV blocks per replica
+    pool_block_size: np.ndarray  # int64[P]
+    pool_max_num_seqs: np.ndarray  # int64[P]
+    pool_max_num_batched_tokens: np.ndarray  # int64[P]
+    pool_long_prefill_token_threshold: np.ndarray  # int64[P]
+    pool_enable_prefix_caching: np.ndarray  # int64[P] 0 or 1
+    pool_max_model_len: np.ndarray  # int64[P]
+    pool_router: np.ndarray  # int64[P] ROUTER_IDS
+    pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
+    detailed_events: bool = False
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.arrival_us.shape[0])
+
+    @property
+    def replica_pool(self) -> np.ndarray:
+        """Pool index of every replica; a pool's replicas are contiguous."""
+        return np.repeat(np.arange(len(self.pool_replicas), dtype=np.int64), self.pool_replicas)
+
+
+class InvariantViolation(RuntimeError):
+    """An engine found its own accounting broken: a bug in the tool, not in the input."""
+
+
+class Engine(Protocol):
+    """What the cluster loop needs from an engine."""
+
+    def advance(self, until_us: int) -> None:
+        """Run every arrival, step and completion with time <= until_us."""
+
+    @property
+    def done(self) -> bool:
+        """Every request has arrived and finished or been rejected."""
+
+    def replica_state(self) -> dict[str, np.ndarray]:
+        """Per replica: waiting, running, kv_used_blocks, kv_total_blocks, busy_since_us (-1 idle)
+        and the cumulative COUNTERS."""
+
+    def pool_counters(self) -> dict[str, np.ndarray]:
+        """Per pool, cumulative: arrivals, rejected."""
+
+    def take_events(self) -> dict[str, np.ndarray]:
+        """Events recorded since the last call: t_us, kind, replica, request, value."""
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """Per request: replica, state, computed and generated tokens, first_scheduled_us,
+        first_token_us, finished_us, preemptions, cached_tokens, reject."""

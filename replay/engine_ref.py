@@ -1,0 +1,407 @@
+"""The reference engine: vLLM V1 scheduling written to be read, not to be fast.
+
+It is the twin of `engine_nb.py` (same inputs, same event order, same outputs) and exists so a
+differential test can hold the fast engine to it. Scheduling follows
+`vllm/v1/core/sched/scheduler.py` (`Scheduler.schedule`); the KV cache follows
+`vllm/v1/core/block_pool.py` (LRU free queue, chained block hashes, free tail first).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replay.engine_common import (
+    COUNTERS,
+    EV_ARRIVE,
+    EV_FINISH,
+    EV_FIRST_TOKEN,
+    EV_PREEMPT,
+    EV_REJECT,
+    EV_SCHEDULE,
+    FINISHED,
+    PENDING,
+    REJECT_CONTEXT,
+    REJECT_KV,
+    REJECT_NO_REPLICA,
+    REJECTED,
+    RUNNING,
+    WAITING,
+    EngineInputs,
+    InvariantViolation,
+)
+from replay.kvblocks import block_key_ref
+from replay.stepmodel import step_time_us_nb
+
+STEP_END, ARRIVAL, WAKE = 0, 1, 2  # event kinds in tie-break order at equal times
+
+
+@dataclass(eq=False)
+class Request:
+    index: int
+    arrival_us: int
+    prompt_tokens: int
+    output_tokens: int
+    keys: list[int]  # hash of every block the request can ever fill
+    state: int = PENDING
+    replica: int = -1
+    computed: int = 0
+    generated: int = 0
+    scheduled: int = 0
+    blocks: list[int] = field(default_factory=list)
+    num_cached_blocks: int = 0
+    first_scheduled_us: int = -1
+    first_token_us: int = -1
+    finished_us: int = -1
+    preemptions: int = 0
+    cached_tokens: int = 0
+    reject: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.generated
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.generated > 0 and self.computed == self.num_tokens - 1
+
+
+class BlockPool:
+    """One replica's KV blocks: reference counts, an LRU free queue and a hash -> block map."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.hash_of: list[int | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.cached: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def lookup(self, key: int) -> int | None:
+        return self.cached.get(key)
+
+    def allocate(self) -> int:
+        block, _ = self.free.popitem(last=False)
+        if self.hash_of[block] is not None:  # evict its cached prefix
+            del self.cached[self.hash_of[block]]
+            self.hash_of[block] = None
+        self.ref[block] = 1
+        return block
+
+    def touch(self, block: int) -> None:
+        if self.ref[block] == 0:
+            del self.free[block]
+        self.ref[block] += 1
+
+    def release(self, block: int) -> None:
+        self.ref[block] -= 1
+        if self.ref[block] == 0:
+            self.free[block] = None
+
+    def cache(self, block: int, key: int) -> None:
+        if key not in self.cached:  # one block per hash (see kvblocks.py)
+            self.cached[key] = block
+            self.hash_of[block] = key
+
+
+@dataclass(eq=False)
+class Replica:
+    index: int
+    pool: int
+    kv: BlockPool
+    waiting: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)
+    busy_until: int = -1
+    step_start: int = 0
+    counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+
+
+class ReferenceEngine:
+    """The `Engine` in plain Python: a heap of (time, kind, seq) events, one scheduler per replica."""
+
+    def __init__(self, inputs: EngineInputs):
+        self.inp = inputs
+        self.requests = [self._make_request(i) for i in range(inputs.num_requests)]
+        self.replicas = [
+            Replica(r, int(p), BlockPool(int(inputs.pool_kv_blocks[p])))
+            for r, p in enumerate(inputs.replica_pool)
+        ]
+        firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
+        self.pool_members = [list(range(int(f), int(f + n))) for f, n in zip(firsts, inputs.pool_replicas)]
+        self.rr_next = [0] * len(self.pool_members)
+        self.arrivals = [0] * len(self.pool_members)
+        self.rejected = [0] * len(self.pool_members)
+        self.events: list[tuple[int, int, int, int, int]] = []
+        self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
+        for i, r in enumerate(self.requests):
+            heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
+        self.wake_pending = [False] * len(self.replicas)
+
+    def _make_request(self, i: int) -> Request:
+        inp = self.inp
+        prompt, output = int(inp.prompt_tokens[i]), int(inp.output_tokens[i])
+        pool = int(inp.pool[i])
+        bs = int(inp.pool_block_size[pool])
+        max_blocks = (prompt + output) // bs
+        keys = [
+            block_key_ref(inp.trace_hashes, int(inp.hash_off[i]), int(inp.hash_len[i]),
+                          max(1, inp.trace_block_tokens), prompt, i, j, bs)
+            for j in range(max_blocks)
+        ] if inp.pool_enable_prefix_caching[pool] else []
+        return Request(i, int(inp.arrival_us[i]), prompt, output, keys)
+
+    # --- the event loop ---------------------------------------------------------------------
+
+    def advance(self, until_us: int) -> None:
+        while self.heap and self.heap[0][0] <= until_us:
+            t, kind, who = heapq.heappop(self.heap)
+            if kind == ARRIVAL:
+                self._arrive(self.requests[who], t)
+            elif kind == STEP_END:
+                self._finish_step(self.replicas[who], t)
+            else:
+                self.wake_pending[who] = False
+                self._start_step(self.replicas[who], t)
+
+    def _wake(self, rep: Replica, t: int) -> None:
+        if not self.wake_pending[rep.index]:
+            self.wake_pending[rep.index] = True
+            heapq.heappush(self.heap, (t, WAKE, rep.index))
+
+    def _record(self, t, kind, replica, request, value) -> None:
+        self.events.append((t, kind, replica, request, value))
+
+    # --- arrival and routing ----------------------------------------------------------------
+
+    def _arrive(self, req: Request, t: int) -> None:
+        p = int(self.inp.pool[req.index])
+        self.arrivals[p] += 1
+        total = req.prompt_tokens + req.output_tokens
+        bs = int(self.inp.pool_block_size[p])
+        reason = 0
+        if total > self.inp.pool_max_model_len[p]:
+            reason = REJECT_CONTEXT
+        elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p]:
+            reason = REJECT_KV
+        elif not self.pool_members[p]:
+            reason = REJECT_NO_REPLICA
+        if reason:
+            req.state, req.reject = REJECTED, reason
+            self.rejected[p] += 1
+            self._record(t, EV_REJECT, -1, req.index, reason)
+            return
+        rep = self.replicas[self._route(p)]
+        req.replica, req.state = rep.index, WAITING
+        if self.inp.detailed_events:
+            self._record(t, EV_ARRIVE, rep.index, req.index, 0)
+        rep.waiting.append(req)
+        if rep.busy_until < 0:
+            self._wake(rep, t)
+
+    def _route(self, p: int) -> int:
+        members = self.pool_members[p]
+        if self.inp.pool_router[p] == 1:  # round-robin
+            k = self.rr_next[p]
+            self.rr_next[p] = (k + 1) % len(members)
+            return members[k]
+        # least-outstanding: fewest waiting + running; min() keeps the lowest index on ties
+        return min(members, key=lambda r: len(self.replicas[r].waiting) + len(self.replicas[r].running))
+
+    # --- one scheduler step -----------------------------------------------------------------
+
+    def _start_step(self, rep: Replica, t: int) -> None:
+        inp, p = self.inp, rep.pool
+        bs = int(inp.pool_block_size[p])
+        threshold = int(inp.pool_long_prefill_token_threshold[p])
+        budget = int(inp.pool_max_num_batched_tokens[p])
+        batch = []  # (request, new tokens, was decoding, computed before)
+        preempted = False
+
+        def chunk(req: Request, new: int) -> int:
+            if 0 < threshold < new:
+                new = threshold
+            return min(new, budget)
+
+        # 1. Running requests first, in order; make room by preempting the tail.
+        i = 0
+        while i < len(rep.running) and budget > 0:
+            req = rep.running[i]
+            new = chunk(req, req.num_tokens - req.computed)
+            while self._blocks_needed(req, req.computed + new, bs) > rep.kv.num_free:
+                victim = rep.running.pop()
+                self._preempt(rep, victim, t)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                batch.append((req, new, req.is_decoding, req.computed))
+                self._grow(rep, req, req.computed + new, bs)
+                budget -= new
+                i += 1
+                continue
+            break
+
+        # 2. Waiting requests, unless this step preempted; admission never preempts.
+        while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
+            req = rep.waiting[0]
+            hits = []
+            for key in req.keys[: (req.num_tokens - 1) // bs]:
+                block = rep.kv.lookup(key)
+                if block is None:
+                    break
+                hits.append(block)
+            computed = len(hits) * bs
+            new = chunk(req, req.num_tokens - computed)
+            evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
+            if math.ceil((computed + new) / bs) - len(hits) + evictable > rep.kv.num_free:
+                break
+            for block in hits:
+                rep.kv.touch(block)
+            req.blocks = hits
+            req.num_cached_blocks = len(hits)
+            req.computed = computed
+            self._grow(rep, req, computed + new, bs)
+            rep.waiting.popleft()
+            rep.running.append(req)
+            req.state = RUNNING
+            if req.first_scheduled_us < 0:
+                req.first_scheduled_us, req.cached_tokens = t, computed
+                rep.counters["hit_tokens"] += computed
+                rep.counters["query_tokens"] += req.prompt_tokens
+            rep.counters["admitted"] += 1
+            if inp.detailed_events:
+                self._record(t, EV_SCHEDULE, rep.index, req.index, computed)
+            batch.append((req, new, False, computed))
+            budget -= new
+
+        if not batch:
+            if preempted:
+                self._wake(rep, t)
+            elif rep.waiting:
+                raise InvariantViolation(f"replica {rep.index} cannot schedule its waiting requests at t_us={t}")
+            return
+        for req, new, _, _ in batch:
+            req.scheduled = new
+        prefill = [(new, before) for req, new, decoding, before in batch if not decoding]
+        decodes = [before for req, new, decoding, before in batch if decoding]
+        duration = int(step_time_us_nb(
+            inp.pool_step_params[p],
+            sum(new for new, _ in prefill),
+            sum(new * before + new * (new + 1) / 2.0 for new, before in prefill),
+            len(decodes),
+            sum(before + 1 for before in decodes),
+            len(batch),
+        ))
+        rep.step_start, rep.busy_until = t, t + duration
+        rep.counters["steps"] += 1
+        heapq.heappush(self.heap, (rep.busy_until, STEP_END, rep.index))
+
+    def _blocks_needed(self, req: Request, num_tokens: int, bs: int) -> int:
+        return math.ceil(num_tokens / bs) - len(req.blocks)
+
+    def _grow(self, rep: Replica, req: Request, num_tokens: int, bs: int) -> None:
+        """Hold `num_tokens` tokens of KV; full blocks join the prefix cache as vLLM does at scheduling."""
+        for _ in range(self._blocks_needed(req, num_tokens, bs)):
+            req.blocks.append(rep.kv.allocate())
+        if req.keys:
+            full = num_tokens // bs
+            for j in range(req.num_cached_blocks, full):
+                rep.kv.cache(req.blocks[j], req.keys[j])
+            req.num_cached_blocks = max(req.num_cached_blocks, full)
+
+    def _free(self, rep: Replica, req: Request) -> None:
+        for block in reversed(req.blocks):  # tail first: evicted first
+            rep.kv.release(block)
+        req.blocks = []
+        req.num_cached_blocks = 0
+
+    def _preempt(self, rep: Replica, req: Request, t: int) -> None:
+        self._free(rep, req)
+        req.computed = 0
+        req.state = WAITING
+        req.preemptions += 1
+        rep.counters["preemptions"] += 1
+        rep.waiting.appendleft(req)
+        self._record(t, EV_PREEMPT, rep.index, req.index, req.generated)
+
+    def _finish_step(self, rep: Replica, t: int) -> None:
+        still_running = []
+        for req in rep.running:
+            new, req.scheduled = req.scheduled, 0
+            if new:
+                if not req.is_decoding:
+                    rep.counters["prefill_tokens"] += new
+                req.computed += new
+                if req.computed >= req.num_tokens:
+                    req.generated += 1
+                    rep.counters["output_tokens"] += 1
+                    if req.first_token_us < 0:
+                        req.first_token_us = t
+                        if self.inp.detailed_events:
+                            self._record(t, EV_FIRST_TOKEN, rep.index, req.index, 0)
+                    if req.generated >= req.output_tokens:
+                        self._free(rep, req)
+                        req.state, req.finished_us = FINISHED, t
+                        rep.counters["finished"] += 1
+                        if self.inp.detailed_events:
+                            self._record(t, EV_FINISH, rep.index, req.index, req.generated)
+                        continue
+            still_running.append(req)
+        rep.running = still_running
+        rep.counters["busy_us"] += t - rep.step_start
+        rep.busy_until = -1
+        self._wake(rep, t)
+
+    # --- what the cluster loop reads --------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return all(r.state in (FINISHED, REJECTED) for r in self.requests)
+
+    def replica_state(self) -> dict[str, np.ndarray]:
+        reps = self.replicas
+        out = {
+            "waiting": np.array([len(r.waiting) for r in reps], np.int64),
+            "running": np.array([len(r.running) for r in reps], np.int64),
+            "kv_used_blocks": np.array([r.kv.num_blocks - r.kv.num_free for r in reps], np.int64),
+            "kv_total_blocks": np.array([r.kv.num_blocks for r in reps], np.int64),
+            "busy_since_us": np.array([r.step_start if r.busy_until >= 0 else -1 for r in reps], np.int64),
+        }
+        for name in COUNTERS:
+            out[name] = np.array([r.counters[name] for r in reps], np.int64)
+        return out
+
+    def pool_counters(self) -> dict[str, np.ndarray]:
+        return {"arrivals": np.array(self.arrivals, np.int64), "rejected": np.array(self.rejected, np.int64)}
+
+    def take_events(self) -> dict[str, np.ndarray]:
+        events, self.events = self.events, []
+        cols = list(zip(*events)) if events else [(), (), (), (), ()]
+        names = ("t_us", "kind", "replica", "request", "value")
+        return {n: np.array(c, dtype=np.int64) for n, c in zip(names, cols)}
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        reqs = self.requests
+
+        def col(attr, dtype=np.int64):
+            return np.array([getattr(r, attr) for r in reqs], dtype=dtype)
+
+        return {
+            "replica": col("replica"),
+            "state": col("state", np.int8),
+            "computed": col("computed"),
+            "generated": col("generated"),
+            "first_scheduled_us": col("first_scheduled_us"),
+            "first_token_us": col("first_token_us"),
+            "finished_us": col("finished_us"),
+            "preemptions": col("preemptions"),
+            "cached_tokens": col("cached_tokens"),
+            "reject": col("reject", np.int8),
+        }

@@ -1,0 +1,222 @@
+"""Paged KV blocks with prefix caching, as numba kernels over per-replica slices of flat arrays.
+
+Reproduces vLLM V1's block pool (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`): one
+doubly linked free queue per replica in LRU order; a freed request's blocks are appended tail
+first, so a prefix's last block is evicted before its first; a free block keeps its hash (and
+stays a cache hit) until it is popped for a new allocation. Hashes identify a block together
+with its whole prefix (chained), so a lookup walks a prompt's blocks and stops at the first miss.
+
+One deliberate simplification: a replica maps each hash to one block. When a request fills a
+block whose hash is already cached by another block, its copy is not added to the cache (vLLM
+keeps both and serves hits from the first); hit rates are the same, eviction order differs only
+for such duplicates.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+U64 = np.uint64
+_GOLDEN = U64(0x9E3779B97F4A7C15)
+_MIX1 = U64(0xBF58476D1CE4E5B9)
+_MIX2 = U64(0x94D049BB133111EB)
+_OWN_SALT = U64(0xD6E8FEB86659FD93)
+_MASK64 = (1 << 64) - 1
+
+
+class Blocks(NamedTuple):
+    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets."""
+
+    ref: np.ndarray  # int64[B] requests holding the block
+    key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
+    fprev: np.ndarray  # int64[B] free-queue links (global block ids, -1 = none)
+    fnext: np.ndarray
+    cprev: np.ndarray  # int64[B] previous block of the owning request's own (non-hit) blocks
+    htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
+    htab_val: np.ndarray  # int64[H] global block id
+
+
+@njit(cache=True)
+def mix64(a, b):
+    """splitmix64 finaliser of (a, b): a 64-bit hash that is never 0 (0 marks "no hash")."""
+    x = a * _GOLDEN + b
+    x ^= x >> U64(30)
+    x *= _MIX1
+    x ^= x >> U64(27)
+    x *= _MIX2
+    x ^= x >> U64(31)
+    if x == U64(0):
+        x = U64(1)
+    return x
+
+
+def mix64_ref(a: int, b: int) -> int:
+    """The same hash as `mix64`, in plain Python integers."""
+    x = (a * 0x9E3779B97F4A7C15 + b) & _MASK64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK64
+    x ^= x >> 31
+    return x or 1
+
+
+@njit(cache=True)
+def block_key_nb(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_tokens, request, j, block_size):
+    """Hash of engine block `j` of a request.
+
+    A full prompt block inside the trace's hashed prefix takes the trace block that holds its
+    last token plus its end offset, so equal trace prefixes give equal engine blocks whatever
+    the two block sizes. Any other block (outputs, traces without hashes) is the request's own.
+    """
+    end = (j + 1) * block_size
+    if hash_len > 0 and end <= prompt_tokens:
+        tb = (end - 1) // trace_block_tokens
+        if tb < hash_len:
+            return mix64(trace_hashes[hash_off + tb], U64(end))
+    return mix64(U64(request) ^ _OWN_SALT, U64(j))
+
+
+def block_key_ref(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_tokens, request, j, block_size):
+    end = (j + 1) * block_size
+    if hash_len > 0 and end <= prompt_tokens:
+        tb = (end - 1) // trace_block_tokens
+        if tb < hash_len:
+            return mix64_ref(int(trace_hashes[hash_off + tb]), end)
+    return mix64_ref(request ^ 0xD6E8FEB86659FD93, j)
+
+
+# --- hash table: one power-of-two slice per replica ------------------------------------------
+
+
+@njit(cache=True)
+def ht_find(blocks, off, mask, key):
+    i = np.int64(key & U64(mask))
+    while True:
+        k = blocks.htab_key[off + i]
+        if k == U64(0):
+            return -1
+        if k == key:
+            return blocks.htab_val[off + i]
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def ht_insert(blocks, off, mask, key, value):
+    """Insert key -> value; returns False (and changes nothing) when the key is already there."""
+    i = np.int64(key & U64(mask))
+    while True:
+        k = blocks.htab_key[off + i]
+        if k == U64(0):
+            blocks.htab_key[off + i] = key
+            blocks.htab_val[off + i] = value
+            return True
+        if k == key:
+            return False
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def ht_delete(blocks, off, mask, key):
+    """Remove key with backward-shift deletion, so probes never need tombstones."""
+    i = np.int64(key & U64(mask))
+    while True:
+        k = blocks.htab_key[off + i]
+        if k == U64(0):
+            return
+        if k == key:
+            break
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = blocks.htab_key[off + j]
+        if k == U64(0):
+            break
+        home = np.int64(k & U64(mask))
+        # Move slot j back to the hole at i unless its home lies cyclically in (i, j].
+        if ((j - home) & mask) >= ((j - i) & mask):
+            blocks.htab_key[off + i] = k
+            blocks.htab_val[off + i] = blocks.htab_val[off + j]
+            i = j
+    blocks.htab_key[off + i] = U64(0)
+    blocks.htab_val[off + i] = -1
+
+
+# --- free queue and allocation ---------------------------------------------------------------
+
+
+@njit(cache=True)
+def fq_append(blocks, reps, r, b):
+    tail = reps.free_tail[r]
+    blocks.fprev[b] = tail
+    blocks.fnext[b] = -1
+    if tail >= 0:
+        blocks.fnext[tail] = b
+    else:
+        reps.free_head[r] = b
+    reps.free_tail[r] = b
+    reps.nfree[r] += 1
+
+
+@njit(cache=True)
+def fq_remove(blocks, reps, r, b):
+    p = blocks.fprev[b]
+    n = blocks.fnext[b]
+    if p >= 0:
+        blocks.fnext[p] = n
+    else:
+        reps.free_head[r] = n
+    if n >= 0:
+        blocks.fprev[n] = p
+    else:
+        reps.free_tail[r] = p
+    blocks.fprev[b] = -1
+    blocks.fnext[b] = -1
+    reps.nfree[r] -= 1
+
+
+@njit(cache=True)
+def alloc_block(blocks, reps, r):
+    """Pop the least recently freed block, evicting its cached hash; the caller checked nfree."""
+    b = reps.free_head[r]
+    fq_remove(blocks, reps, r, b)
+    key = blocks.key[b]
+    if key != U64(0):
+        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], key)
+        blocks.key[b] = U64(0)
+    blocks.ref[b] = 1
+    blocks.cprev[b] = -1
+    return b
+
+
+@njit(cache=True)
+def touch_block(blocks, reps, r, b):
+    """A cache hit takes a reference; a free cached block leaves the free queue."""
+    if blocks.ref[b] == 0:
+        fq_remove(blocks, reps, r, b)
+    blocks.ref[b] += 1
+
+
+@njit(cache=True)
+def release_block(blocks, reps, r, b):
+    blocks.ref[b] -= 1
+    if blocks.ref[b] == 0:
+        fq_append(blocks, reps, r, b)
+
+
+@njit(cache=True)
+def cache_block(blocks, reps, r, b, key):
+    if ht_insert(blocks, reps.htab_off[r], reps.htab_mask[r], key, b):
+        blocks.key[b] = key
+
+
+def table_size(num_blocks: int) -> int:
+    """Hash-table slots for a replica: a power of two at least twice its block count."""
+    size = 2
+    while size < 2 * num_blocks:
+        size *= 2
+    return size

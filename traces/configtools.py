@@ -1,0 +1,102 @@
+"""Build frozen dataclasses from YAML-loaded dicts, rejecting unknown keys with the known ones.
+
+Every config section of the tool goes through `from_dict`, so every error names its key path
+(`pools[0].engine.max_num_seqs`) the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, TypeVar
+
+from traces.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
+    """Construct dataclass `cls` from `data`; `path` names the section in error messages."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {path or 'top level'}: expected a mapping, got {_show(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else str(unknown[0])
+        raise ConfigError(f"{source}: unknown key {where!r}; known keys: {', '.join(sorted(fields))}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = coerce(hints[name], value, f"{path}.{name}" if path else name, source)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {path or 'top level'}: {exc}") from None
+
+
+def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
+    """Check `value` against the type `hint`, converting ints to floats and lists to tuples."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(arg, value, path, source)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[-1]
+    if hint is Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, path, source)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _expected(path, value, "a list", source)
+        inner = args[0] if args else Any
+        return tuple(coerce(inner, v, f"{path}[{i}]", source) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _expected(path, value, "a mapping", source)
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): coerce(vt, v, f"{path}.{k}", source) for k, v in value.items()}
+    if origin is typing.Literal:
+        if value not in args:
+            raise _expected(path, value, "one of " + ", ".join(repr(a) for a in args), source)
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _expected(path, value, "true or false", source)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _expected(path, value, "an integer", source)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _expected(path, value, "a finite number", source)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _expected(path, value, "a string", source)
+        return value
+    return value
+
+
+def _expected(path: str, value: Any, what: str, source: str) -> ConfigError:
+    return ConfigError(f"{source}: {path}: got {_show(value)}, expected {what}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
