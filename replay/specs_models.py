@@ -1,0 +1,157 @@
+"""Model architectures: the numbers memory and step-time arithmetic need, from each HF config.json.
+
+Counts are plain numbers (parameters, not billions); sizes are in elements; dtypes use the names of
+`replay.specs.WEIGHT_DTYPE_BITS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traces.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One decoder-only transformer as vLLM loads it.
+
+    `total_params` counts every weight (embeddings and lm_head included); `active_params` is the
+    count one token's forward pass touches (routed experts at `experts_per_token / num_experts`).
+    MLA models (DeepSeek) cache one compressed latent of `kv_lora_rank + qk_rope_head_dim` elements
+    per token per layer instead of K and V heads; `num_kv_heads` and `head_dim` then only describe
+    the attention compute. `expert_params` are the weights that live in routed experts; they use
+    `expert_weight_dtype` when set (gpt-oss ships MXFP4 experts and BF16 everything else).
+    """
+
+    id: str
+    name: str
+    hf_repo: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    total_params: float
+    active_params: float
+    max_model_len: int
+    default_weight_dtype: str = "bf16"
+    # Activation dtype; `kv_cache_dtype="auto"` stores KV in it, as vLLM does.
+    dtype: str = "bf16"
+    tie_word_embeddings: bool = False
+    # MLA (DeepSeek-V2/V3): 0 means ordinary multi-head / grouped-query attention.
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    # MoE: 0 experts means dense. `moe_intermediate_size` is one expert's FFN width.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    expert_params: float = 0.0
+    expert_weight_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "max_model_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"model {self.id!r}: {name} must be a positive integer, got {value!r}")
+        if not 0 < self.active_params <= self.total_params:
+            raise ConfigError(
+                f"model {self.id!r}: need 0 < active_params <= total_params, got "
+                f"{self.active_params:.4g} and {self.total_params:.4g}"
+            )
+        if not 0 <= self.expert_params < self.total_params:
+            raise ConfigError(f"model {self.id!r}: expert_params {self.expert_params:.4g} not in [0, total_params)")
+        if (self.num_experts > 0) != (self.expert_params > 0) or self.experts_per_token > self.num_experts:
+            raise ConfigError(
+                f"model {self.id!r}: num_experts {self.num_experts}, experts_per_token "
+                f"{self.experts_per_token} and expert_params {self.expert_params:.4g} disagree"
+            )
+        if (self.kv_lora_rank > 0) != (self.qk_rope_head_dim > 0):
+            raise ConfigError(f"model {self.id!r}: MLA needs both kv_lora_rank and qk_rope_head_dim")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attention(self) -> str:
+        """'MLA', 'MHA' (one KV head per query head) or 'GQA'."""
+        if self.is_mla:
+            return "MLA"
+        return "MHA" if self.num_kv_heads == self.num_attention_heads else "GQA"
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters outside routed experts (attention, shared experts, embeddings, norms)."""
+        return self.total_params - self.expert_params
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus lm_head (one table when tied); quantized checkpoints keep them 16-bit."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """KV-cache elements one token holds over all layers: 2 x kv_heads x head_dim, or the MLA latent once."""
+        if self.is_mla:
+            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+
+
+def _m(spec: ModelSpec) -> tuple[str, ModelSpec]:
+    return spec.id, spec
+
+
+# Parameter counts are the exact sums over each architecture's tensors (they match the safetensors
+# totals on the HF hub); tests/unit/test_specs.py recomputes them from the dimensions.
+MODELS: dict[str, ModelSpec] = dict([
+    # meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads / 8 KV heads, FFN 14336,
+    # vocab 128256, max_position_embeddings 131072, untied embeddings.
+    _m(ModelSpec("llama-3.1-8b", "Llama 3.1 8B", "meta-llama/Llama-3.1-8B", 32, 4096, 32, 8, 128,
+                 14336, 128256, 8_030_261_248, 8_030_261_248, 131072)),
+    # meta-llama/Llama-3.1-70B config.json: 80 layers, hidden 8192, 64 / 8 heads, FFN 28672.
+    _m(ModelSpec("llama-3.1-70b", "Llama 3.1 70B", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 8, 128,
+                 28672, 128256, 70_553_706_496, 70_553_706_496, 131072)),
+    # meta-llama/Llama-3.1-405B config.json: 126 layers, hidden 16384, 128 / 8 heads, FFN 53248.
+    _m(ModelSpec("llama-3.1-405b", "Llama 3.1 405B", "meta-llama/Llama-3.1-405B", 126, 16384, 128, 8,
+                 128, 53248, 128256, 405_853_388_800, 405_853_388_800, 131072)),
+    # meta-llama/Llama-2-7b-hf config.json: 32 layers, hidden 4096, 32 heads, no GQA, FFN 11008,
+    # vocab 32000, 4096-token context.
+    _m(ModelSpec("llama-2-7b", "Llama 2 7B", "meta-llama/Llama-2-7b-hf", 32, 4096, 32, 32, 128, 11008,
+                 32000, 6_738_415_616, 6_738_415_616, 4096)),
+    # meta-llama/Llama-2-70b-hf config.json: 80 layers, hidden 8192, 64 / 8 heads, FFN 28672.
+    _m(ModelSpec("llama-2-70b", "Llama 2 70B", "meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 128, 28672,
+                 32000, 68_976_648_192, 68_976_648_192, 4096)),
+    # mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, hidden 4096, 32 / 8 heads, 8 experts of
+    # FFN 14336, top-2, 32768-token context. Experts: 32 x 8 x 3 x 4096 x 14336 weights.
+    _m(ModelSpec("mixtral-8x7b", "Mixtral 8x7B", "mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 128,
+                 14336, 32000, 46_702_792_704, 12_879_925_248, 32768, num_experts=8,
+                 experts_per_token=2, moe_intermediate_size=14336, expert_params=45_097_156_608)),
+    # Qwen/Qwen2.5-72B-Instruct config.json: 80 layers, hidden 8192, 64 / 8 heads, FFN 29568,
+    # vocab 152064, QKV bias; max_position_embeddings 32768 (131072 only with YaRN enabled).
+    _m(ModelSpec("qwen2.5-72b", "Qwen2.5 72B", "Qwen/Qwen2.5-72B-Instruct", 80, 8192, 64, 8, 128,
+                 29568, 152064, 72_706_203_648, 72_706_203_648, 32768)),
+    # deepseek-ai/DeepSeek-V3 config.json: 61 layers (first 3 dense, FFN 18432), hidden 7168,
+    # 128 heads (v_head_dim 128), MLA kv_lora_rank 512 + qk_rope_head_dim 64, 256 routed experts of
+    # FFN 2048 plus 1 shared, top-8, vocab 129280, 163840-token context, FP8 (128x128 block) checkpoint.
+    # 671B total / 37B active as in the DeepSeek-V3 report (arXiv:2412.19437); the 14B MTP module
+    # is not loaded for plain decoding and not counted.
+    _m(ModelSpec("deepseek-v3", "DeepSeek-V3", "deepseek-ai/DeepSeek-V3", 61, 7168, 128, 128, 128, 18432,
+                 129280, 671_026_419_200, 37_552_297_472, 163840, default_weight_dtype="fp8",
+                 kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8,
+                 moe_intermediate_size=2048, expert_params=653_908_770_816)),
+    # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads / 8 KV heads of dim 64,
+    # 128 experts of FFN 2880, top-4, vocab 201088, 131072-token context; every other layer uses a
+    # 128-token sliding window, counted here as full attention (an upper bound on KV per token).
+    # Model card: 116.8B total, 5.1B active (the card leaves the input embedding out of "active"),
+    # "MXFP4 quantization of the MoE weights"; attention, router and embeddings stay BF16.
+    _m(ModelSpec("gpt-oss-120b", "gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 8, 64, 2880,
+                 201088, 116_829_156_672, 5_132_849_472, 131072, num_experts=128, experts_per_token=4,
+                 moe_intermediate_size=2880, expert_params=114_701_598_720, expert_weight_dtype="mxfp4")),
+])
