@@ -1,0 +1,305 @@
+"""GPU memory arithmetic: KV bytes per token, weight bytes, and the KV block count vLLM would allocate.
+
+All sizes are bytes (ints) per GPU unless a name says otherwise; "GB" in messages is 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits
+from traces.errors import ConfigError
+
+GiB = 1 << 30
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+# Activations are BF16 whatever the weight dtype (FP8 / 4-bit kernels dequantize or quantize on the fly).
+ACTIVATION_BYTES = 2
+# vLLM's profile run ends with a dummy sampler pass over min(max_num_seqs, max_num_batched_tokens)
+# rows of full-vocabulary logits. Its torch peak is ~40 bytes per logit: public vLLM v0.11 logs on
+# H100 ("torch peak memory increase") show 4.8 GiB for Llama vocab (128,256), 5.6 GiB for Qwen3
+# (151,936) and 7.4 GiB for gpt-oss (201,088) at 1024 rows, the same at TP1 and TP2 - the logits
+# are gathered to every rank, and this term, not the layer activations, sets the peak.
+SAMPLER_BYTES_PER_LOGIT = 40
+# Memory outside torch's allocator, per GPU. CUDA context + cuBLAS workspaces: ~0.5 GiB on
+# Hopper; early V1 workers charged it (device-wide used minus torch-allocated), recent ones leave it
+# in the (1 - utilization) headroom - charging it keeps utilization 1.0 physically possible.
+CUDA_CONTEXT_BYTES = GiB // 2
+# NCCL communicators + vLLM's custom all-reduce buffers when TP > 1: measured non-torch memory goes
+# from 0.13 GiB at TP1 to 0.55 GiB at TP2 (same vLLM v0.11 logs).
+TP_COMM_BYTES = GiB // 2
+# CUDA graph pool: vLLM logs 0.36-1.03 GiB ("Estimated CUDA graph memory", vllm-project/vllm PR
+# #21489 and #30515); recent releases profile it before sizing the KV cache.
+CUDA_GRAPH_BYTES = 3 * GiB // 4
+
+
+def _model(model: ModelSpec | str) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else get_model(model)
+
+
+def _gpu(gpu: GpuSpec | str) -> GpuSpec:
+    return gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name}: got {value!r}, expected a positive integer")
+    return value
+
+
+def check_tensor_parallel(model: ModelSpec, tp: int) -> int:
+    """`tp` as vLLM accepts it: divides the attention heads; KV heads split evenly or are replicated."""
+    tp = _positive_int("tensor_parallel_size", tp)
+    if model.num_attention_heads % tp:
+        raise ConfigError(
+            f"tensor_parallel_size: got {tp}, expected a divisor of {model.id}'s "
+            f"{model.num_attention_heads} attention heads"
+        )
+    if not model.is_mla and model.num_kv_heads % tp and tp % model.num_kv_heads:
+        raise ConfigError(
+            f"tensor_parallel_size: got {tp}; {model.id}'s {model.num_kv_heads} KV heads must split "
+            "evenly across it or it must be a multiple of them"
+        )
+    return tp
+
+
+def kv_bytes_per_token(model: ModelSpec | str, kv_cache_dtype: str = "auto") -> int:
+    """KV bytes one token holds over the whole model: 2 x layers x kv_heads x head_dim x bytes; MLA once."""
+    model = _model(model)
+    return model.kv_elements_per_token * kv_dtype_bytes(kv_cache_dtype, model)
+
+
+def kv_heads_per_gpu(model: ModelSpec | str, tp: int) -> int:
+    """KV heads each GPU stores: kv_heads / tp, at least 1 (vLLM replicates when tp > kv_heads).
+
+    MLA's latent is not split by head: every rank keeps all of it (1 "head").
+    """
+    model = _model(model)
+    tp = check_tensor_parallel(model, tp)
+    return 1 if model.is_mla else max(1, model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec | str, tp: int, kv_cache_dtype: str = "auto") -> int:
+    """KV bytes one token holds on each GPU of a TP group."""
+    model = _model(model)
+    if model.is_mla:
+        check_tensor_parallel(model, tp)
+        return kv_bytes_per_token(model, kv_cache_dtype)
+    return 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * kv_dtype_bytes(kv_cache_dtype, model)
+
+
+def weights_bytes(model: ModelSpec | str, weight_dtype: str | None = None) -> int:
+    """Bytes of all weights. None: the checkpoint's own dtypes (gpt-oss: MXFP4 experts, BF16 rest).
+
+    A given `weight_dtype` applies to every layer, experts included; embeddings and lm_head stay
+    16-bit under sub-16-bit formats, as quantized checkpoints keep them.
+    """
+    model = _model(model)
+    dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
+    expert_dtype = model.expert_weight_dtype if weight_dtype is None and model.expert_weight_dtype else dtype
+    bits = weight_bits(dtype)
+    embed_bits = max(bits, 16.0)
+    embed = model.embedding_params
+    other_dense = model.dense_params - embed
+    total_bits = embed * embed_bits + other_dense * bits + model.expert_params * weight_bits(expert_dtype)
+    return math.ceil(total_bits / 8)
+
+
+def weights_bytes_per_gpu(model: ModelSpec | str, tp: int, weight_dtype: str | None = None) -> int:
+    """Weight bytes per GPU under tensor parallelism: an even 1/tp share.
+
+    vLLM shards attention, MLP and experts by TP rank and also the embedding and lm_head
+    (VocabParallelEmbedding / ParallelLMHead); only norms (and MLA's small down-projections) are
+    replicated, well under 0.1% of the weights.
+    """
+    model = _model(model)
+    tp = check_tensor_parallel(model, tp)
+    return math.ceil(weights_bytes(model, weight_dtype) / tp)
+
+
+def activation_peak_bytes(model: ModelSpec | str, tp: int, max_num_batched_tokens: int = 8192,
+                          max_num_seqs: int = 256) -> int:
+    """Torch peak of vLLM's profile run on one GPU: max(the largest layer's live tensors, sampler).
+
+    The dummy forward pass runs `max_num_batched_tokens` tokens; inside a layer the live tensors
+    are the residual stream and the normed input (hidden each, not split by TP) plus the MLP's
+    gate/up output and activation (3 x intermediate / tp), or for MoE the fused-MoE caches of each
+    token's top-k experts (k x (3 x expert_intermediate / tp + hidden)). The sampler pass then
+    holds the hidden states plus full-vocabulary logits for min(max_num_seqs, tokens) rows.
+    """
+    model = _model(model)
+    tp = check_tensor_parallel(model, tp)
+    tokens = _positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    seqs = _positive_int("max_num_seqs", max_num_seqs)
+    hidden = model.hidden_size
+    q_kv_width = (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim // tp
+    per_token = 2 * hidden + max(q_kv_width, 3 * model.intermediate_size // tp)
+    if model.is_moe:
+        moe = model.experts_per_token * (3 * model.moe_intermediate_size // tp + hidden)
+        per_token = max(per_token, 2 * hidden + moe)
+    forward = tokens * per_token * ACTIVATION_BYTES
+    sampler = tokens * hidden * ACTIVATION_BYTES + min(seqs, tokens) * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return max(forward, sampler)
+
+
+def overhead_bytes(tp: int) -> int:
+    """Fixed non-torch memory per GPU: CUDA context, NCCL / all-reduce buffers (TP > 1), CUDA graphs.
+
+    0.5 GiB + 0.5 GiB (TP > 1 only) + 0.75 GiB: 1.25 GiB (1.34 GB) at TP1, 1.75 GiB (1.88 GB) above.
+    """
+    tp = _positive_int("tensor_parallel_size", tp)
+    return CUDA_CONTEXT_BYTES + (TP_COMM_BYTES if tp > 1 else 0) + CUDA_GRAPH_BYTES
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The KV cache one replica gets: every memory term per GPU, and the resulting block count.
+
+    `kv_blocks` is per GPU and equally the replica's (TP splits each block's heads, not its tokens);
+    `kv_tokens = kv_blocks * block_size`.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    weight_dtype: str
+    expert_weight_dtype: str | None
+    kv_cache_dtype: str
+    gpu_memory_utilization: float
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    num_gpu_blocks_override: int | None
+    hbm_bytes: int
+    usable_bytes_per_gpu: int
+    weights_bytes_per_gpu: int
+    activation_peak_bytes: int
+    overhead_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int
+    available_kv_bytes_per_gpu: int
+    block_bytes_per_gpu: int
+    kv_blocks: int
+    kv_tokens: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON-safe dict; `model` and `gpu` become their catalog ids."""
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["model"] = self.model.id
+        out["gpu"] = self.gpu.id
+        return out
+
+
+def kv_capacity(
+    model: ModelSpec | str,
+    gpu: GpuSpec | str,
+    tp: int,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    block_size: int = 16,
+    kv_cache_dtype: str = "auto",
+    weight_dtype: str | None = None,
+    num_gpu_blocks_override: int | None = None,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    max_model_len: int | None = None,
+) -> Capacity:
+    """KV blocks per GPU as vLLM V1 sizes them at startup.
+
+    `num_blocks = (hbm * utilization - weights - activation_peak - overhead) // (block_size *
+    kv_bytes_per_token_per_gpu)`, as `Worker.determine_available_memory` (vllm/v1/worker/
+    gpu_worker.py) and `get_kv_cache_config` (vllm/v1/core/kv_cache_utils.py) do; the per-layer
+    floor there gives the same integer. The activation peak models the profile run
+    (`activation_peak_bytes`); the overhead is a fixed 1.25 GiB at TP1 and 1.75 GiB at TP > 1
+    (CUDA context 0.5, NCCL / all-reduce 0.5, CUDA graphs 0.75; see `overhead_bytes`).
+    `num_gpu_blocks_override` replaces the block count (a measured one is the accurate choice), but
+    the weights must still fit. `max_model_len`, when given, must fit in the cache, as vLLM
+    requires at startup. A model that does not fit raises ConfigError saying by how much.
+
+    Lesson check (../shared/reference/003_*.txt): llama-3.1-70b, bf16, TP4, h100-sxm-80gb, 0.9 gives
+    25,479 blocks = 407,664 tokens, 2.1% above the lesson's 399,169.
+    """
+    model, gpu = _model(model), _gpu(gpu)
+    tp = check_tensor_parallel(model, tp)
+    util = gpu_memory_utilization
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
+        raise ConfigError(f"gpu_memory_utilization: got {util!r}, expected a value in (0, 1]")
+    if isinstance(block_size, bool) or block_size not in BLOCK_SIZES:
+        raise ConfigError(f"block_size: got {block_size!r}, expected one of {', '.join(map(str, BLOCK_SIZES))}")
+    if num_gpu_blocks_override is not None:
+        _positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
+    if max_model_len is not None:
+        _positive_int("max_model_len", max_model_len)
+    dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
+    expert_dtype = None
+    if model.is_moe:
+        expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
+
+    usable = math.floor(gpu.hbm_bytes * util)
+    weights = weights_bytes_per_gpu(model, tp, weight_dtype)
+    activation = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+    overhead = overhead_bytes(tp)
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)
+    block_bytes = block_size * per_token_gpu
+    available = usable - weights - activation - overhead
+    if available < block_bytes:
+        raise ConfigError(_does_not_fit(model, gpu, tp, dtype, expert_dtype, util, usable, weights, activation,
+                                        overhead, block_bytes, max_num_batched_tokens, max_num_seqs, weight_dtype))
+    blocks = available // block_bytes if num_gpu_blocks_override is None else num_gpu_blocks_override
+    if max_model_len is not None and blocks * block_size < max_model_len:
+        raise ConfigError(
+            f"max_model_len: {model.id} on {tp} x {gpu.id} holds {blocks * block_size:,} KV tokens, fewer "
+            f"than max_model_len {max_model_len:,}; one such request cannot fit (vLLM refuses to start): "
+            "lower max_model_len, use fp8 KV cache or a larger tensor_parallel_size"
+        )
+    return Capacity(
+        model=model, gpu=gpu, tp=tp, weight_dtype=dtype, expert_weight_dtype=expert_dtype,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=float(util), block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        num_gpu_blocks_override=num_gpu_blocks_override, hbm_bytes=gpu.hbm_bytes, usable_bytes_per_gpu=usable,
+        weights_bytes_per_gpu=weights, activation_peak_bytes=activation, overhead_bytes=overhead,
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
+        available_kv_bytes_per_gpu=available, block_bytes_per_gpu=block_bytes, kv_blocks=blocks,
+        kv_tokens=blocks * block_size,
+    )
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _does_not_fit(model: ModelSpec, gpu: GpuSpec, tp: int, dtype: str, expert_dtype: str | None, util: float,
+                  usable: int, weights: int, activation: int, overhead: int, block_bytes: int,
+                  max_num_batched_tokens: int, max_num_seqs: int, weight_dtype: str | None) -> str:
+    need = weights + activation + overhead
+    what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
+    terms = f"{_gb(weights)} of weights + {_gb(activation)} activations + {_gb(overhead)} overhead per GPU"
+    room = f"{_gb(usable)} usable ({util:g} x {gpu.hbm_bytes / 1e9:g} GB)"
+    relation = f"{terms} > {room}" if need > usable else f"{terms} leave {_gb(usable - need)} of {room}, less than one KV block"
+    hint = "try a smaller weight dtype or a GPU with more memory"
+    candidate = 2 * tp
+    while candidate <= 64:
+        try:
+            check_tensor_parallel(model, candidate)
+            fits = (usable - weights_bytes_per_gpu(model, candidate, weight_dtype)
+                    - activation_peak_bytes(model, candidate, max_num_batched_tokens, max_num_seqs)
+                    - overhead_bytes(candidate)) >= block_bytes
+        except ConfigError:
+            fits = False
+        if fits:
+            hint = f"try tensor_parallel_size >= {candidate} or a smaller weight dtype"
+            break
+        candidate *= 2
+    return (f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: {relation}: "
+            f"short by {_gb(need + block_bytes - usable)}; {hint}")
+
+
+def max_concurrency(cap: Capacity, tokens_per_request: int) -> int:
+    """How many requests of `tokens_per_request` tokens (prompt + output) the cache holds at once."""
+    tokens = _positive_int("tokens_per_request", tokens_per_request)
+    return cap.kv_blocks // -(-tokens // cap.block_size)
