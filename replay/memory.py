@@ -221,6 +221,11 @@ def kv_capacity(
     the weights must still fit. `max_model_len`, when given, must fit in the cache, as vLLM
     requires at startup. A model that does not fit raises ConfigError saying by how much.
 
+    `model` and `gpu` are specs or catalog ids. `max_num_seqs` sizes the profile's sampler pass;
+    256 is EngineArgs' default here and vLLM's below 70 GiB, while `vllm serve` on H100-class GPUs
+    defaults to 1024, which adds ~4 GB of sampler peak for a 128K vocabulary. HBM is the marketed
+    decimal size (see `GpuSpec`), a little below what CUDA reports.
+
     Lesson check (../shared/reference/003_*.txt): llama-3.1-70b, bf16, TP4, h100-sxm-80gb, 0.9 gives
     25,479 blocks = 407,664 tokens, 2.1% above the lesson's 399,169.
     """
@@ -248,8 +253,18 @@ def kv_capacity(
     block_bytes = block_size * per_token_gpu
     available = usable - weights - activation - overhead
     if available < block_bytes:
-        raise ConfigError(_does_not_fit(model, gpu, tp, dtype, expert_dtype, util, usable, weights, activation,
-                                        overhead, block_bytes, max_num_batched_tokens, max_num_seqs, weight_dtype))
+        what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
+        larger_tp = _smallest_tp_that_fits(model, usable, block_bytes, tp, weight_dtype, max_num_batched_tokens,
+                                           max_num_seqs)
+        hint = (f"try tensor_parallel_size >= {larger_tp} or a smaller weight dtype" if larger_tp
+                else "try a smaller weight dtype or a GPU with more memory")
+        terms = f"{_gb(weights)} of weights + {_gb(activation)} activations + {_gb(overhead)} overhead per GPU"
+        room = f"{_gb(usable)} usable ({util:g} x {gpu.hbm_bytes / 1e9:g} GB)"
+        need = weights + activation + overhead
+        relation = (f"{terms} > {room}" if need > usable
+                    else f"{terms} leave {_gb(available)} of {room}, less than one KV block")
+        raise ConfigError(f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
+                          f"{relation}: short by {_gb(block_bytes - available)}; {hint}")
     blocks = available // block_bytes if num_gpu_blocks_override is None else num_gpu_blocks_override
     if max_model_len is not None and blocks * block_size < max_model_len:
         raise ConfigError(
@@ -273,30 +288,22 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB"
 
 
-def _does_not_fit(model: ModelSpec, gpu: GpuSpec, tp: int, dtype: str, expert_dtype: str | None, util: float,
-                  usable: int, weights: int, activation: int, overhead: int, block_bytes: int,
-                  max_num_batched_tokens: int, max_num_seqs: int, weight_dtype: str | None) -> str:
-    need = weights + activation + overhead
-    what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
-    terms = f"{_gb(weights)} of weights + {_gb(activation)} activations + {_gb(overhead)} overhead per GPU"
-    room = f"{_gb(usable)} usable ({util:g} x {gpu.hbm_bytes / 1e9:g} GB)"
-    relation = f"{terms} > {room}" if need > usable else f"{terms} leave {_gb(usable - need)} of {room}, less than one KV block"
-    hint = "try a smaller weight dtype or a GPU with more memory"
+def _smallest_tp_that_fits(model: ModelSpec, usable: int, block_bytes: int, tp: int, weight_dtype: str | None,
+                           max_num_batched_tokens: int, max_num_seqs: int) -> int | None:
+    """The smallest power-of-two TP above `tp` (up to 64) that leaves room for a KV block, if any."""
     candidate = 2 * tp
     while candidate <= 64:
         try:
             check_tensor_parallel(model, candidate)
-            fits = (usable - weights_bytes_per_gpu(model, candidate, weight_dtype)
-                    - activation_peak_bytes(model, candidate, max_num_batched_tokens, max_num_seqs)
-                    - overhead_bytes(candidate)) >= block_bytes
         except ConfigError:
-            fits = False
-        if fits:
-            hint = f"try tensor_parallel_size >= {candidate} or a smaller weight dtype"
-            break
+            candidate *= 2
+            continue
+        left = (usable - weights_bytes_per_gpu(model, candidate, weight_dtype) - overhead_bytes(candidate)
+                - activation_peak_bytes(model, candidate, max_num_batched_tokens, max_num_seqs))
+        if left >= block_bytes:
+            return candidate
         candidate *= 2
-    return (f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: {relation}: "
-            f"short by {_gb(need + block_bytes - usable)}; {hint}")
+    return None
 
 
 def max_concurrency(cap: Capacity, tokens_per_request: int) -> int:

@@ -107,7 +107,8 @@ def catalog_rows() -> dict[str, list[dict[str, Any]]]:
             "kv_heads": 1 if m.is_mla else m.num_kv_heads,
             "head_dim": m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else m.head_dim,
             "context_tokens": m.max_model_len,
-            "weight_dtype": m.default_weight_dtype + (f" ({m.expert_weight_dtype} experts)" if m.expert_weight_dtype else ""),
+            "weight_dtype": m.default_weight_dtype
+            + (f" ({m.expert_weight_dtype} experts)" if m.expert_weight_dtype else ""),
             "kv_bytes_per_token_bf16": m.kv_elements_per_token * 2,
         }
         for m in MODELS.values()
