@@ -1,0 +1,190 @@
+"""`llm-replay`: run, capacity, trace inspect, catalog.
+
+A user mistake (a `UserError`) prints one line on stderr and exits with code 2, no traceback and
+no output directory; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from traces.errors import UserError
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    from traces import DEFAULT_TRACE
+
+    p = argparse.ArgumentParser(
+        prog="llm-replay",
+        description="Replay LLM request traces through a simulated fleet of vLLM-like engines.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="replay a trace on a fleet and write a run directory")
+    run.add_argument("trace", nargs="?", default=None,
+                     help=f"trace file or bundled trace name (default: the config's trace, else {DEFAULT_TRACE})")
+    run.add_argument("--config", "-c", help="fleet config YAML (default: the built-in fleet)")
+    run.add_argument("--out", "-o", help="run directory to write (default: runs/<trace>-<config>)")
+    run.add_argument("--format", help="force the trace format instead of detecting it")
+    run.add_argument("--engine", choices=("numba", "reference"), default="numba",
+                     help="numba (fast) or reference (slow pure Python, same outputs)")
+    run.add_argument("--strict", action="store_true", help="treat unsorted arrivals as an error")
+    run.add_argument("--force", action="store_true", help="replace --out if it already exists")
+    run.add_argument("--detailed-events", action="store_true",
+                     help="also log every arrival, admission, first token and finish in events.parquet")
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
+    run.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
+
+    cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica")
+    cap.add_argument("--model", required=True)
+    cap.add_argument("--gpu", required=True)
+    cap.add_argument("--tp", type=int, default=1, help="tensor parallel size")
+    cap.add_argument("--kv-cache-dtype", default="auto")
+    cap.add_argument("--weight-dtype", default=None)
+    cap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    cap.add_argument("--block-size", type=int, default=16)
+    cap.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    cap.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    cap.add_argument("--json", action="store_true")
+
+    tr = sub.add_parser("trace", help="look at a trace")
+    trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
+    ins = trsub.add_parser("inspect", help="rows, span, rates, token percentiles, prefix reuse")
+    ins.add_argument("trace", help="trace file or bundled trace name")
+    ins.add_argument("--format")
+    ins.add_argument("--strict", action="store_true")
+    ins.add_argument("--json", action="store_true")
+
+    cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
+    cat.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "capacity":
+            return _cmd_capacity(args)
+        if args.command == "trace":
+            return _cmd_inspect(args)
+        if args.command == "catalog":
+            return _cmd_catalog(args)
+    except UserError as exc:
+        print(f"llm-replay: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("llm-replay: interrupted; nothing written", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.config import load_config
+    from replay.outputs import check_out_dir, write_run
+    from replay.report import print_summary, progress_bar
+    from replay.run import replay_trace
+    from traces import DEFAULT_TRACE, TraceConfig, load_from_config
+
+    cfg = load_config(args.config)
+    trace_cfg = cfg.trace or TraceConfig()
+    if args.trace is None and trace_cfg.path is None:
+        trace_cfg = TraceConfig(**{**trace_cfg.__dict__, "path": DEFAULT_TRACE})
+    base_dir = Path(args.config).resolve().parent if args.config else None
+    out = Path(args.out) if args.out else _default_out(args.trace or trace_cfg.path, args.config)
+    check_out_dir(out, args.force)
+    trace = load_from_config(trace_cfg, path_override=args.trace, format_override=args.format,
+                             strict=args.strict, base_dir=base_dir)
+    console = Console(stderr=True)
+    _report_trace_fixes(console, trace)
+    show = not args.quiet and console.is_terminal
+    with progress_bar(console, enabled=show) as progress:
+        result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
+                              progress=progress)
+    write_run(out, result, force=args.force)
+    if args.json:
+        print(json.dumps(result.summary, indent=2))
+    elif not args.quiet:
+        print_summary(Console(), result.summary, out)
+    return 0
+
+
+def _report_trace_fixes(console, trace) -> None:
+    """Nothing is dropped or reordered silently."""
+    for reason, count in trace.dropped.items():
+        if count:
+            console.print(f"[yellow]note:[/] {trace.source}: dropped {count} rows ({reason})")
+    if trace.reordered:
+        console.print(f"[yellow]note:[/] {trace.source}: {trace.reordered} rows were out of order and were sorted "
+                      "by arrival (--strict makes this an error)")
+
+
+def _default_out(trace: str | None, config: str | None) -> Path:
+    stem = Path(str(trace)).name.split(".")[0] if trace else "trace"
+    if config:
+        stem += "-" + Path(config).stem
+    return Path("runs") / stem
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.memory import kv_capacity
+    from replay.report import print_capacity
+    from replay.specs import get_gpu, get_model
+
+    cap = kv_capacity(
+        get_model(args.model), get_gpu(args.gpu), args.tp,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+        kv_cache_dtype=args.kv_cache_dtype, weight_dtype=args.weight_dtype,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
+    if args.json:
+        print(json.dumps(cap.to_dict(), indent=2))
+    else:
+        print_capacity(Console(), cap)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.report import print_inspect
+    from traces import inspect_trace, load_trace
+
+    trace = load_trace(args.trace, format=args.format, strict=args.strict)
+    info = inspect_trace(trace.frame)
+    info = {"source": str(trace.source), "format": trace.format, "sha256": trace.sha256,
+            "dropped": dict(trace.dropped), "reordered": trace.reordered, **info}
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print_inspect(Console(), info)
+    return 0
+
+
+def _cmd_catalog(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.report import print_catalog
+    from replay.specs import catalog_rows
+
+    rows = catalog_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print_catalog(Console(), rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The cluster loop: plan the pools, split the trace over them, step the engine tick by tick.
+
+Between ticks everything (arrivals, routing, every replica's steps) runs inside the engine; at
+each tick (default 1 s of simulated time) Python reads a snapshot and appends one row per pool.
+Autoscalers (issue 3) plug in here: they read the same snapshot and change replica counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from replay.config import FleetConfig, PoolConfig
+from replay.engine_common import COUNTERS, ROUTER_IDS, Engine, EngineInputs
+from replay.memory import Capacity, kv_capacity
+from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
+from replay.stepmodel import StepShape, step_params
+from traces.errors import ConfigError
+
+ENGINES = ("numba", "reference")
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A pool with everything resolved: specs, KV capacity, step-model parameters, price."""
+
+    index: int
+    config: PoolConfig
+    model: ModelSpec
+    gpu: GpuSpec
+    capacity: Capacity
+    max_model_len: int
+    price_usd_per_gpu_hour: float
+    step_params: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.config.tensor_parallel_size
+
+
+def plan_pools(cfg: FleetConfig) -> list[PoolPlan]:
+    plans = []
+    for i, pool in enumerate(cfg.pools):
+        key = f"pools[{i}]"
+        model = get_model(pool.model or cfg.model)
+        gpu = get_gpu(pool.gpu or cfg.gpu)
+        weight_dtype = pool.weight_dtype or cfg.weight_dtype
+        eng = pool.engine
+        tp = pool.tensor_parallel_size
+        max_len = eng.max_model_len or model.max_model_len
+        try:
+            cap = kv_capacity(
+                model,
+                gpu,
+                tp,
+                gpu_memory_utilization=eng.gpu_memory_utilization,
+                block_size=eng.block_size,
+                kv_cache_dtype=eng.kv_cache_dtype,
+                weight_dtype=weight_dtype,
+                num_gpu_blocks_override=eng.num_gpu_blocks_override,
+                max_num_batched_tokens=eng.max_num_batched_tokens,
+                max_num_seqs=eng.max_num_seqs,
+                max_model_len=max_len,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{key} ({pool.name}): {exc}") from None
+        sm = pool.step_model
+        fp8 = cap.weight_dtype == "fp8" and gpu.fp8_native
+        shape = StepShape(
+            active_params=model.active_params,
+            num_layers=model.num_layers,
+            num_attention_heads=model.num_attention_heads,
+            head_dim=model.head_dim,
+            hidden_size=model.hidden_size,
+            tp=tp,
+            weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu),
+            kv_bytes_per_token_per_gpu=float(cap.kv_bytes_per_token_per_gpu),
+            peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops,
+            hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
+            link_bytes_per_s=gpu.interconnect_bytes_per_s,
+        )
+        params = step_params(
+            shape,
+            mfu=sm.mfu,
+            mbu=sm.mbu,
+            per_step_overhead_us=sm.per_step_overhead_us,
+            per_seq_overhead_us=sm.per_seq_overhead_us,
+            allreduce_latency_us=sm.allreduce_latency_us,
+        )
+        price = pool.price_usd_per_gpu_hour
+        if price is None:
+            price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params))
+    return plans
+
+
+def assign_pools(workloads: pl.Series, plans: list[PoolPlan]) -> np.ndarray:
+    """Pool index of every request: the pool that lists its workload, else the catch-all pool."""
+    by_label = {label: p.index for p in plans for label in p.config.workloads}
+    catch_all = [p.index for p in plans if not p.config.workloads]
+    labels = workloads.unique().to_list()
+    missing = sorted(str(w) for w in labels if w not in by_label)
+    if missing and not catch_all:
+        raise ConfigError(
+            f"pools: workload {missing[0]!r} of the trace goes to no pool; list it in a pool's "
+            f"'workloads' or add a pool without 'workloads' (trace workloads: {', '.join(sorted(map(str, labels)))})"
+        )
+    mapping = {w: by_label.get(w, catch_all[0] if catch_all else -1) for w in labels}
+    return workloads.replace_strict(mapping, return_dtype=pl.Int64).to_numpy()
+
+
+def build_inputs(
+    frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
+    detailed_events: bool = False,
+) -> EngineInputs:
+    hashes = frame["prefix_hashes"]
+    hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
+    hash_off = np.concatenate(([0], np.cumsum(hash_len)[:-1])).astype(np.int64)
+    flat = hashes.drop_nulls().explode().drop_nulls().to_numpy().astype(np.uint64)
+    if len(flat) != int(hash_len.sum()):
+        raise ValueError("prefix_hashes contain null entries")
+    engines = [p.config.engine for p in plans]
+    return EngineInputs(
+        arrival_us=frame["arrival_us"].to_numpy().astype(np.int64),
+        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
+        output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
+        priority=frame["priority"].to_numpy().astype(np.int64),
+        pool=pool_index.astype(np.int64),
+        hash_off=hash_off,
+        hash_len=hash_len,
+        trace_hashes=flat,
+        trace_block_tokens=int(trace_block_tokens or 1),
+        pool_replicas=np.array([p.config.replicas for p in plans], np.int64),
+        pool_kv_blocks=np.array([p.capacity.kv_blocks for p in plans], np.int64),
+        pool_block_size=np.array([e.block_size for e in engines], np.int64),
+        pool_max_num_seqs=np.array([e.max_num_seqs for e in engines], np.int64),
+        pool_max_num_batched_tokens=np.array([e.max_num_batched_tokens for e in engines], np.int64),
+        pool_long_prefill_token_threshold=np.array([e.long_prefill_token_threshold for e in engines], np.int64),
+        pool_enable_prefix_caching=np.array([int(e.enable_prefix_caching) for e in engines], np.int64),
+        pool_max_model_len=np.array([p.max_model_len for p in plans], np.int64),
+        pool_router=np.array([ROUTER_IDS[p.config.router] for p in plans], np.int64),
+        pool_step_params=np.stack([p.step_params for p in plans]),
+        detailed_events=detailed_events,
+    )
+
+
+def make_engine(name: str, inputs: EngineInputs) -> Engine:
+    if name == "numba":
+        from replay.engine_nb import NumbaEngine
+
+        return NumbaEngine(inputs)
+    if name == "reference":
+        from replay.engine_ref import ReferenceEngine
+
+        return ReferenceEngine(inputs)
+    raise ConfigError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+
+
+@dataclass
+class RawRun:
+    """What the loop collected, before metrics: per-pool tick columns, events, request columns."""
+
+    plans: list[PoolPlan]
+    pool_index: np.ndarray
+    ticks: dict[str, np.ndarray]
+    events: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray]
+    end_us: int
+    tick_us: int
+    wall_s: float
+
+
+def simulate(
+    frame: pl.DataFrame,
+    trace_block_tokens: int | None,
+    cfg: FleetConfig,
+    *,
+    engine: str = "numba",
+    detailed_events: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RawRun:
+    """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick."""
+    started = time.perf_counter()
+    plans = plan_pools(cfg)
+    pool_index = assign_pools(frame["workload"], plans)
+    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events)
+    eng = make_engine(engine, inputs)
+
+    tick_us = max(1, round(cfg.tick_s * 1e6))
+    last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
+    limit_us = last_arrival + round(cfg.max_drain_s * 1e6)
+    rep_pool = inputs.replica_pool
+    npool = len(plans)
+    gpus = np.array([p.config.replicas * p.gpus_per_replica for p in plans], np.int64)
+    replicas = np.array([p.config.replicas for p in plans], np.int64)
+
+    def per_pool(values: np.ndarray) -> np.ndarray:
+        return np.bincount(rep_pool, weights=values, minlength=npool).astype(np.int64)
+
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in (
+        "t_us", "replicas_active", "gpus", "waiting", "running", "kv_used_blocks", "kv_total_blocks",
+        "arrivals", "rejected", "busy_us", *COUNTERS[1:],
+    )}
+    events: list[dict[str, np.ndarray]] = []
+    t = 0
+    while True:
+        t += tick_us
+        eng.advance(t)
+        rs = eng.replica_state()
+        pc = eng.pool_counters()
+        busy = rs["busy_us"] + np.where(rs["busy_since_us"] >= 0, t - rs["busy_since_us"], 0)
+        rows["t_us"].append(np.full(npool, t, np.int64))
+        rows["replicas_active"].append(replicas)
+        rows["gpus"].append(gpus)
+        for name in ("waiting", "running", "kv_used_blocks", "kv_total_blocks", *COUNTERS[1:]):
+            rows[name].append(per_pool(rs[name]))
+        rows["busy_us"].append(per_pool(busy))
+        rows["arrivals"].append(pc["arrivals"])
+        rows["rejected"].append(pc["rejected"])
+        events.append(eng.take_events())
+        if progress is not None:
+            progress(min(t, last_arrival), last_arrival)
+        if (eng.done and t >= last_arrival) or t >= limit_us:
+            break
+    ticks = {k: np.stack(v) for k, v in rows.items()}  # [tick, pool], counters cumulative
+    ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
+    return RawRun(plans, pool_index, ticks, ev, eng.request_columns(), t, tick_us, time.perf_counter() - started)

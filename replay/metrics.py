@@ -1,0 +1,238 @@
+"""Run outputs as polars frames: one row per request, one row per pool per tick, a summary.
+
+Definitions (DESIGN.md, "Metrics"): TTFT = first token - arrival (queueing included);
+TPOT = (finish - first token) / (output_tokens - 1); E2E = finish - arrival. SLO attainment =
+share of finished requests meeting both the TTFT and TPOT targets; goodput = those per second.
+Cost accrues per GPU from provisioning; cost per million tokens says which tokens it counts.
+Percentiles interpolate linearly between ranks (numpy's and polars' default).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from replay.cluster import RawRun
+from replay.config import FleetConfig
+from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
+
+REQUEST_COLUMNS = (
+    "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens",
+    "cached_tokens", "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "tpot_us",
+    "e2e_us", "preemptions", "status", "reject_reason", "slo_met",
+)
+TICK_COLUMNS = (
+    "t_us", "pool", "replicas_active", "replicas_loading", "gpus", "waiting", "running", "kv_usage",
+    "kv_used_blocks", "kv_total_blocks", "arrivals", "finished", "rejected", "preemptions",
+    "prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
+    "ttft_p50_ms", "ttft_p99_ms", "slo_attainment",
+)
+
+
+def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.DataFrame:
+    cols = raw.requests
+    state = cols["state"]
+    pool_names = np.array([p.name for p in raw.plans], dtype=object)
+
+    def when(values: np.ndarray) -> pl.Series:
+        return pl.Series(values, dtype=pl.Int64).replace(-1, None)
+
+    status = np.where(state == FINISHED, "finished", np.where(state == REJECTED, "rejected", "unfinished"))
+    reasons = np.array(REJECT_NAMES, dtype=object)[cols["reject"]]
+    df = pl.DataFrame(
+        {
+            "request_id": trace["request_id"],
+            "workload": trace["workload"],
+            "pool": pool_names[raw.pool_index].tolist(),
+            "replica": when(cols["replica"]).cast(pl.Int32),
+            "arrival_us": trace["arrival_us"],
+            "prompt_tokens": trace["prompt_tokens"],
+            "output_tokens": trace["output_tokens"],
+            "cached_tokens": pl.Series(cols["cached_tokens"]).cast(pl.Int32),
+            "first_scheduled_us": when(cols["first_scheduled_us"]),
+            "first_token_us": when(cols["first_token_us"]),
+            "finished_us": when(cols["finished_us"]),
+            "preemptions": pl.Series(cols["preemptions"]).cast(pl.Int32),
+            "status": status.tolist(),
+            "reject_reason": pl.Series(reasons.tolist(), dtype=pl.String).replace("", None),
+        }
+    )
+    slo = cfg.slo
+    df = df.with_columns(
+        ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),
+        tpot_us=pl.when(pl.col("output_tokens") > 1).then(
+            (pl.col("finished_us") - pl.col("first_token_us")) / (pl.col("output_tokens") - 1)
+        ),
+        e2e_us=pl.col("finished_us") - pl.col("arrival_us"),
+    )
+    met = (
+        (pl.col("status") == "finished")
+        & (pl.col("ttft_us") <= slo.ttft_ms * 1000)
+        & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= slo.tpot_ms * 1000))
+    )
+    return df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
+
+
+def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> dict[str, np.ndarray]:
+    """TTFT p50/p99 over first tokens and SLO attainment over finishes in (t - window, t]."""
+    n = len(t_us)
+    out = {k: np.full(n, np.nan) for k in ("ttft_p50_ms", "ttft_p99_ms", "slo_attainment")}
+    firsts = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+    ft = firsts["first_token_us"].to_numpy()
+    ttft = firsts["ttft_us"].to_numpy() / 1000.0
+    lo = np.searchsorted(ft, t_us - window_us, side="right")
+    hi = np.searchsorted(ft, t_us, side="right")
+    for i in range(n):
+        if hi[i] > lo[i]:
+            out["ttft_p50_ms"][i], out["ttft_p99_ms"][i] = np.percentile(ttft[lo[i]:hi[i]], (50, 99))
+    done = requests.filter(pl.col("status") == "finished").sort("finished_us")
+    fin = done["finished_us"].to_numpy()
+    met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
+    lo = np.searchsorted(fin, t_us - window_us, side="right")
+    hi = np.searchsorted(fin, t_us, side="right")
+    count = hi - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["slo_attainment"] = np.where(count > 0, (met[hi] - met[lo]) / np.maximum(count, 1), np.nan)
+    return out
+
+
+def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.DataFrame:
+    tk = raw.ticks
+    tick_s = raw.tick_us / 1e6
+    window_ticks = max(1, round(cfg.metrics_window_s * 1e6 / raw.tick_us))
+    frames = []
+    for plan in raw.plans:
+        p = plan.index
+
+        def col(name: str) -> np.ndarray:
+            return tk[name][:, p]
+
+        def per_tick(name: str) -> np.ndarray:
+            return np.diff(col(name), prepend=0)
+
+        gpus = col("gpus")
+        cost_tick = gpus * plan.price_usd_per_gpu_hour * tick_s / 3600.0
+        out_tick = per_tick("output_tokens")
+        cost_win = _trailing_sum(cost_tick, window_ticks)
+        out_win = _trailing_sum(out_tick.astype(np.float64), window_ticks)
+        replicas = col("replicas_active")
+        total_blocks = col("kv_total_blocks")
+        data = {
+            "t_us": col("t_us"),
+            "pool": [plan.name] * len(gpus),
+            "replicas_active": replicas.astype(np.int32),
+            "replicas_loading": np.zeros(len(gpus), np.int32),
+            "gpus": gpus.astype(np.int32),
+            "waiting": col("waiting").astype(np.int32),
+            "running": col("running").astype(np.int32),
+            "kv_usage": np.where(total_blocks > 0, col("kv_used_blocks") / np.maximum(total_blocks, 1), 0.0),
+            "kv_used_blocks": col("kv_used_blocks"),
+            "kv_total_blocks": total_blocks,
+            "arrivals": per_tick("arrivals").astype(np.int32),
+            "finished": per_tick("finished").astype(np.int32),
+            "rejected": per_tick("rejected").astype(np.int32),
+            "preemptions": per_tick("preemptions").astype(np.int32),
+            "prompt_tokens_per_s": per_tick("prefill_tokens") / tick_s,
+            "output_tokens_per_s": out_tick / tick_s,
+            "gpu_busy": np.where(replicas > 0, per_tick("busy_us") / np.maximum(replicas * raw.tick_us, 1), 0.0),
+            "cost_usd": np.cumsum(cost_tick),
+            "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
+        }
+        pool_reqs = requests.filter(pl.col("pool") == plan.name)
+        data.update(_window_stats(col("t_us"), pool_reqs, round(cfg.metrics_window_s * 1e6)))
+        frames.append(pl.DataFrame(data).with_columns(pl.col(pl.Float64).fill_nan(None)))
+    return pl.concat(frames).sort(["t_us", "pool"], maintain_order=True).select(TICK_COLUMNS)
+
+
+def _trailing_sum(values: np.ndarray, window: int) -> np.ndarray:
+    c = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    idx = np.arange(1, len(values) + 1)
+    return c[idx] - c[np.maximum(idx - window, 0)]
+
+
+def event_frame(raw: RawRun) -> pl.DataFrame:
+    ev = raw.events
+    pool_names = [p.name for p in raw.plans]
+    rep_pool = np.repeat(np.arange(len(raw.plans)), [p.config.replicas for p in raw.plans])
+    req_pool = raw.pool_index[ev["request"]] if len(ev["request"]) else np.zeros(0, np.int64)
+    pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)] if len(rep_pool) else 0, req_pool)
+    kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
+    details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
+    return pl.DataFrame(
+        {
+            "t_us": pl.Series(ev["t_us"], dtype=pl.Int64),
+            "pool": pl.Series([pool_names[i] for i in pool_of.tolist()], dtype=pl.String),
+            "replica": pl.Series(ev["replica"], dtype=pl.Int32).replace(-1, None),
+            "kind": pl.Series(kinds.tolist(), dtype=pl.String),
+            "detail": pl.Series(details, dtype=pl.String),
+        }
+    )
+
+
+def _detail(kind: int, request: int, value: int) -> str:
+    name = EVENT_NAMES[kind]
+    if name == "reject":
+        return f"request {request}: {REJECT_NAMES[value]}"
+    if name == "preempt":
+        return f"request {request}: recompute after {value} output tokens"
+    if name == "schedule":
+        return f"request {request}: admitted with {value} cached tokens"
+    return f"request {request}"
+
+
+def _pct(series: pl.Series, q: float, scale: float) -> float | None:
+    values = series.drop_nulls()
+    if values.len() == 0:
+        return None
+    return round(float(values.quantile(q, interpolation="linear")) / scale, 3)
+
+
+def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
+    """Fleet-level and per-pool figures of summary.json."""
+
+    def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
+        finished = reqs.filter(pl.col("status") == "finished")
+        n_fin = finished.height
+        met = int(finished["slo_met"].sum()) if n_fin else 0
+        served = reqs.filter(pl.col("first_token_us").is_not_null())
+        cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
+        all_tokens = out_tokens + int(served["prompt_tokens"].sum())
+        gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0
+        return {
+            "requests": reqs.height,
+            "finished": n_fin,
+            "rejected": int((reqs["status"] == "rejected").sum()),
+            "unfinished": int((reqs["status"] == "unfinished").sum()),
+            "ttft_p50_ms": _pct(finished["ttft_us"], 0.5, 1000),
+            "ttft_p90_ms": _pct(finished["ttft_us"], 0.9, 1000),
+            "ttft_p99_ms": _pct(finished["ttft_us"], 0.99, 1000),
+            "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
+            "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
+            "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
+            "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
+            "slo_attainment": round(met / n_fin, 4) if n_fin else None,
+            "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
+            "output_tokens_per_s": round(out_tokens / span_s, 2) if span_s > 0 else None,
+            "gpu_hours": round(gpu_hours, 4),
+            "cost_usd": round(cost, 4),
+            "cost_per_mtok_out_usd": round(cost / out_tokens * 1e6, 4) if out_tokens else None,
+            "cost_per_mtok_all_usd": round(cost / all_tokens * 1e6, 4) if all_tokens else None,
+            "preemptions": int(reqs["preemptions"].sum()),
+            "prefix_hit_rate": round(hit / query, 4) if query else None,
+        }
+
+    tk = raw.ticks
+    hits = tk["hit_tokens"][-1]
+    queries = tk["query_tokens"][-1]
+    outs = tk["output_tokens"][-1]
+    fleet = block(requests, ticks, int(hits.sum()), int(queries.sum()), int(outs.sum()))
+    pools = {}
+    for plan in raw.plans:
+        pools[plan.name] = block(
+            requests.filter(pl.col("pool") == plan.name),
+            ticks.filter(pl.col("pool") == plan.name),
+            int(hits[plan.index]),
+            int(queries[plan.index]),
+            int(outs[plan.index]),
+        )
+    return {"fleet": fleet, "pools": pools}

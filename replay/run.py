@@ -1,0 +1,66 @@
+"""One replay, end to end: config + trace in, run outputs (frames, summary) out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+
+from replay.cluster import simulate
+from replay.config import FleetConfig
+from replay.metrics import event_frame, request_frame, summarize, tick_frame
+from replay.outputs import RunOutputs
+from traces import LoadedTrace
+
+
+def tool_version() -> str:
+    try:
+        return version("llm-replay")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def replay_trace(
+    trace: LoadedTrace,
+    cfg: FleetConfig,
+    *,
+    engine: str = "numba",
+    detailed_events: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunOutputs:
+    started = time.perf_counter()
+    frame = trace.frame
+    raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
+                   progress=progress)
+    requests = request_frame(frame, raw, cfg)
+    ticks = tick_frame(raw, requests, cfg)
+    events = event_frame(raw)
+    span_s = raw.end_us / 1e6
+    summary = summarize(requests, ticks, raw, span_s)
+    summary = {
+        **summary["fleet"],
+        "sim_span_s": round(span_s, 3),
+        "wall_s": round(time.perf_counter() - started, 3),
+        "engine": engine,
+        "config_sha256": cfg.sha256(),
+        "trace_sha256": trace.sha256,
+        "trace": str(trace.source),
+        "trace_rows": frame.height,
+        "trace_dropped": dict(trace.dropped),
+        "trace_reordered": trace.reordered,
+        "version": tool_version(),
+        "pools": summary["pools"],
+        "pool_plans": {
+            p.name: {
+                "model": p.model.id,
+                "gpu": p.gpu.id,
+                "tensor_parallel_size": p.config.tensor_parallel_size,
+                "replicas": p.config.replicas,
+                "kv_blocks_per_replica": p.capacity.kv_blocks,
+                "kv_tokens_per_replica": p.capacity.kv_tokens,
+                "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
+            }
+            for p in raw.plans
+        },
+    }
+    return RunOutputs(requests, ticks, events, summary, cfg.to_dict())

@@ -1,0 +1,103 @@
+"""Hypothesis strategies for engine inputs: small fleets, sorted traces, shared prefixes.
+
+Arrivals are drawn as integer gaps and cumulative-summed, so traces are sorted by construction
+and shrink toward simultaneous arrivals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from replay.engine_common import EngineInputs
+from replay.stepmodel import StepShape, step_params
+
+# llama-3.1-8b-like numbers on one H100; what matters here is that steps take realistic time.
+SHAPE = StepShape(8.0e9, 32, 32, 128, 4096, 1, 16.0e9, 131072.0, 989e12, 3.35e12, 450e9)
+STEP = step_params(SHAPE)
+
+
+def make_inputs(
+    arrival_us, prompt, output, *, families=None, trace_block_tokens=32, replicas=(1,), kv_blocks=(64,),
+    block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
+    max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
+) -> EngineInputs:
+    n = len(arrival_us)
+    prompt = np.asarray(prompt, np.int64)
+    hash_len = np.zeros(n, np.int64)
+    hashes: list[int] = []
+    offsets = []
+    for i in range(n):
+        offsets.append(len(hashes))
+        if families is not None and families[i] >= 0:
+            blocks = -(-int(prompt[i]) // trace_block_tokens)
+            # The first three trace blocks are shared by the family; the rest are the request's own.
+            hashes += [families[i] * 1000 + k if k < 3 else 10**6 + i * 1000 + k for k in range(blocks)]
+            hash_len[i] = blocks
+    npool = len(replicas)
+    return EngineInputs(
+        arrival_us=np.asarray(arrival_us, np.int64),
+        prompt_tokens=prompt,
+        output_tokens=np.asarray(output, np.int64),
+        priority=np.zeros(n, np.int64) if priority is None else np.asarray(priority, np.int64),
+        pool=np.zeros(n, np.int64) if pool is None else np.asarray(pool, np.int64),
+        hash_off=np.asarray(offsets, np.int64),
+        hash_len=hash_len,
+        trace_hashes=np.asarray(hashes, np.uint64),
+        trace_block_tokens=trace_block_tokens,
+        pool_replicas=np.asarray(replicas, np.int64),
+        pool_kv_blocks=np.asarray(kv_blocks, np.int64),
+        pool_block_size=np.asarray(block_size, np.int64),
+        pool_max_num_seqs=np.asarray(max_num_seqs, np.int64),
+        pool_max_num_batched_tokens=np.asarray(max_batched, np.int64),
+        pool_long_prefill_token_threshold=np.asarray(long_prefill, np.int64),
+        pool_enable_prefix_caching=np.asarray(prefix_caching, np.int64),
+        pool_max_model_len=np.asarray(max_model_len, np.int64),
+        pool_router=np.asarray(router, np.int64),
+        pool_step_params=np.stack([STEP] * npool),
+        detailed_events=detailed_events,
+    )
+
+
+def tiny_inputs() -> EngineInputs:
+    return make_inputs([0, 0, 5_000, 90_000], [40, 300, 17, 600], [5, 2, 30, 1], families=[0, 0, 1, -1])
+
+
+@st.composite
+def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
+    """A small fleet under pressure: few KV blocks, small budgets, shared prefixes."""
+    n = draw(st.integers(1, max_requests))
+    gaps = draw(st.lists(st.integers(0, 60_000), min_size=n, max_size=n))
+    prompt = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    families = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    npool = draw(st.integers(1, 2))
+    pool = draw(st.lists(st.integers(0, npool - 1), min_size=n, max_size=n))
+
+    def per_pool(strategy):
+        return tuple(draw(strategy) for _ in range(npool))
+
+    return make_inputs(
+        np.cumsum(gaps),
+        prompt,
+        output,
+        families=families,
+        trace_block_tokens=draw(st.sampled_from([16, 32, 48, 512])),
+        replicas=per_pool(st.integers(1, 3)),
+        kv_blocks=per_pool(st.integers(4, 80)),
+        block_size=per_pool(st.sampled_from([4, 16, 32])),
+        max_num_seqs=per_pool(st.integers(1, 8)),
+        max_batched=per_pool(st.integers(8, 512)),
+        long_prefill=per_pool(st.sampled_from([0, 0, 16, 100])),
+        prefix_caching=per_pool(st.sampled_from([0, 1, 1])),
+        max_model_len=per_pool(st.sampled_from([300, 4096])),
+        router=per_pool(st.sampled_from([0, 1])),
+        pool=pool,
+    )
+
+
+def run_to_end(engine, tick_us: int = 1_000_000, limit_us: int = 10**13) -> None:
+    t = 0
+    while not engine.done and t < limit_us:
+        t += tick_us
+        engine.advance(t)
