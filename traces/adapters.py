@@ -1,0 +1,161 @@
+"""One small adapter per trace source, each ending in `finish` (sort, zero the clock, cast).
+
+Read schemas are declared per format (the column names and what each becomes); values arrive as
+text or JSON scalars and are parsed by `traces.fields.Checker`, which names the first bad line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import polars as pl
+
+from traces.errors import TraceError
+from traces.fields import Checker
+from traces.schema import finish
+from traces.source import AZURE_COLUMNS, BURSTGPT_COLUMNS, VIDUR_COLUMNS, Source
+from traces.tables import HASH_LIST, read_csv, read_jsonl
+
+MOONCAKE_BLOCK_TOKENS = 512
+AZURE_2023_FORMAT = "%Y-%m-%d %H:%M:%S%.f"  # 2023-11-16 18:15:46.6805900 (naive, read as UTC)
+AZURE_2024_FORMAT = "%Y-%m-%d %H:%M:%S%.f%:z"  # 2024-05-10 00:00:00.009930+00:00
+_OFFSET = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What `load_trace` passes to every adapter."""
+
+    workload: str | None = None
+    prefix_block_tokens: int | None = None
+    strict: bool = False
+    column_map: dict[str, str] | None = None
+    time_unit: str = "s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    frame: pl.DataFrame
+    reordered: int
+    dropped: dict[str, int]
+    prefix_block_tokens: int | None
+
+
+def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
+             dropped: dict[str, int] | None = None, block_tokens: int | None = None) -> Parsed:
+    """Raise the first recorded problem, else build the frame and finish it into the schema."""
+    check.done()
+    frame = pl.DataFrame({"__line": check.frame["__line"], **columns})
+    if opts.workload is not None:
+        frame = frame.with_columns(pl.lit(opts.workload).alias("workload"))
+    frame, reordered = finish(frame, check.where, strict=opts.strict)
+    return Parsed(frame, reordered, dropped or {}, block_tokens)
+
+
+def name_label(src: Source, fallback: str) -> str:
+    """Workload label from the file name: 'conv' or 'code' as Azure/Splitwise name them, else `fallback`."""
+    stem = src.stem.lower()
+    for label in ("conv", "code"):
+        if label in stem:
+            return label
+    return fallback
+
+
+def azure(src: Source, opts: Options) -> Parsed:
+    """Azure LLM inference traces 2023 (naive 7-digit timestamps) and 2024 (UTC offset)."""
+    table = read_csv(src, AZURE_COLUMNS)
+    check = Checker(table, src.display)
+    first = table["TIMESTAMP"][0].strip()
+    if _OFFSET.search(first):
+        fmt, example = AZURE_2024_FORMAT, "'2024-05-10 00:00:00.009930+00:00'"
+    else:
+        fmt, example = AZURE_2023_FORMAT, "'2023-11-16 18:15:46.6805900'"
+    columns = {
+        "arrival_us": check.datetimes("TIMESTAMP", fmt=fmt, what=f"a timestamp like {example}"),
+        "prompt_tokens": check.counts("ContextTokens", minimum=1),
+        "output_tokens": check.counts("GeneratedTokens", minimum=1),
+        "workload": pl.repeat(name_label(src, "azure"), table.height, eager=True),
+    }
+    return conclude(check, columns, opts)
+
+
+def mooncake(src: Source, opts: Options) -> Parsed:
+    """Mooncake JSONL: `timestamp` ms, `input_length`, `output_length`, `hash_ids` (512-token blocks)."""
+    schema = {
+        "timestamp": pl.Int64,
+        "input_length": pl.Int64,
+        "output_length": pl.Int64,
+        "hash_ids": HASH_LIST,
+    }
+    table = read_jsonl(src, schema, required=("timestamp", "input_length", "output_length"))
+    check = Checker(table, src.display)
+    columns = {
+        "arrival_us": check.times("timestamp", us_per_unit=1_000, what="milliseconds since the trace start"),
+        "prompt_tokens": check.counts("input_length", minimum=1),
+        "output_tokens": check.counts("output_length", minimum=1),
+        "workload": pl.repeat("mooncake", table.height, eager=True),
+        "prefix_hashes": check.hash_lists("hash_ids"),
+    }
+    block = opts.prefix_block_tokens or MOONCAKE_BLOCK_TOKENS
+    return conclude(check, columns, opts, block_tokens=block)
+
+
+def burstgpt(src: Source, opts: Options) -> Parsed:
+    """BurstGPT CSV. `Model` becomes the workload (ChatGPT / GPT-4: the natural pool split),
+    `Log Type` the tenant (Conversation log / API log), `Session ID` (v2) the session. Rows with
+    0 response tokens are failed requests: dropped and counted as `zero_output_tokens`.
+    """
+    optional = ("Model", "Log Type", "Session ID")
+    table = read_csv(src, BURSTGPT_COLUMNS, optional)
+    check = Checker(table, src.display)
+    output = check.counts("Response tokens")
+    check.counts("Request tokens")
+    check.times("Timestamp", us_per_unit=1_000_000, what="seconds")
+    check.done()
+    keep = output != 0
+    failed = table.height - int(keep.sum())
+    table = table.filter(keep)
+    if table.height == 0:
+        raise TraceError(
+            f"{src.display}: every request has 0 response tokens (all failed); nothing to replay"
+        )
+    check = Checker(table, src.display)
+    columns = {
+        "arrival_us": check.times("Timestamp", us_per_unit=1_000_000, what="seconds"),
+        "prompt_tokens": check.counts("Request tokens", minimum=1),
+        "output_tokens": check.counts("Response tokens", minimum=1),
+        "workload": _column_or(check, "Model", "burstgpt"),
+        "tenant": _column_or(check, "Log Type", "default"),
+    }
+    if "Session ID" in table.columns:
+        columns["session_id"] = check.labels("Session ID", None)
+    return conclude(check, columns, opts, dropped={"zero_output_tokens": failed} if failed else {})
+
+
+def _column_or(check: Checker, col: str, default: str) -> pl.Series:
+    if col in check.frame.columns:
+        return check.labels(col, default)
+    return pl.repeat(default, check.frame.height, eager=True)
+
+
+def splitwise(src: Source, opts: Options) -> Parsed:
+    """Splitwise traces as vidur ships them (`arrived_at` s, `num_prefill_tokens`, `num_decode_tokens`)."""
+    return _vidur_columns(src, opts, name_label(src, "splitwise"))
+
+
+def vidur(src: Source, opts: Options) -> Parsed:
+    """Vidur trace-replay CSV: the same three columns; extra columns are allowed and ignored."""
+    return _vidur_columns(src, opts, "vidur")
+
+
+def _vidur_columns(src: Source, opts: Options, label: str) -> Parsed:
+    table = read_csv(src, VIDUR_COLUMNS)
+    check = Checker(table, src.display)
+    columns = {
+        "arrival_us": check.times("arrived_at", us_per_unit=1_000_000, what="seconds"),
+        "prompt_tokens": check.counts("num_prefill_tokens", minimum=1),
+        "output_tokens": check.counts("num_decode_tokens", minimum=1),
+        "workload": pl.repeat(label, table.height, eager=True),
+    }
+    return conclude(check, columns, opts)

@@ -1,0 +1,172 @@
+"""The `trace:` config section and `load_from_config`: load, merge, then transform.
+
+Order (each step sees the previous one's output): load every source (the main `path`, then each
+`merge` entry, each shifted by its `offset_s`) -> merge by arrival -> `filter` -> `window`
+(bounds in the merged trace's seconds, re-zeroed) -> `rate_scale` -> `sample`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import pathlib
+
+from traces.bundled import BUNDLED, DEFAULT_TRACE
+from traces.errors import TraceError
+from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
+from traces.loader import LoadedTrace, load_trace
+from traces.source import FORMATS
+from traces.transforms import (
+    FilterConfig, SampleConfig, WindowConfig, filter_rows, merge, sample, scale_rate, window,
+)  # fmt: skip
+
+
+def _check_source_fields(obj) -> None:
+    """Shared checks of the fields TraceConfig and MergeSource have in common."""
+    if obj.format is not None and obj.format not in FORMATS:
+        raise ValueError(f"format={obj.format!r} is not known; known: {', '.join(FORMATS)}")
+    if obj.time_unit is not None and obj.time_unit not in TIME_UNITS:
+        raise ValueError(f"time_unit={obj.time_unit!r} is not known; known: {', '.join(TIME_UNITS)}")
+    if obj.column_map is not None:
+        unknown = sorted(set(obj.column_map) - set(CANONICAL))
+        if unknown:
+            raise ValueError(f"column_map.{unknown[0]} is not known; known keys: {', '.join(CANONICAL)}")
+        missing = [k for k in REQUIRED if k not in obj.column_map]
+        if missing:
+            raise ValueError(f"column_map needs {', '.join(REQUIRED)}; missing {', '.join(missing)}")
+    if obj.prefix_block_tokens is not None and obj.prefix_block_tokens < 1:
+        raise ValueError(f"prefix_block_tokens={obj.prefix_block_tokens!r} (expected an integer >= 1)")
+    if obj.workload is not None and not obj.workload:
+        raise ValueError("workload is empty (expected a label, or leave it out)")
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeSource:
+    """Another trace merged into the main one; `offset_s` delays all of its arrivals."""
+
+    path: str
+    format: str | None = None
+    column_map: dict[str, str] | None = None
+    time_unit: str | None = None
+    workload: str | None = None
+    prefix_block_tokens: int | None = None
+    offset_s: float = 0.0
+
+    def __post_init__(self):
+        _check_source_fields(self)
+        if not math.isfinite(self.offset_s) or self.offset_s < 0:
+            raise ValueError(f"offset_s={self.offset_s!r} (expected a number of seconds >= 0)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceConfig:
+    """The `trace:` section. `path` None means the bundled default (unless only `merge` is given)."""
+
+    path: str | None = None
+    format: str | None = None
+    column_map: dict[str, str] | None = None
+    time_unit: str | None = None
+    workload: str | None = None
+    prefix_block_tokens: int | None = None
+    window: WindowConfig | None = None
+    rate_scale: float | None = None
+    sample: SampleConfig | None = None
+    filter: FilterConfig | None = None
+    merge: tuple[MergeSource, ...] = ()
+
+    def __post_init__(self):
+        _check_source_fields(self)
+        if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
+            raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
+
+
+def _resolve(path: str, base_dir: str | pathlib.Path | None) -> str:
+    if path in BUNDLED or base_dir is None or pathlib.Path(path).expanduser().is_absolute():
+        return path
+    return str(pathlib.Path(base_dir) / path)
+
+
+def load_from_config(
+    cfg: TraceConfig,
+    path_override: str | None = None,
+    format_override: str | None = None,
+    strict: bool = False,
+    base_dir: str | pathlib.Path | None = None,
+) -> LoadedTrace:
+    """Load the trace `cfg` describes, merged and transformed in the order of this module's doc.
+
+    Paths in `cfg` are relative to `base_dir` (the config file's folder); `path_override` (a CLI
+    argument) replaces `cfg.path` as given, relative to the working directory; `format_override`
+    replaces `cfg.format`. `dropped` adds `filtered`, `outside_window` and `sampled_out` counts.
+    """
+    main = None
+    if path_override is not None:
+        main = str(path_override)
+    elif cfg.path is not None:
+        main = _resolve(cfg.path, base_dir)
+    elif not cfg.merge:
+        main = DEFAULT_TRACE
+    loads: list[tuple[LoadedTrace, float]] = []
+    if main is not None:
+        loads.append((load_trace(
+            main, format=format_override or cfg.format, column_map=cfg.column_map,
+            time_unit=cfg.time_unit, workload=cfg.workload,
+            prefix_block_tokens=cfg.prefix_block_tokens, strict=strict,
+        ), 0.0))  # fmt: skip
+    for extra in cfg.merge:
+        loads.append((load_trace(
+            _resolve(extra.path, base_dir), format=extra.format, column_map=extra.column_map,
+            time_unit=extra.time_unit, workload=extra.workload,
+            prefix_block_tokens=extra.prefix_block_tokens, strict=strict,
+        ), extra.offset_s))  # fmt: skip
+    trace = loads[0][0] if len(loads) == 1 else _merged(loads)
+    return _transformed(trace, cfg)
+
+
+def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
+    traces = [t for t, _ in loads]
+    blocks = {t.prefix_block_tokens for t in traces if t.prefix_block_tokens is not None}
+    if len(blocks) > 1:
+        raise TraceError(
+            "cannot merge traces with different prefix block sizes: "
+            + ", ".join(f"{t.source} ({t.prefix_block_tokens} tokens)" for t in traces if t.prefix_block_tokens)
+        )
+    dropped: dict[str, int] = {}
+    for t in traces:
+        for reason, count in t.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + count
+    frame = merge([t.frame for t in traces], [round(off * 1e6) for _, off in loads])
+    return LoadedTrace(
+        frame=frame,
+        source=" + ".join(t.source for t in traces),
+        format="merged",
+        prefix_block_tokens=blocks.pop() if blocks else None,
+        sha256=hashlib.sha256("".join(t.sha256 for t in traces).encode()).hexdigest(),
+        dropped=dropped,
+        reordered=sum(t.reordered for t in traces),
+    )
+
+
+def _transformed(trace: LoadedTrace, cfg: TraceConfig) -> LoadedTrace:
+    frame = trace.frame
+    dropped = dict(trace.dropped)
+
+    def step(reason: str, new):
+        nonlocal frame
+        dropped[reason] = dropped.get(reason, 0) + frame.height - new.height
+        frame = new
+
+    if cfg.filter is not None:
+        step("filtered", filter_rows(frame, cfg.filter))
+    if cfg.window is not None:
+        step("outside_window", window(frame, cfg.window.start_s, cfg.window.end_s))
+    if cfg.rate_scale is not None:
+        frame = scale_rate(frame, cfg.rate_scale)
+    if cfg.sample is not None:
+        if frame.height == 0:
+            raise TraceError(f"{trace.source}: no requests left to sample after filter/window")
+        step("sampled_out", sample(frame, cfg.sample.fraction, cfg.sample.n, cfg.sample.seed))
+    if frame.height == 0:
+        raise TraceError(f"{trace.source}: no requests left after the trace filter/window")
+    return dataclasses.replace(trace, frame=frame, dropped=dropped)

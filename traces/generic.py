@@ -1,0 +1,110 @@
+"""Generic CSV / JSONL / Parquet traces described by a column map.
+
+`column_map` maps canonical names to source columns; `time_unit` says what the arrival column
+holds: seconds, milliseconds or microseconds (`s`, `ms`, `us`) or date-time strings (`datetime`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traces.adapters import Options, Parsed, conclude
+from traces.errors import TraceError
+from traces.fields import Checker
+from traces.source import Source
+from traces.tables import HASH_LIST, read_csv, read_jsonl, read_parquet
+
+CANONICAL = (
+    "arrival", "prompt_tokens", "output_tokens", "workload", "tenant",
+    "priority", "session_id", "prefix_hashes", "adapter",
+)  # fmt: skip
+REQUIRED = ("arrival", "prompt_tokens", "output_tokens")
+TIME_UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1, "datetime": None}
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+
+
+def check_column_map(column_map: object, where: str) -> dict[str, str]:
+    """The column map as a dict, or a TraceError naming the unknown/missing key."""
+    if not isinstance(column_map, dict):
+        raise TraceError(f"{where}: column_map must be a mapping of canonical name -> source column")
+    for key, value in column_map.items():
+        if key not in CANONICAL:
+            raise TraceError(
+                f"{where}: column_map has unknown key {key!r}; known keys: {', '.join(CANONICAL)}"
+            )
+        if not isinstance(value, str) or not value:
+            raise TraceError(f"{where}: column_map.{key} = {value!r} (expected a column name)")
+    for key in REQUIRED:
+        if key not in column_map:
+            raise TraceError(
+                f"{where}: column_map needs {', '.join(REQUIRED)}; {key!r} is missing"
+            )
+    return dict(column_map)
+
+
+def check_time_unit(unit: object, where: str) -> str:
+    if unit not in TIME_UNITS:
+        raise TraceError(f"{where}: time_unit {unit!r} is not known; known: {', '.join(TIME_UNITS)}")
+    return unit
+
+
+def generic(src: Source, opts: Options, container: str) -> Parsed:
+    """Read a csv, jsonl or parquet trace through `opts.column_map`."""
+    cmap = check_column_map(opts.column_map, src.display)
+    unit = check_time_unit(opts.time_unit, src.display)
+    if "prefix_hashes" in cmap and opts.prefix_block_tokens is None:
+        raise TraceError(
+            f"{src.display}: column_map maps prefix_hashes but prefix_block_tokens is not set "
+            "(expected the tokens per hash block, e.g. 512 for Mooncake)"
+        )
+    source_columns = list(dict.fromkeys(cmap.values()))
+    if container == "csv":
+        table = read_csv(src, source_columns)
+    elif container == "parquet":
+        table = read_parquet(src, source_columns)
+    else:
+        table = read_jsonl(src, _json_schema(cmap, unit), [cmap[k] for k in REQUIRED])
+    check = Checker(table, src.display, unit="row" if container == "parquet" else "line")
+    arrival = cmap["arrival"]
+    if unit == "datetime":
+        arrival_us = check.datetimes(arrival, fmt=None, what="a date-time like '2024-05-10 00:00:00.5+00:00'")
+    else:
+        arrival_us = check.times(arrival, us_per_unit=TIME_UNITS[unit], what=_UNIT_WORDS[unit])
+    columns = {
+        "arrival_us": arrival_us,
+        "prompt_tokens": check.counts(cmap["prompt_tokens"], minimum=1),
+        "output_tokens": check.counts(cmap["output_tokens"], minimum=1),
+        "workload": _label(check, cmap.get("workload"), src.stem),
+        "tenant": _label(check, cmap.get("tenant"), "default"),
+    }
+    if "priority" in cmap:
+        columns["priority"] = check.integers(cmap["priority"], what="an integer priority")
+    for key in ("session_id", "adapter"):
+        if key in cmap:
+            columns[key] = check.labels(cmap[key], None)
+    block = None
+    if "prefix_hashes" in cmap:
+        columns["prefix_hashes"] = check.hash_lists(cmap["prefix_hashes"])
+        block = opts.prefix_block_tokens
+    return conclude(check, columns, opts, block_tokens=block)
+
+
+def _label(check: Checker, col: str | None, default: str) -> pl.Series:
+    if col is None:
+        return pl.repeat(default, check.frame.height, eager=True)
+    return check.labels(col, default)
+
+
+def _json_schema(cmap: dict[str, str], unit: str) -> dict[str, pl.DataType]:
+    """Declared read schema of a generic JSONL trace (strict; anything else takes the slow path)."""
+    types = {
+        "arrival": pl.String if unit == "datetime" else pl.Float64,
+        "prompt_tokens": pl.Int64,
+        "output_tokens": pl.Int64,
+        "priority": pl.Int64,
+        "prefix_hashes": HASH_LIST,
+    }
+    schema: dict[str, pl.DataType] = {}
+    for key, col in cmap.items():
+        schema.setdefault(col, types.get(key, pl.String))
+    return schema

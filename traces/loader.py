@@ -1,0 +1,107 @@
+"""`load_trace`: open a file (or bundled name), pick its adapter, return the canonical frame."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Callable
+
+import polars as pl
+
+from traces import adapters
+from traces.adapters import Options, Parsed
+from traces.errors import TraceError
+from traces.generic import check_column_map, check_time_unit, generic
+from traces.source import FORMATS, GENERIC_FORMATS, Source, detect, open_source
+
+ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
+    "azure": adapters.azure,
+    "burstgpt": adapters.burstgpt,
+    "csv": lambda src, opts: generic(src, opts, "csv"),
+    "jsonl": lambda src, opts: generic(src, opts, "jsonl"),
+    "mooncake": adapters.mooncake,
+    "parquet": lambda src, opts: generic(src, opts, "parquet"),
+    "splitwise": adapters.splitwise,
+    "vidur": adapters.vidur,
+}
+assert sorted(ADAPTERS) == sorted(FORMATS)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedTrace:
+    """A trace in the canonical schema plus where it came from and what loading changed."""
+
+    frame: pl.DataFrame
+    source: str  # path as given, or bundled name
+    format: str
+    prefix_block_tokens: int | None
+    sha256: str  # of the input file bytes; of the concatenated hashes for merged traces
+    dropped: dict[str, int]  # reason -> rows removed, e.g. {"zero_output_tokens": 12}
+    reordered: int  # rows that arrived before an earlier row of the file and were sorted
+
+
+def check_format(name: object, where: str = "trace") -> str:
+    if name not in ADAPTERS:
+        raise TraceError(f"{where}: unknown trace format {name!r}; known: {', '.join(FORMATS)}")
+    return name
+
+
+def load_trace(
+    path: str | pathlib.Path,
+    *,
+    format: str | None = None,
+    column_map: dict[str, str] | None = None,
+    time_unit: str | None = None,
+    workload: str | None = None,
+    prefix_block_tokens: int | None = None,
+    strict: bool = False,
+) -> LoadedTrace:
+    """Load one trace file in the canonical schema.
+
+    `path` is a file (plain or .gz) or a bundled trace name. `format` overrides detection;
+    `column_map` and `time_unit` (default `s`) describe a generic csv/jsonl/parquet file;
+    `workload` replaces every row's label; `prefix_block_tokens` overrides the hash block size.
+    Unsorted arrivals are sorted and counted in `reordered`, or raise with `strict=True`.
+    """
+    display = str(path)
+    if format is not None:
+        check_format(format, display)
+    if prefix_block_tokens is not None and (
+        isinstance(prefix_block_tokens, bool) or not isinstance(prefix_block_tokens, int)
+        or prefix_block_tokens < 1
+    ):
+        raise TraceError(f"{display}: prefix_block_tokens={prefix_block_tokens!r} (expected an integer >= 1)")
+    if column_map is not None:
+        check_column_map(column_map, display)
+    if time_unit is not None:
+        check_time_unit(time_unit, display)
+    src = open_source(path)
+    fmt = format or detect(src, column_map)
+    if fmt in GENERIC_FORMATS:
+        if not column_map:
+            raise TraceError(
+                f"{display}: format {fmt!r} needs a column_map (canonical name -> column), "
+                "e.g. {arrival: ts, prompt_tokens: in, output_tokens: out}"
+            )
+    elif column_map is not None or time_unit is not None:
+        raise TraceError(
+            f"{display}: column_map and time_unit apply to the csv, jsonl and parquet formats only, "
+            f"not to {fmt!r}"
+        )
+    opts = Options(
+        workload=workload,
+        prefix_block_tokens=prefix_block_tokens,
+        strict=strict,
+        column_map=column_map,
+        time_unit=time_unit or "s",
+    )
+    parsed = ADAPTERS[fmt](src, opts)
+    return LoadedTrace(
+        frame=parsed.frame,
+        source=display,
+        format=fmt,
+        prefix_block_tokens=parsed.prefix_block_tokens,
+        sha256=src.sha256,
+        dropped=parsed.dropped,
+        reordered=parsed.reordered,
+    )

@@ -1,0 +1,98 @@
+"""The canonical trace frame every adapter ends in, and the cast/validation into it.
+
+Times are int64 microseconds from the trace start (`arrival_us`); token counts are int32.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traces.errors import TraceError
+
+TRACE_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.Int64,  # 0..n-1 in arrival order
+    "arrival_us": pl.Int64,  # microseconds since the trace start
+    "prompt_tokens": pl.Int32,
+    "output_tokens": pl.Int32,
+    "workload": pl.String,  # class label: "conv", "code", "mooncake", or the user's label
+    "tenant": pl.String,
+    "priority": pl.Int32,  # lower = more urgent, as vLLM
+    "session_id": pl.String,  # nullable
+    "prefix_hashes": pl.List(pl.UInt64),  # nullable; one id per prefix block, Mooncake style
+    "adapter": pl.String,  # nullable LoRA id
+}
+NULLABLE = frozenset({"session_id", "prefix_hashes", "adapter"})
+DEFAULTS = {"workload": "default", "tenant": "default", "priority": 0}
+
+
+def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
+    """`frame` cast to TRACE_SCHEMA (columns in order, defaults filled), or a TraceError naming
+    the column and row that break it: nulls, tokens < 1, negative or unsorted arrivals, ids not 0..n-1.
+    Missing optional columns get their defaults; a missing `request_id` is numbered 0..n-1.
+    """
+    for name in ("arrival_us", "prompt_tokens", "output_tokens"):
+        if name not in frame.columns:
+            raise TraceError(f"{source}: missing column {name!r} (expected {', '.join(TRACE_SCHEMA)})")
+    if "request_id" not in frame.columns:
+        frame = frame.with_columns(pl.int_range(frame.height, dtype=pl.Int64).alias("request_id"))
+    columns = []
+    for name, dtype in TRACE_SCHEMA.items():
+        if name in frame.columns:
+            column = frame[name]
+            if name in DEFAULTS:
+                column = column.fill_null(DEFAULTS[name])
+        else:
+            column = pl.repeat(DEFAULTS.get(name), frame.height, dtype=dtype, eager=True)
+        try:
+            columns.append(column.cast(dtype, strict=True).rename(name))
+        except pl.exceptions.PolarsError:
+            raise TraceError(
+                f"{source}: column {name!r} of type {column.dtype} cannot be cast to {dtype}"
+            ) from None
+    out = pl.DataFrame(columns)
+    _validate(out, source)
+    return out
+
+
+def _validate(frame: pl.DataFrame, source: str) -> None:
+    def fail(mask: pl.Series, what: str) -> None:
+        if mask.any():
+            row = int(mask.arg_true()[0])
+            raise TraceError(f"{source}: row {row} (request_id {frame['request_id'][row]}): {what}")
+
+    for name in TRACE_SCHEMA:
+        if name not in NULLABLE:
+            fail(frame[name].is_null(), f"{name} is null (expected a value)")
+    fail(frame["prompt_tokens"] < 1, "prompt_tokens < 1 (expected at least 1 token)")
+    fail(frame["output_tokens"] < 1, "output_tokens < 1 (expected at least 1 token)")
+    fail(frame["arrival_us"] < 0, "arrival_us is negative (expected >= 0)")
+    arrival = frame["arrival_us"]
+    fail(arrival < arrival.shift(1), "arrival_us is earlier than the previous row's (expected sorted)")
+    expected = pl.int_range(frame.height, dtype=pl.Int64, eager=True)
+    fail(frame["request_id"] != expected, "request_id out of sequence (expected 0..n-1 in order)")
+
+
+def finish(frame: pl.DataFrame, where, *, strict: bool) -> tuple[pl.DataFrame, int]:
+    """Sort by arrival (stable), start the clock at the first arrival, number the requests and
+    cast to the schema. Returns the frame and how many rows were out of order, i.e. arrived
+    before some earlier row of the file. `where(index)` names a row in errors; `frame` holds
+    absolute `arrival_us` plus whatever canonical columns the source has.
+    """
+    arrival = frame["arrival_us"]
+    running = arrival.cum_max().shift(1)
+    late = (arrival < running).fill_null(False)
+    reordered = int(late.sum())
+    if reordered and strict:
+        row = int(late.arg_true()[0])
+        gap = (running[row] - arrival[row]) / 1e6
+        raise TraceError(
+            f"{where(row)}: arrival is {gap:.6f} s earlier than an earlier line's "
+            f"({reordered} rows out of order; expected arrivals in time order, as strict mode does not sort)"
+        )
+    if reordered:
+        frame = frame.sort("arrival_us", maintain_order=True)
+    frame = frame.with_columns(
+        (pl.col("arrival_us") - pl.col("arrival_us").min()).alias("arrival_us"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("request_id"),
+    )
+    return cast_to_schema(frame.drop("__line", strict=False)), reordered

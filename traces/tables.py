@@ -1,0 +1,184 @@
+"""Read the columns an adapter needs from CSV, JSONL or Parquet, with each row's line number.
+
+Every reader returns a frame of the requested columns plus `__line` (1-based line in the file,
+header = line 1; for Parquet, the 1-based row). CSV and JSONL take a vectorised path and fall
+back to a slow Python pass only to find and name a malformed line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+import polars as pl
+
+from traces.errors import TraceError
+from traces.fields import show
+from traces.source import Source, header_names
+
+HASH_LIST = pl.List(pl.UInt64)
+
+
+def read_csv(src: Source, required: Sequence[str], optional: Sequence[str] = ()) -> pl.DataFrame:
+    """String columns `required` (must exist) and those of `optional` present in the header."""
+    header = header_names(src)
+    _check_header(src, header, required)
+    wanted = [name for name in dict.fromkeys([*required, *optional]) if name in header]
+    if '"' in src.text:
+        frame = _csv_slow(src, header, wanted)
+    else:
+        frame = _csv_fast(src, header, wanted)
+    if frame.height == 0:
+        raise TraceError(
+            f"{src.display}: only a header, no requests (expected at least one data row after line 1)"
+        )
+    return frame
+
+
+def _check_header(src: Source, header: list[str], required: Sequence[str]) -> None:
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise TraceError(f"{src.display} line 1: column {name!r} appears twice in the header")
+        seen.add(name)
+    for name in required:
+        if name not in seen:
+            raise TraceError(
+                f"{src.display} line 1: missing column {name!r} (expected columns "
+                f"{', '.join(required)}; the header has {', '.join(header) or 'no columns'})"
+            )
+
+
+def _csv_fast(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
+    # Without quote characters a record is exactly one line: split on commas, vectorised.
+    body = src.lines().filter(pl.col("__line") > 1)
+    parts = body["text"].str.split(",")
+    sizes = parts.list.len()
+    wrong = sizes != len(header)
+    if wrong.any():
+        index = int(wrong.arg_true()[0])
+        _wrong_fields(src, int(body["__line"][index]), header, int(sizes[index]), body["text"][index])
+    columns = {name: parts.list.get(header.index(name)) for name in wanted}
+    return pl.DataFrame({"__line": body["__line"], **columns})
+
+
+def _csv_slow(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
+    reader = csv.reader(io.StringIO(src.text, newline=""))
+    next(reader, None)
+    positions = [header.index(name) for name in wanted]
+    lines: list[int] = []
+    values: list[list[str]] = [[] for _ in wanted]
+    end = reader.line_num
+    for record in reader:
+        start, end = end + 1, reader.line_num
+        if not record or (len(record) == 1 and not record[0].strip()):
+            continue
+        if len(record) != len(header):
+            _wrong_fields(src, start, header, len(record), ",".join(record))
+        lines.append(start)
+        for column, position in zip(values, positions):
+            column.append(record[position])
+    columns = {name: pl.Series(name, column, dtype=pl.String) for name, column in zip(wanted, values)}
+    return pl.DataFrame({"__line": pl.Series(lines, dtype=pl.Int64), **columns})
+
+
+def _wrong_fields(src: Source, line: int, header: list[str], found: int, text: str) -> None:
+    raise TraceError(
+        f"{src.display} line {line}: expected {len(header)} fields ({','.join(header)}), "
+        f"found {found}: {show(text)}"
+    )
+
+
+def read_jsonl(
+    src: Source, schema: dict[str, pl.DataType], required: Sequence[str]
+) -> pl.DataFrame:
+    """Keys of `schema` from a JSON-lines file; `required` keys must be present and not null."""
+    lines = src.lines()
+    try:
+        frame = pl.read_ndjson(io.BytesIO(src.data), schema=schema)
+        fast = frame.height == lines.height and not any(frame[k].null_count() for k in required)
+    except pl.exceptions.PolarsError:
+        fast = False
+    if not fast:
+        # Slow pass: either raises naming the line, or yields text values the checkers judge.
+        frame = _jsonl_slow(src, lines, schema, required)
+    return frame.with_columns(lines["__line"])
+
+
+def _jsonl_slow(
+    src: Source, lines: pl.DataFrame, schema: dict[str, pl.DataType], required: Sequence[str]
+) -> pl.DataFrame:
+    values: dict[str, list] = {key: [] for key in schema}
+    for number, text in lines.iter_rows():
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(
+                f"{src.display} line {number}: invalid JSON ({exc.msg} at column {exc.colno}): "
+                f"{show(text)}"
+            ) from None
+        if not isinstance(row, dict):
+            raise TraceError(
+                f"{src.display} line {number}: expected a JSON object, found {show(text)}"
+            )
+        for key in required:
+            if key not in row:
+                raise TraceError(
+                    f"{src.display} line {number}: missing key {key!r} (expected keys "
+                    f"{', '.join(required)}; found {', '.join(row) or 'none'})"
+                )
+        for key, dtype in schema.items():
+            value = row.get(key)
+            if dtype == HASH_LIST and not _is_hash_list(value):
+                raise TraceError(
+                    f"{src.display} line {number}: {key}={show(json.dumps(value))} is not a list of "
+                    "non-negative integers (expected prefix-block hash ids)"
+                )
+            if dtype == HASH_LIST:
+                values[key].append(None if value is None else json.dumps(value))
+            else:
+                values[key].append(_json_text(value))
+    return pl.DataFrame({key: pl.Series(key, column, dtype=pl.String) for key, column in values.items()})
+
+
+def _is_hash_list(value) -> bool:
+    if value is None:
+        return True
+    return isinstance(value, list) and all(type(v) is int and 0 <= v < 2**64 for v in value)
+
+
+def _json_text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def read_parquet(src: Source, required: Sequence[str], optional: Sequence[str] = ()) -> pl.DataFrame:
+    """Columns of a Parquet file as stored; `__line` is the 1-based row number."""
+    try:
+        present = list(pl.read_parquet_schema(io.BytesIO(src.data)))
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
+    for name in required:
+        if name not in present:
+            raise TraceError(
+                f"{src.display}: missing column {name!r} (the file has {', '.join(present)})"
+            )
+    wanted = [name for name in dict.fromkeys([*required, *optional]) if name in present]
+    try:
+        frame = pl.read_parquet(io.BytesIO(src.data), columns=wanted)
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
+    if frame.height == 0:
+        raise TraceError(f"{src.display}: no rows (expected at least one request)")
+    return frame.with_columns(pl.int_range(1, frame.height + 1, dtype=pl.Int64).alias("__line"))
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().split("\n", 1)[0]
