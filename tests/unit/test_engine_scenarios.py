@@ -1,0 +1,87 @@
+"""Hand-checked engine scenarios: step boundaries, chunked prefill, prefix hits, rejections."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from replay.engine_common import FINISHED, REJECT_CONTEXT, REJECT_KV, REJECTED
+from replay.engine_nb import NumbaEngine
+from replay.engine_ref import ReferenceEngine
+from replay.stepmodel import step_time_us_nb
+from tests.strategies import STEP, make_inputs, run_to_end
+
+ENGINES = [NumbaEngine, ReferenceEngine]
+
+
+def finish(cls, inputs):
+    engine = cls(inputs)
+    run_to_end(engine)
+    return engine.request_columns()
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_one_request_prefill_then_decode_steps(cls):
+    cols = finish(cls, make_inputs([1000], [100], [3], max_batched=(8192,)))
+    d1 = step_time_us_nb(STEP, 100, 100 * 101 / 2.0, 0, 0, 1)
+    d2 = step_time_us_nb(STEP, 0, 0.0, 1, 101, 1)
+    d3 = step_time_us_nb(STEP, 0, 0.0, 1, 102, 1)
+    assert cols["first_scheduled_us"][0] == 1000
+    assert cols["first_token_us"][0] == 1000 + d1
+    assert cols["finished_us"][0] == 1000 + d1 + d2 + d3
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_chunked_prefill_spreads_a_long_prompt_over_the_token_budget(cls):
+    cols = finish(cls, make_inputs([0], [300], [1], max_batched=(128,), kv_blocks=(64,)))
+    chunks = [(128, 0), (128, 128), (44, 256)]
+    expected = sum(step_time_us_nb(STEP, n, n * c + n * (n + 1) / 2.0, 0, 0, 1) for n, c in chunks)
+    assert cols["first_token_us"][0] == expected == cols["finished_us"][0]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_long_prefill_threshold_caps_each_chunk(cls):
+    capped = finish(cls, make_inputs([0], [300], [1], max_batched=(8192,), long_prefill=(100,)))
+    whole = finish(cls, make_inputs([0], [300], [1], max_batched=(8192,)))
+    assert capped["first_token_us"][0] > whole["first_token_us"][0]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_shared_prefix_is_a_cache_hit_for_the_second_request(cls):
+    # Family 0 shares its first three 32-token trace blocks: 96 tokens = 6 engine blocks of 16.
+    cols = finish(cls, make_inputs([0, 10_000_000], [200, 250], [2, 2], families=[0, 0]))
+    assert cols["cached_tokens"].tolist() == [0, 96]
+    no_cache = finish(cls, make_inputs([0, 10_000_000], [200, 250], [2, 2], families=[0, 0], prefix_caching=(0,)))
+    assert no_cache["cached_tokens"].tolist() == [0, 0]
+    assert cols["first_token_us"][1] - 10_000_000 < no_cache["first_token_us"][1] - 10_000_000
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_hit_is_capped_so_one_token_is_computed(cls):
+    # Same 96-token prompt twice: at most (96 - 1) // 16 = 5 blocks can hit.
+    cols = finish(cls, make_inputs([0, 10_000_000], [96, 96], [1, 1], families=[0, 0]))
+    assert cols["cached_tokens"].tolist() == [0, 80]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_impossible_requests_are_rejected_with_a_reason_and_the_rest_goes_on(cls):
+    cols = finish(cls, make_inputs([0, 1, 2], [5000, 2000, 10], [10, 10, 10], kv_blocks=(64,), max_model_len=(4096,)))
+    assert cols["state"].tolist() == [REJECTED, REJECTED, FINISHED]
+    assert cols["reject"].tolist() == [REJECT_CONTEXT, REJECT_KV, 0]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_kv_pressure_preempts_the_newest_running_request(cls):
+    # 20 blocks of 16 tokens; two requests that each grow to ~15 blocks cannot both finish at once.
+    cols = finish(cls, make_inputs([0, 0], [150, 150], [90, 90], kv_blocks=(20,), max_batched=(512,)))
+    assert cols["preemptions"].tolist() == [0, 1]
+    assert np.all(cols["state"] == FINISHED)
+    assert cols["finished_us"][0] < cols["finished_us"][1]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_round_robin_and_least_outstanding_routing(cls):
+    rr = finish(cls, make_inputs([0, 0, 0, 0], [10] * 4, [50] * 4, replicas=(2,), router=(1,)))
+    assert rr["replica"].tolist() == [0, 1, 0, 1]
+    lo = finish(cls, make_inputs([0, 0, 0], [10] * 3, [50] * 3, replicas=(3,), router=(0,)))
+    assert sorted(lo["replica"].tolist()) == [0, 1, 2]
