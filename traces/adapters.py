@@ -49,7 +49,7 @@ def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
     frame = pl.DataFrame({"__line": check.frame["__line"], **columns})
     if opts.workload is not None:
         frame = frame.with_columns(pl.lit(opts.workload).alias("workload"))
-    frame, reordered = finish(frame, check.where, strict=opts.strict)
+    frame, reordered = finish(frame, check, strict=opts.strict)
     return Parsed(frame, reordered, dropped or {}, block_tokens)
 
 

@@ -130,7 +130,8 @@ def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
     if len(blocks) > 1:
         raise TraceError(
             "cannot merge traces with different prefix block sizes: "
-            + ", ".join(f"{t.source} ({t.prefix_block_tokens} tokens)" for t in traces if t.prefix_block_tokens)
+            + ", ".join(f"{t.source} ({t.prefix_block_tokens} tokens)" for t in traces
+                        if t.prefix_block_tokens)
         )
     dropped: dict[str, int] = {}
     for t in traces:

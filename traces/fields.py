@@ -29,8 +29,12 @@ class Checker:
         self.unit = unit
         self._first: tuple[int, str] | None = None
 
+    def line(self, index: int) -> str:
+        """'line 7' (or 'row 7' for Parquet) for the row at `index` of the frame."""
+        return f"{self.unit} {self.frame['__line'][index]}"
+
     def where(self, index: int) -> str:
-        return f"{self.display} {self.unit} {self.frame['__line'][index]}"
+        return f"{self.display} {self.line(index)}"
 
     def note(self, bad: pl.Series, describe) -> None:
         """Record the first True of `bad`; `describe(index)` builds the message (called lazily)."""
@@ -173,18 +177,15 @@ def _floats(raw: pl.Series) -> pl.Series:
 
 
 def show(value: Any) -> str:
-    """A value as error messages quote it: strings in quotes, null as null."""
+    """A value as error messages quote it: text in quotes ('12.5'), numbers bare, null as null."""
     if value is None:
         return "null"
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, pl.Series):
-        text = str(value.to_list())
-    else:
-        text = str(value)
+    if isinstance(value, pl.Series):
+        value = value.to_list()
+    text = value if isinstance(value, str) else str(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return repr(text)
+    return repr(text) if isinstance(value, str) else text
 
 
 def number_problem(value: Any) -> str:

@@ -72,10 +72,10 @@ def _validate(frame: pl.DataFrame, source: str) -> None:
     fail(frame["request_id"] != expected, "request_id out of sequence (expected 0..n-1 in order)")
 
 
-def finish(frame: pl.DataFrame, where, *, strict: bool) -> tuple[pl.DataFrame, int]:
+def finish(frame: pl.DataFrame, checker, *, strict: bool) -> tuple[pl.DataFrame, int]:
     """Sort by arrival (stable), start the clock at the first arrival, number the requests and
     cast to the schema. Returns the frame and how many rows were out of order, i.e. arrived
-    before some earlier row of the file. `where(index)` names a row in errors; `frame` holds
+    before some earlier row of the file. `checker` (a fields.Checker) names rows in errors; `frame` holds
     absolute `arrival_us` plus whatever canonical columns the source has.
     """
     arrival = frame["arrival_us"]
@@ -84,10 +84,12 @@ def finish(frame: pl.DataFrame, where, *, strict: bool) -> tuple[pl.DataFrame, i
     reordered = int(late.sum())
     if reordered and strict:
         row = int(late.arg_true()[0])
-        gap = (running[row] - arrival[row]) / 1e6
+        earlier = int((arrival.head(row) == running[row]).arg_true()[0])
+        start = arrival.min()
         raise TraceError(
-            f"{where(row)}: arrival is {gap:.6f} s earlier than an earlier line's "
-            f"({reordered} rows out of order; expected arrivals in time order, as strict mode does not sort)"
+            f"{checker.where(row)}: arrival at {(arrival[row] - start) / 1e6:.6f} s is before the "
+            f"{(running[row] - start) / 1e6:.6f} s of {checker.line(earlier)} ({reordered} rows out of "
+            "order; strict mode expects arrivals in time order)"
         )
     if reordered:
         frame = frame.sort("arrival_us", maintain_order=True)
