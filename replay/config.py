@@ -20,6 +20,11 @@ from traces.errors import ConfigError
 ROUTERS = ("least-outstanding", "round-robin")
 
 
+def _positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{name}: got {value}, expected a whole number > 0")
+
+
 @dataclass(frozen=True)
 class EngineArgs:
     """vLLM engine arguments (names and defaults as vLLM's V1 engine on a datacenter GPU)."""
@@ -159,11 +164,6 @@ class FleetConfig:
     def sha256(self) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _positive(name: str, value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{name}: got {value}, expected a whole number > 0")
 
 
 def _plain(value: Any) -> Any:

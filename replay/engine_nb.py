@@ -5,6 +5,10 @@ a step that ends at t is applied first, then arrivals at t, then replicas that a
 schedule their next step, so a step that starts at t sees every request that arrived by t.
 The scheduler reproduces vLLM V1 (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`);
 `engine_ref.py` is the same algorithm written for reading.
+
+Kernels are compiled with `_nrt=False`: they never allocate, and without numba's reference
+counting every array read out of the state tuples would cost two atomic operations; measured,
+that was 95% of a decode step (355 ns -> 16 ns per request per step).
 """
 
 from __future__ import annotations
@@ -128,7 +132,7 @@ assert len(COUNTERS) == 9
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def record(ev, t, kind, replica, request, value):
     n = ev.clock[1]
     ev.t[n] = t
@@ -142,7 +146,7 @@ def record(ev, t, kind, replica, request, value):
 # --- waiting queue (doubly linked over requests) ----------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def wq_push_back(rq, reps, r, q):
     tail = reps.wait_tail[r]
     rq.qprev[q] = tail
@@ -155,7 +159,7 @@ def wq_push_back(rq, reps, r, q):
     reps.nwait[r] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def wq_push_front(rq, reps, r, q):
     head = reps.wait_head[r]
     rq.qnext[q] = head
@@ -168,7 +172,7 @@ def wq_push_front(rq, reps, r, q):
     reps.nwait[r] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def wq_remove(rq, reps, r, q):
     p = rq.qprev[q]
     n = rq.qnext[q]
@@ -188,12 +192,12 @@ def wq_remove(rq, reps, r, q):
 # --- per-request KV ----------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def request_key(rq, th, tbs, q, j, bs):
     return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.prompt[q], q, j, bs)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first)."""
     b = rq.tail[q]
@@ -212,7 +216,7 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     rq.ncached[q] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
     """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
     become full to the prefix cache. The caller checked that enough blocks are free."""
@@ -237,7 +241,7 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
 # --- routing and arrival ---------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def route(pools, reps, p):
     """Pick a replica of pool p (integer-id dispatch; engine_common.ROUTER_IDS)."""
     first = pools.first_replica[p]
@@ -258,7 +262,7 @@ def route(pools, reps, p):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def arrive(rq, reps, pools, ev, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1
@@ -293,7 +297,7 @@ def arrive(rq, reps, pools, ev, q, t):
 # --- one scheduler step ----------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
     """Recompute preemption: free the blocks, forget progress, back to the head of the queue."""
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
@@ -305,7 +309,7 @@ def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
     record(ev, t, EV_PREEMPT, r, q, rq.generated[q])
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Build the step that starts at t on replica r; returns its duration (0 = nothing to run)."""
     p = reps.pool[r]
@@ -414,7 +418,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     return dur, preempted
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Apply the step that ended at t: tokens are emitted at the end of the step."""
     p = reps.pool[r]
@@ -454,7 +458,7 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     reps.wake[r] = t
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order."""
     n = rq.arrival.shape[0]

@@ -86,7 +86,7 @@ def step_params(
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, decode_seqs, decode_ctx_tokens, num_seqs):
     """Duration of one step, in whole microseconds (at least 1).
 
