@@ -162,7 +162,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from traces import inspect_trace, load_trace
 
     trace = load_trace(args.trace, format=args.format, strict=args.strict)
-    info = inspect_trace(trace.frame)
+    info = inspect_trace(trace)
     info = {"source": str(trace.source), "format": trace.format, "sha256": trace.sha256,
             "dropped": dict(trace.dropped), "reordered": trace.reordered, **info}
     if args.json:

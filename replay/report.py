@@ -41,31 +41,43 @@ def _fmt(value, unit: str = "", digits: int = 1) -> str:
     return f"{value:,}{unit}"
 
 
+SUMMARY_ROWS = (
+    ("requests", "requests", ""), ("finished", "finished", ""), ("rejected", "rejected", ""),
+    ("unfinished", "unfinished", ""), ("TTFT p50", "ttft_p50_ms", " ms"), ("TTFT p99", "ttft_p99_ms", " ms"),
+    ("TPOT p50", "tpot_p50_ms", " ms"), ("TPOT p99", "tpot_p99_ms", " ms"), ("E2E p99", "e2e_p99_ms", " ms"),
+    ("SLO attainment", "slo_attainment", "%"), ("goodput", "goodput_rps", " req/s"),
+    ("output tokens/s", "output_tokens_per_s", ""), ("GPU-hours", "gpu_hours", ""), ("cost", "cost_usd", " $"),
+    ("$ per M output tok", "cost_per_mtok_out_usd", ""), ("$ per M tokens (all)", "cost_per_mtok_all_usd", ""),
+    ("preemptions", "preemptions", ""), ("prefix hit rate", "prefix_hit_rate", "%"),
+)
+
+
 def print_summary(console: Console, summary: dict, out: Path) -> None:
-    table = Table(title=f"llm-replay: {summary['trace']} ({summary['sim_span_s']:,.0f} s simulated "
-                        f"in {summary['wall_s']:.2f} s)")
-    table.add_column("pool")
-    for name in ("requests", "finished", "rejected", "unfinished", "TTFT p50", "TTFT p99", "TPOT p50",
-                 "TPOT p99", "SLO met", "GPU-h", "$/Mtok out", "preempt"):
-        table.add_column(name, justify="right")
-
-    def row(name: str, s: dict, style: str | None = None) -> None:
-        table.add_row(
-            name, _fmt(s["requests"]), _fmt(s["finished"]), _fmt(s["rejected"]), _fmt(s["unfinished"]),
-            _fmt(s["ttft_p50_ms"], " ms", 0), _fmt(s["ttft_p99_ms"], " ms", 0),
-            _fmt(s["tpot_p50_ms"], " ms", 1), _fmt(s["tpot_p99_ms"], " ms", 1),
-            "-" if s["slo_attainment"] is None else f"{s['slo_attainment']:.1%}",
-            _fmt(s["gpu_hours"], "", 2), _fmt(s["cost_per_mtok_out_usd"], "", 2), _fmt(s["preemptions"]),
-            style=style,
-        )
-
+    """One column per pool (and the fleet when there are several), one row per figure."""
+    table = Table(title=f"{summary['trace']}: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+    table.add_column("")
     pools = summary["pools"]
-    for name, s in pools.items():
-        row(name, s)
+    columns = list(pools.values())
+    for name in pools:
+        table.add_column(name, justify="right")
     if len(pools) > 1:
-        row("fleet", summary, style="bold")
+        table.add_column("fleet", justify="right", style="bold")
+        columns.append(summary)
+    for label, key, unit in SUMMARY_ROWS:
+        cells = []
+        for col in columns:
+            value = col.get(key)
+            if value is None:
+                cells.append("-")
+            elif unit == "%":
+                cells.append(f"{value:.1%}")
+            elif isinstance(value, float):
+                cells.append(f"{value:,.{0 if unit == ' ms' and value >= 100 else 2}f}{unit}")
+            else:
+                cells.append(f"{value:,}{unit}")
+        table.add_row(label, *cells)
     console.print(table)
-    console.print(f"run written to [bold]{out}[/]  (requests.parquet, ticks.parquet, events.parquet, summary.json)")
+    console.print(f"run written to [bold]{out}[/]")
 
 
 def print_capacity(console: Console, cap) -> None:
@@ -100,13 +112,39 @@ def print_inspect(console: Console, info: dict) -> None:
     console.print(table)
 
 
+CATALOG_HEADERS = {
+    "params_b": "params (B)", "active_params_b": "active (B)", "layers": "layers", "attention": "attn",
+    "kv_heads": "KV heads", "head_dim": "head dim", "context_tokens": "context", "weight_dtype": "weights",
+    "kv_bytes_per_token_bf16": "KV/token", "hbm_gb": "HBM GB", "hbm_tb_per_s": "TB/s",
+    "bf16_tflops": "BF16 TF", "fp8_tflops": "FP8 TF", "interconnect_gb_per_s": "link GB/s",
+    "interconnect": "link", "price_usd_per_gpu_hour": "$/GPU-h",
+}
+
+
 def print_catalog(console: Console, rows: dict) -> None:
     for title, items in rows.items():
         if not items:
             continue
         table = Table(title=title)
-        for col in items[0]:
-            table.add_column(str(col), justify="left" if col in ("id", "name") else "right")
+        keys = [k for k in items[0] if k != "interconnect"]
+        for key in keys:
+            table.add_column(CATALOG_HEADERS.get(key, key), justify="left" if key == "id" else "right",
+                             no_wrap=key == "id")
         for item in items:
-            table.add_row(*(_fmt(v, digits=2) if isinstance(v, float) else str(v) for v in item.values()))
+            cells = []
+            for key in keys:
+                value = item[key]
+                if value is None:
+                    cells.append("-")
+                elif key == "context_tokens":
+                    cells.append(f"{value // 1024}K")
+                elif key == "kv_bytes_per_token_bf16":
+                    cells.append(f"{value / 1024:g} KiB")
+                elif isinstance(value, float):
+                    cells.append(f"{value:,.2f}".rstrip("0").rstrip("."))
+                elif isinstance(value, int) and key != "id":
+                    cells.append(f"{value:,}")
+                else:
+                    cells.append(str(value))
+            table.add_row(*cells)
         console.print(table)
