@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -113,8 +114,8 @@ def print_inspect(console: Console, info: dict) -> None:
 
 
 CATALOG_HEADERS = {
-    "params_b": "params (B)", "active_params_b": "active (B)", "layers": "layers", "attention": "attn",
-    "kv_heads": "KV heads", "head_dim": "head dim", "context_tokens": "context", "weight_dtype": "weights",
+    "params_b": "params B", "active_params_b": "active B", "layers": "layers", "attention": "attn",
+    "kv_heads": "kv heads", "head_dim": "head", "context_tokens": "context", "weight_dtype": "weights",
     "kv_bytes_per_token_bf16": "KV/token", "hbm_gb": "HBM GB", "hbm_tb_per_s": "TB/s",
     "bf16_tflops": "BF16 TF", "fp8_tflops": "FP8 TF", "interconnect_gb_per_s": "link GB/s",
     "interconnect": "link", "price_usd_per_gpu_hour": "$/GPU-h",
@@ -125,8 +126,9 @@ def print_catalog(console: Console, rows: dict) -> None:
     for title, items in rows.items():
         if not items:
             continue
-        table = Table(title=title)
-        keys = [k for k in items[0] if k != "interconnect"]
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+        # The table keeps what fits 80 columns; --json has every field.
+        keys = [k for k in items[0] if k not in ("interconnect", "attention", "kv_heads", "head_dim")]
         for key in keys:
             table.add_column(CATALOG_HEADERS.get(key, key), justify="left" if key == "id" else "right",
                              no_wrap=key == "id")
