@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from replay.config import FleetConfig, PoolConfig
-from replay.engine_common import COUNTERS, ROUTER_IDS, Engine, EngineInputs
+from replay.engine_common import ROUTER_IDS, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import StepShape, step_params
@@ -170,7 +170,7 @@ class RawRun:
 
     plans: list[PoolPlan]
     pool_index: np.ndarray
-    ticks: dict[str, np.ndarray]
+    ticks: dict[str, np.ndarray]  # name -> [tick, pool]; counters cumulative
     events: dict[str, np.ndarray]
     requests: dict[str, np.ndarray]
     end_us: int
@@ -197,39 +197,31 @@ def simulate(
     tick_us = max(1, round(cfg.tick_s * 1e6))
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
     limit_us = last_arrival + round(cfg.max_drain_s * 1e6)
-    rep_pool = inputs.replica_pool
-    npool = len(plans)
-    gpus = np.array([p.config.replicas * p.gpus_per_replica for p in plans], np.int64)
-    replicas = np.array([p.config.replicas for p in plans], np.int64)
-
-    def per_pool(values: np.ndarray) -> np.ndarray:
-        return np.bincount(rep_pool, weights=values, minlength=npool).astype(np.int64)
-
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in (
-        "t_us", "replicas_active", "gpus", "waiting", "running", "kv_used_blocks", "kv_total_blocks",
-        "arrivals", "rejected", "busy_us", *COUNTERS[1:],
-    )}
+    # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
+    membership = np.zeros((len(inputs.replica_pool), len(plans)), np.int64)
+    membership[np.arange(len(inputs.replica_pool)), inputs.replica_pool] = 1
+    snapshots: list[np.ndarray] = []
+    pool_counts: list[np.ndarray] = []
     events: list[dict[str, np.ndarray]] = []
     t = 0
     while True:
         t += tick_us
         eng.advance(t)
-        rs = eng.replica_state()
+        snapshots.append(membership.T @ eng.snapshot(t))  # [pool, column]
         pc = eng.pool_counters()
-        busy = rs["busy_us"] + np.where(rs["busy_since_us"] >= 0, t - rs["busy_since_us"], 0)
-        rows["t_us"].append(np.full(npool, t, np.int64))
-        rows["replicas_active"].append(replicas)
-        rows["gpus"].append(gpus)
-        for name in ("waiting", "running", "kv_used_blocks", "kv_total_blocks", *COUNTERS[1:]):
-            rows[name].append(per_pool(rs[name]))
-        rows["busy_us"].append(per_pool(busy))
-        rows["arrivals"].append(pc["arrivals"])
-        rows["rejected"].append(pc["rejected"])
+        pool_counts.append(np.stack([pc["arrivals"], pc["rejected"]], axis=1))
         events.append(eng.take_events())
         if progress is not None:
             progress(min(t, last_arrival), last_arrival)
         if (eng.done and t >= last_arrival) or t >= limit_us:
             break
-    ticks = {k: np.stack(v) for k, v in rows.items()}  # [tick, pool], counters cumulative
+    per_pool = np.stack(snapshots)  # [tick, pool, column]
+    counts = np.stack(pool_counts)
+    ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
+    ticks["arrivals"], ticks["rejected"] = counts[:, :, 0], counts[:, :, 1]
+    ntick = len(snapshots)
+    ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], len(plans), axis=1)
+    ticks["replicas_active"] = np.tile([p.config.replicas for p in plans], (ntick, 1))
+    ticks["gpus"] = np.tile([p.config.replicas * p.gpus_per_replica for p in plans], (ntick, 1))
     ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
     return RawRun(plans, pool_index, ticks, ev, eng.request_columns(), t, tick_us, time.perf_counter() - started)

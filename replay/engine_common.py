@@ -41,6 +41,9 @@ COUNTERS = (
     "query_tokens",
 )
 
+# Columns of `Engine.snapshot`: per replica, what it holds now, then cumulative counters.
+SNAPSHOT_COLUMNS = ("waiting", "running", "kv_used_blocks", "kv_total_blocks", *COUNTERS)
+
 
 @dataclass(frozen=True)
 class EngineInputs:
@@ -92,9 +95,12 @@ class Engine(Protocol):
     def done(self) -> bool:
         """Every request has arrived and finished or been rejected."""
 
+    def snapshot(self, t_us: int) -> np.ndarray:
+        """int64[replicas, SNAPSHOT_COLUMNS] at t_us (the time of the last `advance`); busy_us
+        counts the part of a running step up to t_us."""
+
     def replica_state(self) -> dict[str, np.ndarray]:
-        """Per replica: waiting, running, kv_used_blocks, kv_total_blocks, busy_since_us (-1 idle)
-        and the cumulative COUNTERS."""
+        """`snapshot` as a dict of columns, at the time of the last `advance`."""
 
     def pool_counters(self) -> dict[str, np.ndarray]:
         """Per pool, cumulative: arrivals, rejected."""

@@ -34,6 +34,7 @@ from replay.engine_common import (
     REJECT_NO_REPLICA,
     REJECTED,
     RUNNING,
+    SNAPSHOT_COLUMNS,
     WAITING,
     EngineInputs,
     InvariantViolation,
@@ -510,6 +511,19 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_STUCK
 
 
+@njit(cache=True, _nrt=False)
+def snapshot_nb(reps, t, out):
+    for r in range(reps.pool.shape[0]):
+        out[r, 0] = reps.nwait[r]
+        out[r, 1] = reps.nrun[r]
+        out[r, 2] = reps.nblocks[r] - reps.nfree[r]
+        out[r, 3] = reps.nblocks[r]
+        for k in range(reps.counters.shape[1]):
+            out[r, 4 + k] = reps.counters[r, k]
+        if reps.busy_until[r] >= 0:
+            out[r, 4 + C_BUSY] += t - reps.step_start[r]
+
+
 class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
@@ -619,8 +633,10 @@ class NumbaEngine:
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
         self._chunks: list[dict[str, np.ndarray]] = []
+        self.now = 0
 
     def advance(self, until_us: int) -> None:
+        self.now = until_us
         while True:
             status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, np.int64(until_us))
             if status == STATUS_EVENTS_FULL:
@@ -646,22 +662,17 @@ class NumbaEngine:
 
     @property
     def done(self) -> bool:
-        if self.ev.clock[0] < len(self.rq.arrival):
-            return False
-        return not np.any((self.rq.state == WAITING) | (self.rq.state == RUNNING))
+        n = len(self.rq.arrival)
+        ended = int(self.reps.counters[:, C_FINISHED].sum()) + int(self.pools.rejected.sum())
+        return bool(self.ev.clock[0] == n and ended == n)
+
+    def snapshot(self, t_us: int) -> np.ndarray:
+        out = np.empty((len(self.reps.pool), len(SNAPSHOT_COLUMNS)), np.int64)
+        snapshot_nb(self.reps, np.int64(t_us), out)
+        return out
 
     def replica_state(self) -> dict[str, np.ndarray]:
-        reps = self.reps
-        out = {
-            "waiting": reps.nwait.copy(),
-            "running": reps.nrun.copy(),
-            "kv_used_blocks": reps.nblocks - reps.nfree,
-            "kv_total_blocks": reps.nblocks.copy(),
-            "busy_since_us": np.where(reps.busy_until >= 0, reps.step_start, -1),
-        }
-        for k, name in enumerate(COUNTERS):
-            out[name] = reps.counters[:, k].copy()
-        return out
+        return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
 
     def pool_counters(self) -> dict[str, np.ndarray]:
         return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy()}

@@ -30,6 +30,7 @@ from replay.engine_common import (
     REJECT_NO_REPLICA,
     REJECTED,
     RUNNING,
+    SNAPSHOT_COLUMNS,
     WAITING,
     EngineInputs,
     InvariantViolation,
@@ -143,6 +144,8 @@ class ReferenceEngine:
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
         self.wake_pending = [False] * len(self.replicas)
+        self.ended = 0  # requests finished or rejected
+        self.now = 0
 
     def _make_request(self, i: int) -> Request:
         inp = self.inp
@@ -160,6 +163,7 @@ class ReferenceEngine:
     # --- the event loop ---------------------------------------------------------------------
 
     def advance(self, until_us: int) -> None:
+        self.now = until_us
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
             if kind == ARRIVAL:
@@ -195,6 +199,7 @@ class ReferenceEngine:
         if reason:
             req.state, req.reject = REJECTED, reason
             self.rejected[p] += 1
+            self.ended += 1
             self._record(t, EV_REJECT, -1, req.index, reason)
             return
         rep = self.replicas[self._route(p)]
@@ -350,6 +355,7 @@ class ReferenceEngine:
                         self._free(rep, req)
                         req.state, req.finished_us = FINISHED, t
                         rep.counters["finished"] += 1
+                        self.ended += 1
                         if self.inp.detailed_events:
                             self._record(t, EV_FINISH, rep.index, req.index, req.generated)
                         continue
@@ -363,20 +369,20 @@ class ReferenceEngine:
 
     @property
     def done(self) -> bool:
-        return all(r.state in (FINISHED, REJECTED) for r in self.requests)
+        return self.ended == len(self.requests)
+
+    def snapshot(self, t_us: int) -> np.ndarray:
+        rows = []
+        for r in self.replicas:
+            counters = dict(r.counters)
+            if r.busy_until >= 0:
+                counters["busy_us"] += t_us - r.step_start
+            rows.append([len(r.waiting), len(r.running), r.kv.num_blocks - r.kv.num_free, r.kv.num_blocks,
+                         *(counters[name] for name in COUNTERS)])
+        return np.array(rows, np.int64).reshape(len(self.replicas), len(SNAPSHOT_COLUMNS))
 
     def replica_state(self) -> dict[str, np.ndarray]:
-        reps = self.replicas
-        out = {
-            "waiting": np.array([len(r.waiting) for r in reps], np.int64),
-            "running": np.array([len(r.running) for r in reps], np.int64),
-            "kv_used_blocks": np.array([r.kv.num_blocks - r.kv.num_free for r in reps], np.int64),
-            "kv_total_blocks": np.array([r.kv.num_blocks for r in reps], np.int64),
-            "busy_since_us": np.array([r.step_start if r.busy_until >= 0 else -1 for r in reps], np.int64),
-        }
-        for name in COUNTERS:
-            out[name] = np.array([r.counters[name] for r in reps], np.int64)
-        return out
+        return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
 
     def pool_counters(self) -> dict[str, np.ndarray]:
         return {"arrivals": np.array(self.arrivals, np.int64), "rejected": np.array(self.rejected, np.int64)}

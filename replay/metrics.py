@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 from replay.cluster import RawRun
 from replay.config import FleetConfig
@@ -73,27 +74,43 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
     return df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
 
 
+@njit(cache=True)
+def _window_percentiles(times, values, t_us, window_us, qs):
+    """Percentiles (linear, as numpy) of `values` whose `times` lie in (t - window, t], per t.
+    `times` is sorted; NaN where the window is empty."""
+    out = np.full((len(t_us), len(qs)), np.nan)
+    lo = np.searchsorted(times, t_us - window_us, side="right")
+    hi = np.searchsorted(times, t_us, side="right")
+    for i in range(len(t_us)):
+        n = hi[i] - lo[i]
+        if n == 0:
+            continue
+        window = np.sort(values[lo[i]:hi[i]])
+        for k in range(len(qs)):
+            pos = qs[k] * (n - 1)
+            j = int(np.floor(pos))
+            frac = pos - j
+            upper = window[min(j + 1, n - 1)]
+            out[i, k] = window[j] + (upper - window[j]) * frac
+    return out
+
+
 def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> dict[str, np.ndarray]:
     """TTFT p50/p99 over first tokens and SLO attainment over finishes in (t - window, t]."""
-    n = len(t_us)
-    out = {k: np.full(n, np.nan) for k in ("ttft_p50_ms", "ttft_p99_ms", "slo_attainment")}
     firsts = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
-    ft = firsts["first_token_us"].to_numpy()
-    ttft = firsts["ttft_us"].to_numpy() / 1000.0
-    lo = np.searchsorted(ft, t_us - window_us, side="right")
-    hi = np.searchsorted(ft, t_us, side="right")
-    for i in range(n):
-        if hi[i] > lo[i]:
-            out["ttft_p50_ms"][i], out["ttft_p99_ms"][i] = np.percentile(ttft[lo[i]:hi[i]], (50, 99))
+    pcts = _window_percentiles(
+        firsts["first_token_us"].to_numpy(), firsts["ttft_us"].to_numpy() / 1000.0,
+        t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
+    )
     done = requests.filter(pl.col("status") == "finished").sort("finished_us")
     fin = done["finished_us"].to_numpy()
     met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
     lo = np.searchsorted(fin, t_us - window_us, side="right")
     hi = np.searchsorted(fin, t_us, side="right")
     count = hi - lo
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["slo_attainment"] = np.where(count > 0, (met[hi] - met[lo]) / np.maximum(count, 1), np.nan)
-    return out
+    attained = np.full(len(t_us), np.nan)
+    np.divide(met[hi] - met[lo], count, out=attained, where=count > 0)
+    return {"ttft_p50_ms": pcts[:, 0], "ttft_p99_ms": pcts[:, 1], "slo_attainment": attained}
 
 
 def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.DataFrame:
@@ -158,7 +175,7 @@ def event_frame(raw: RawRun) -> pl.DataFrame:
     pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)] if len(rep_pool) else 0, req_pool)
     kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
     details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
-    return pl.DataFrame(
+    engine_events = pl.DataFrame(
         {
             "t_us": pl.Series(ev["t_us"], dtype=pl.Int64),
             "pool": pl.Series([pool_names[i] for i in pool_of.tolist()], dtype=pl.String),
@@ -167,6 +184,22 @@ def event_frame(raw: RawRun) -> pl.DataFrame:
             "detail": pl.Series(details, dtype=pl.String),
         }
     )
+    # Fixed pools: every replica is active from the start (autoscaling adds its own state changes).
+    lifecycle = pl.DataFrame(
+        {
+            "t_us": pl.Series([0] * len(rep_pool), dtype=pl.Int64),
+            "pool": pl.Series([pool_names[p] for p in rep_pool.tolist()], dtype=pl.String),
+            "replica": pl.Series(range(len(rep_pool)), dtype=pl.Int32),
+            "kind": pl.Series(["replica_active"] * len(rep_pool), dtype=pl.String),
+            "detail": pl.Series([_replica_detail(raw.plans[p]) for p in rep_pool.tolist()], dtype=pl.String),
+        }
+    )
+    return pl.concat([lifecycle, engine_events])
+
+
+def _replica_detail(plan) -> str:
+    return (f"{plan.model.id} on {plan.gpus_per_replica} x {plan.gpu.id}: "
+            f"{plan.capacity.kv_blocks:,} KV blocks ({plan.capacity.kv_tokens:,} tokens)")
 
 
 def _detail(kind: int, request: int, value: int) -> str:

@@ -1,0 +1,79 @@
+"""Replay speed: wall time (compile excluded), peak RSS and the numba/reference ratio, in one run.
+
+    python bench/bench_replay.py            # all three benchmarks
+    python bench/bench_replay.py --quick    # skip the million-request run
+
+Machines are shared and noisy: every figure is the median of several repeats, and the
+numba-vs-reference ratio is measured in the same process on the same trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+
+from replay.config import EngineArgs, FleetConfig, PoolConfig
+from replay.run import replay_trace
+from traces import load_trace
+from traces.synthetic import poisson_trace
+
+
+def fleet(model: str, replicas: int, tp: int = 1) -> FleetConfig:
+    pool = PoolConfig(name="default", replicas=replicas, tensor_parallel_size=tp, engine=EngineArgs())
+    return FleetConfig(model=model, gpu="h100-sxm-80gb", pools=(pool,))
+
+
+def timed(trace, cfg, engine: str, repeats: int) -> tuple[float, dict]:
+    times = []
+    summary = {}
+    for _ in range(repeats):
+        started = time.perf_counter()
+        summary = replay_trace(trace, cfg, engine=engine).summary
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), summary
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip the million-request benchmark")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    args = ap.parse_args()
+
+    conv = load_trace("azure-conv-2023")
+    cfg = fleet("llama-3.1-8b", replicas=4)
+    replay_trace(conv, cfg)  # compile or load the kernels from the cache: not timed
+
+    wall, summary = timed(conv, cfg, "numba", args.repeats)
+    print(f"azure-conv-2023 ({conv.frame.height:,} requests) on 4 x llama-3.1-8b / h100-sxm-80gb, numba engine:")
+    print(f"  wall {wall:.3f} s median of {args.repeats} (whole replay: engine, ticks, metrics; no file I/O)")
+    print(f"  simulated {summary['sim_span_s']:,.0f} s -> {summary['sim_span_s'] / wall:,.0f}x real time; "
+          f"TTFT p99 {summary['ttft_p99_ms']} ms")
+
+    ref_wall, ref_summary = timed(conv, cfg, "reference", 1)
+    same = {k: summary[k] for k in ("finished", "ttft_p99_ms", "tpot_p99_ms")} == \
+        {k: ref_summary[k] for k in ("finished", "ttft_p99_ms", "tpot_p99_ms")}
+    print(f"  reference engine {ref_wall:.2f} s; numba is {ref_wall / wall:.0f}x faster "
+          f"(same summary: {same})")
+
+    if not args.quick:
+        synth = poisson_trace(conv, requests=args.requests, rate_rps=250.0, seed=1)
+        big = fleet("llama-3.1-8b", replicas=64)
+        started = time.perf_counter()
+        s = replay_trace(synth, big).summary
+        big_wall = time.perf_counter() - started
+        print(f"{args.requests:,} Poisson requests at 250 req/s (Azure conv lengths) on 64 x llama-3.1-8b:")
+        print(f"  wall {big_wall:.1f} s for {s['sim_span_s']:,.0f} s simulated; finished {s['finished']:,}; "
+              f"peak RSS {peak_rss_mb():,.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
