@@ -8,7 +8,9 @@ The scheduler reproduces vLLM V1 (`vllm/v1/core/sched/scheduler.py`, `Scheduler.
 
 Kernels are compiled with `_nrt=False`: they never allocate, and without numba's reference
 counting every array read out of the state tuples would cost two atomic operations; measured,
-that was 95% of a decode step (355 ns -> 16 ns per request per step).
+that was 95% of a decode step (355 ns -> 16 ns per request per step). Everything but the
+top-level loop is inlined into it: a call passes each state tuple as hundreds of scalar
+arguments, and inlining took the bundled trace on 4 replicas from 0.52 s to 0.33 s.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ assert len(COUNTERS) == 9
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def record(ev, t, kind, replica, request, value):
     n = ev.clock[1]
     ev.t[n] = t
@@ -147,7 +149,7 @@ def record(ev, t, kind, replica, request, value):
 # --- waiting queue (doubly linked over requests) ----------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def wq_push_back(rq, reps, r, q):
     tail = reps.wait_tail[r]
     rq.qprev[q] = tail
@@ -160,7 +162,7 @@ def wq_push_back(rq, reps, r, q):
     reps.nwait[r] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def wq_push_front(rq, reps, r, q):
     head = reps.wait_head[r]
     rq.qnext[q] = head
@@ -173,7 +175,7 @@ def wq_push_front(rq, reps, r, q):
     reps.nwait[r] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def wq_remove(rq, reps, r, q):
     p = rq.qprev[q]
     n = rq.qnext[q]
@@ -193,12 +195,12 @@ def wq_remove(rq, reps, r, q):
 # --- per-request KV ----------------------------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def request_key(rq, th, tbs, q, j, bs):
     return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.prompt[q], q, j, bs)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first)."""
     b = rq.tail[q]
@@ -217,7 +219,7 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     rq.ncached[q] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
     """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
     become full to the prefix cache. The caller checked that enough blocks are free."""
@@ -242,7 +244,7 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
 # --- routing and arrival ---------------------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def route(pools, reps, p):
     """Pick a replica of pool p (integer-id dispatch; engine_common.ROUTER_IDS)."""
     first = pools.first_replica[p]
@@ -263,7 +265,7 @@ def route(pools, reps, p):
     return best
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def arrive(rq, reps, pools, ev, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1
@@ -298,7 +300,7 @@ def arrive(rq, reps, pools, ev, q, t):
 # --- one scheduler step ----------------------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
     """Recompute preemption: free the blocks, forget progress, back to the head of the queue."""
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
@@ -310,7 +312,7 @@ def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
     record(ev, t, EV_PREEMPT, r, q, rq.generated[q])
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Build the step that starts at t on replica r; returns its duration (0 = nothing to run)."""
     p = reps.pool[r]
@@ -419,7 +421,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     return dur, preempted
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Apply the step that ended at t: tokens are emitted at the end of the step."""
     p = reps.pool[r]

@@ -39,7 +39,7 @@ class Blocks(NamedTuple):
     htab_val: np.ndarray  # int64[H] global block id
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def mix64(a, b):
     """splitmix64 finaliser of (a, b): a 64-bit hash that is never 0 (0 marks "no hash")."""
     x = a * _GOLDEN + b
@@ -64,7 +64,7 @@ def mix64_ref(a: int, b: int) -> int:
     return x or 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def block_key_nb(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_tokens, request, j, block_size):
     """Hash of engine block `j` of a request.
 
@@ -92,7 +92,7 @@ def block_key_ref(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_t
 # --- hash table: one power-of-two slice per replica ------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def ht_find(blocks, off, mask, key):
     i = np.int64(key & U64(mask))
     while True:
@@ -104,7 +104,7 @@ def ht_find(blocks, off, mask, key):
         i = (i + 1) & mask
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def ht_insert(blocks, off, mask, key, value):
     """Insert key -> value; returns False (and changes nothing) when the key is already there."""
     i = np.int64(key & U64(mask))
@@ -119,7 +119,7 @@ def ht_insert(blocks, off, mask, key, value):
         i = (i + 1) & mask
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def ht_delete(blocks, off, mask, key):
     """Remove key with backward-shift deletion, so probes never need tombstones."""
     i = np.int64(key & U64(mask))
@@ -149,7 +149,7 @@ def ht_delete(blocks, off, mask, key):
 # --- free queue and allocation ---------------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def fq_append(blocks, reps, r, b):
     tail = reps.free_tail[r]
     blocks.fprev[b] = tail
@@ -162,7 +162,7 @@ def fq_append(blocks, reps, r, b):
     reps.nfree[r] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def fq_remove(blocks, reps, r, b):
     p = blocks.fprev[b]
     n = blocks.fnext[b]
@@ -179,7 +179,7 @@ def fq_remove(blocks, reps, r, b):
     reps.nfree[r] -= 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def alloc_block(blocks, reps, r):
     """Pop the least recently freed block, evicting its cached hash; the caller checked nfree."""
     b = reps.free_head[r]
@@ -193,7 +193,7 @@ def alloc_block(blocks, reps, r):
     return b
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def touch_block(blocks, reps, r, b):
     """A cache hit takes a reference; a free cached block leaves the free queue."""
     if blocks.ref[b] == 0:
@@ -201,14 +201,14 @@ def touch_block(blocks, reps, r, b):
     blocks.ref[b] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def release_block(blocks, reps, r, b):
     blocks.ref[b] -= 1
     if blocks.ref[b] == 0:
         fq_append(blocks, reps, r, b)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def cache_block(blocks, reps, r, b, key):
     if ht_insert(blocks, reps.htab_off[r], reps.htab_mask[r], key, b):
         blocks.key[b] = key
