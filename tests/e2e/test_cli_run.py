@@ -412,3 +412,59 @@ def test_catalog_lists_every_model_and_gpu(cli):
     as_json = json.loads(cli("catalog", "--json").out)
     assert [m["id"] for m in as_json["models"]] == list(MODELS)
     assert [g["id"] for g in as_json["gpus"]] == list(GPUS)
+
+
+# --- summary.json agrees with the frames, under load -------------------------------------------------
+
+
+def test_summary_agrees_with_requests_and_ticks(cli, write, tmp_path):
+    """A small KV pool and tight SLO: preemptions, context rejections and missed SLOs all occur."""
+    cfg = write("stress.yaml", small_fleet(
+        "{path: mooncake-synthetic, window: {end_s: 200}}",
+        engine="max_num_seqs: 16, num_gpu_blocks_override: 3000, max_model_len: 40000",
+        extra="slo: {ttft_ms: 500, tpot_ms: 20}\n",
+    ))
+    res = cli("run", "--config", cfg, "--out", "s", "-q")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "s")
+    check_contract(run, expected_trace(cfg))
+    req, ticks, s = run.requests, run.ticks, run.summary
+    fin = req.filter(pl.col("status") == "finished")
+    assert s["preemptions"] == int(req["preemptions"].sum()) > 0
+    assert s["rejected"] > 0 and set(req["reject_reason"].drop_nulls().to_list()) == {"context_length"}
+    for q, key in ((0.5, "ttft_p50_ms"), (0.9, "ttft_p90_ms"), (0.99, "ttft_p99_ms")):
+        assert s[key] == pytest.approx(fin["ttft_us"].quantile(q, "linear") / 1000, abs=1e-3)
+    assert s["tpot_p50_ms"] == pytest.approx(fin["tpot_us"].drop_nulls().quantile(0.5, "linear") / 1000, abs=1e-3)
+    assert s["e2e_p99_ms"] == pytest.approx(fin["e2e_us"].quantile(0.99, "linear") / 1000, abs=1e-3)
+    met = fin.filter((pl.col("ttft_us") <= 500_000) & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= 20_000)))
+    assert int(req["slo_met"].sum()) == met.height
+    assert s["slo_attainment"] == pytest.approx(met.height / fin.height, abs=1e-4)
+    assert s["goodput_rps"] == pytest.approx(met.height / s["sim_span_s"], abs=1e-4)
+    assert s["output_tokens_per_s"] == pytest.approx(fin["output_tokens"].sum() / s["sim_span_s"], abs=0.01)
+    gpu_hours = ticks["gpus"].sum() / 3600  # 1 s ticks
+    assert s["gpu_hours"] == pytest.approx(gpu_hours, abs=1e-4)
+    assert s["cost_usd"] == pytest.approx(gpu_hours * s["pool_plans"]["default"]["price_usd_per_gpu_hour"], abs=1e-4)
+    assert s["cost_usd"] == pytest.approx(ticks["cost_usd"][-1], abs=1e-4)
+    assert ticks["output_tokens_per_s"].sum() == fin["output_tokens"].sum()
+    served = req.filter(pl.col("first_token_us").is_not_null())
+    assert s["prefix_hit_rate"] == pytest.approx(req["cached_tokens"].sum() / served["prompt_tokens"].sum(), abs=1e-4)
+    assert ((ticks["gpu_busy"] >= 0) & (ticks["gpu_busy"] <= 1)).all()
+    assert ticks["running"].max() <= 16
+    assert ticks["kv_total_blocks"].unique().to_list() == [3000]
+    assert (ticks["kv_used_blocks"] <= ticks["kv_total_blocks"]).all()
+    one = req.filter(pl.col("output_tokens") == 1)
+    assert one["tpot_us"].null_count() == one.height
+
+
+def test_unsorted_trace_is_sorted_with_a_note_or_refused_with_strict(cli, write, tmp_path):
+    write("unsorted.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,1\n2.0,20,2\n1.0,30,3\n")
+    cfg = write("f.yaml", "model: llama-3.1-8b\npools: [{name: a}]\n")
+    res = cli("run", "unsorted.csv", "--config", cfg, "--out", "o", "-q")
+    assert res.code == 0, res.err
+    assert "out of order" in res.err and "--strict" in res.err
+    run = read_run(tmp_path / "o")
+    assert run.requests["prompt_tokens"].to_list() == [10, 30, 20]
+    assert run.summary["trace_reordered"] >= 1
+    strict = cli("run", "unsorted.csv", "--config", cfg, "--out", "o2", "-q", "--strict")
+    assert strict.code == 2 and strict.err.startswith("llm-replay: error: unsorted.csv line 4")
+    assert not (tmp_path / "o2").exists()
