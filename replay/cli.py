@@ -17,6 +17,7 @@ EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
+    from replay.cli_trace import add_trace_options
     from traces import DEFAULT_TRACE
 
     p = argparse.ArgumentParser(
@@ -30,15 +31,14 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"trace file or bundled trace name (default: the config's trace, else {DEFAULT_TRACE})")
     run.add_argument("--config", "-c", help="fleet config YAML (default: the built-in fleet)")
     run.add_argument("--out", "-o", help="run directory to write (default: runs/<trace>-<config>)")
-    run.add_argument("--format", help="force the trace format instead of detecting it")
     run.add_argument("--engine", choices=("numba", "reference"), default="numba",
                      help="numba (fast) or reference (slow pure Python, same outputs)")
-    run.add_argument("--strict", action="store_true", help="treat unsorted arrivals as an error")
     run.add_argument("--force", action="store_true", help="replace --out if it already exists")
     run.add_argument("--detailed-events", action="store_true",
                      help="also log every arrival, admission, first token and finish in events.parquet")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
+    add_trace_options(run)
 
     cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica")
     cap.add_argument("--model", required=True)
@@ -56,9 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     ins = trsub.add_parser("inspect", help="rows, span, rates, token percentiles, prefix reuse")
     ins.add_argument("trace", help="trace file or bundled trace name")
-    ins.add_argument("--format")
-    ins.add_argument("--strict", action="store_true")
     ins.add_argument("--json", action="store_true")
+    add_trace_options(ins)
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--json", action="store_true")
@@ -88,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from replay.cli_trace import apply_trace_options
     from replay.config import load_config
     from replay.outputs import check_out_dir, write_run
     from replay.report import print_summary, progress_bar
@@ -95,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from traces import DEFAULT_TRACE, TraceConfig, load_from_config
 
     cfg = load_config(args.config)
-    trace_cfg = cfg.trace or TraceConfig()
+    trace_cfg = apply_trace_options(cfg.trace or TraceConfig(), args)
     if args.trace is None and trace_cfg.path is None:
         trace_cfg = TraceConfig(**{**trace_cfg.__dict__, "path": DEFAULT_TRACE})
     base_dir = Path(args.config).resolve().parent if args.config else None
@@ -158,10 +158,12 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from replay.cli_trace import apply_trace_options
     from replay.report import print_inspect
-    from traces import inspect_trace, load_trace
+    from traces import TraceConfig, inspect_trace, load_from_config
 
-    trace = load_trace(args.trace, format=args.format, strict=args.strict)
+    trace = load_from_config(apply_trace_options(TraceConfig(path=args.trace), args),
+                             format_override=args.format, strict=args.strict)
     info = inspect_trace(trace)
     info = {"source": str(trace.source), "format": trace.format, "sha256": trace.sha256,
             "dropped": dict(trace.dropped), "reordered": trace.reordered, **info}

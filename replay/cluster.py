@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 
 from replay.config import FleetConfig, PoolConfig
-from replay.engine_common import ROUTER_IDS, SNAPSHOT_COLUMNS, Engine, EngineInputs
+from policies.registry import router_id
+from replay.engine_common import SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import StepShape, step_params
@@ -146,7 +147,7 @@ def build_inputs(
         pool_long_prefill_token_threshold=np.array([e.long_prefill_token_threshold for e in engines], np.int64),
         pool_enable_prefix_caching=np.array([int(e.enable_prefix_caching) for e in engines], np.int64),
         pool_max_model_len=np.array([p.max_model_len for p in plans], np.int64),
-        pool_router=np.array([ROUTER_IDS[p.config.router] for p in plans], np.int64),
+        pool_router=np.array([router_id(p.config.router) for p in plans], np.int64),
         pool_step_params=np.stack([p.step_params for p in plans]),
         detailed_events=detailed_events,
     )

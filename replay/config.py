@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
+from policies.registry import ROUTERS
 from traces import TraceConfig
 from traces.configtools import from_dict
 from traces.errors import ConfigError
 
-ROUTERS = ("least-outstanding", "round-robin")
 
 
 def _positive(name: str, value: int) -> None:

@@ -23,8 +23,8 @@ EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish
 REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
 REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica")
 
-# Routers within a pool, by integer id (the numba dispatch is in engine_nb.route).
-ROUTER_IDS = {"least-outstanding": 0, "round-robin": 1}
+# Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
+ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN = 0, 1
 
 NO_EVENT = np.iinfo(np.int64).max
 
@@ -67,7 +67,7 @@ class EngineInputs:
     pool_long_prefill_token_threshold: np.ndarray  # int64[P]
     pool_enable_prefix_caching: np.ndarray  # int64[P] 0 or 1
     pool_max_model_len: np.ndarray  # int64[P]
-    pool_router: np.ndarray  # int64[P] ROUTER_IDS
+    pool_router: np.ndarray  # int64[P] router numba ids (policies.registry)
     pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
     detailed_events: bool = False
 

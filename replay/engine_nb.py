@@ -35,6 +35,7 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    ROUTER_ROUND_ROBIN,
     RUNNING,
     SNAPSHOT_COLUMNS,
     WAITING,
@@ -246,12 +247,12 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
 
 @njit(cache=True, _nrt=False, inline="always")
 def route(pools, reps, p):
-    """Pick a replica of pool p (integer-id dispatch; engine_common.ROUTER_IDS)."""
+    """Pick a replica of pool p (integer-id dispatch; ids in policies.registry.ROUTERS)."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
     if n == 0:
         return -1
-    if pools.router[p] == 1:  # round-robin
+    if pools.router[p] == ROUTER_ROUND_ROBIN:
         k = pools.rr_next[p]
         pools.rr_next[p] = (k + 1) % n
         return first + k

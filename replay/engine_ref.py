@@ -29,6 +29,7 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    ROUTER_ROUND_ROBIN,
     RUNNING,
     SNAPSHOT_COLUMNS,
     WAITING,
@@ -212,7 +213,7 @@ class ReferenceEngine:
 
     def _route(self, p: int) -> int:
         members = self.pool_members[p]
-        if self.inp.pool_router[p] == 1:  # round-robin
+        if self.inp.pool_router[p] == ROUTER_ROUND_ROBIN:
             k = self.rr_next[p]
             self.rr_next[p] = (k + 1) % len(members)
             return members[k]

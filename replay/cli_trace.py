@@ -1,0 +1,81 @@
+"""Trace options shared by `run` and `trace inspect`: the CLI face of the `trace:` config section.
+
+Each flag overrides the same key of the config's `trace:` section (see traces/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from traces import FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
+from traces.errors import UserError
+
+
+def add_trace_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("trace transforms (override the config's trace: section)")
+    g.add_argument("--format", help="force the trace format instead of detecting it")
+    g.add_argument("--strict", action="store_true", help="treat unsorted arrivals as an error")
+    g.add_argument("--workload", metavar="LABEL", help="workload label for every row of the trace")
+    g.add_argument("--merge", action="append", default=[], metavar="PATH[=LABEL]",
+                   help="merge another trace (labelled LABEL); repeatable")
+    g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty")
+    g.add_argument("--rate-scale", type=float, metavar="X", help="multiply the request rate by X (compress time)")
+    g.add_argument("--sample", metavar="N|FRACTION", help="keep N requests, or a FRACTION (0, 1] of them")
+    g.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    g.add_argument("--only-workload", action="append", default=[], metavar="LABEL",
+                   help="keep only rows of this workload; repeatable")
+    g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
+
+
+def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceConfig:
+    """`base` with every trace flag that was given; bad values are UserErrors naming the flag."""
+    changes: dict = {}
+    try:
+        if args.workload:
+            changes["workload"] = args.workload
+        if args.merge:
+            changes["merge"] = base.merge + tuple(_merge_source(m) for m in args.merge)
+        if args.window:
+            changes["window"] = _window(args.window)
+        if args.rate_scale is not None:
+            changes["rate_scale"] = args.rate_scale
+        if args.sample:
+            changes["sample"] = _sample(args.sample, args.seed)
+        if args.only_workload or args.max_prompt_tokens is not None:
+            old = base.filter or FilterConfig()
+            changes["filter"] = dataclasses.replace(
+                old,
+                workloads=tuple(args.only_workload) or old.workloads,
+                max_prompt_tokens=args.max_prompt_tokens if args.max_prompt_tokens is not None else old.max_prompt_tokens,
+            )
+        return dataclasses.replace(base, **changes)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"trace options: {exc}") from None
+
+
+def _merge_source(text: str) -> MergeSource:
+    path, _, label = text.partition("=")
+    if not path:
+        raise ValueError(f"--merge {text!r}: expected PATH or PATH=LABEL")
+    return MergeSource(path=path, workload=label or None)
+
+
+def _window(text: str) -> WindowConfig:
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise ValueError(f"--window {text!r}: expected START:END in seconds, e.g. 600:1800 or :300")
+    try:
+        return WindowConfig(start_s=float(start) if start else 0.0, end_s=float(end) if end else None)
+    except ValueError as exc:
+        raise ValueError(f"--window {text!r}: {exc}") from None
+
+
+def _sample(text: str, seed: int) -> SampleConfig:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--sample {text!r}: expected a count (e.g. 1000) or a fraction (e.g. 0.1)") from None
+    if value.is_integer() and value >= 1 and "." not in text:
+        return SampleConfig(n=int(value), seed=seed)
+    return SampleConfig(fraction=value, seed=seed)
