@@ -102,6 +102,13 @@ def check_contract(run, trace: pl.DataFrame) -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", summary["trace_sha256"])
     assert summary["version"]
 
+    # Parquet metadata carries the version and both hashes of summary.json.
+    for name in ("requests", "ticks", "events"):
+        meta = pl.read_parquet_metadata(run.path / f"{name}.parquet")
+        assert meta.get("llm_replay.version") == summary["version"], name
+        assert meta.get("llm_replay.config_sha256") == summary["config_sha256"], name
+        assert meta.get("llm_replay.trace_sha256") == summary["trace_sha256"], name
+
     # config.yaml is the resolved fleet; it loads again and hashes to summary's config_sha256.
     assert load_config(run.path / "config.yaml").sha256() == summary["config_sha256"]
 
@@ -282,14 +289,6 @@ def test_default_out_dir_and_force(cli, write, tmp_path):
     assert {p.name for p in out.iterdir()} == RUN_FILES
     assert_frame_equal(read_run(out).requests, first.requests)
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["azure-code-2023-fleet"]
-
-
-def test_existing_empty_out_dir_is_used(cli, write, tmp_path):
-    cfg = write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 30}}"))
-    (tmp_path / "empty").mkdir()
-    res = cli("run", "--config", cfg, "--out", "empty", "-q")
-    assert res.code == 0, res.err
-    assert {p.name for p in (tmp_path / "empty").iterdir()} == RUN_FILES
 
 
 def test_trace_argument_overrides_the_config_trace_and_keeps_its_transforms(cli, write, tmp_path):
