@@ -88,6 +88,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.cli_trace import apply_trace_options
+    from replay.cluster import plan_pools
     from replay.config import load_config
     from replay.outputs import check_out_dir, write_run
     from replay.report import print_summary, progress_bar
@@ -95,6 +96,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from traces import DEFAULT_TRACE, TraceConfig, load_from_config
 
     cfg = load_config(args.config)
+    source = args.config or "default fleet"
+    plans = plan_pools(cfg, source)  # a fleet that cannot start fails before the trace is read
     trace_cfg = apply_trace_options(cfg.trace or TraceConfig(), args)
     if args.trace is None and trace_cfg.path is None:
         trace_cfg = TraceConfig(**{**trace_cfg.__dict__, "path": DEFAULT_TRACE})
@@ -108,7 +111,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     show = not args.quiet and console.is_terminal
     with progress_bar(console, enabled=show) as progress:
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
-                              progress=progress)
+                              progress=progress, plans=plans, config_source=source)
     write_run(out, result, force=args.force)
     if args.json:
         print(json.dumps(result.summary, indent=2))

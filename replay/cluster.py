@@ -47,12 +47,20 @@ class PoolPlan:
         return self.config.tensor_parallel_size
 
 
-def plan_pools(cfg: FleetConfig) -> list[PoolPlan]:
+def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
+    """Resolve every pool; a model or GPU that is unknown or does not fit is a ConfigError naming
+    `source` (the config file) and the key."""
     plans = []
     for i, pool in enumerate(cfg.pools):
         key = f"pools[{i}]"
-        model = get_model(pool.model or cfg.model)
-        gpu = get_gpu(pool.gpu or cfg.gpu)
+        try:
+            model = get_model(pool.model or cfg.model)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {f'{key}.model' if pool.model else 'model'}: {exc}") from None
+        try:
+            gpu = get_gpu(pool.gpu or cfg.gpu)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {f'{key}.gpu' if pool.gpu else 'gpu'}: {exc}") from None
         weight_dtype = pool.weight_dtype or cfg.weight_dtype
         eng = pool.engine
         tp = pool.tensor_parallel_size
@@ -72,7 +80,7 @@ def plan_pools(cfg: FleetConfig) -> list[PoolPlan]:
                 max_model_len=max_len,
             )
         except ConfigError as exc:
-            raise ConfigError(f"{key} ({pool.name}): {exc}") from None
+            raise ConfigError(f"{source}: {key} ({pool.name}): {exc}") from None
         sm = pool.step_model
         fp8 = cap.weight_dtype == "fp8" and gpu.fp8_native
         shape = StepShape(
@@ -103,7 +111,7 @@ def plan_pools(cfg: FleetConfig) -> list[PoolPlan]:
     return plans
 
 
-def assign_pools(workloads: pl.Series, plans: list[PoolPlan]) -> np.ndarray:
+def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
     """Pool index of every request: the pool that lists its workload, else the catch-all pool."""
     by_label = {label: p.index for p in plans for label in p.config.workloads}
     catch_all = [p.index for p in plans if not p.config.workloads]
@@ -111,7 +119,7 @@ def assign_pools(workloads: pl.Series, plans: list[PoolPlan]) -> np.ndarray:
     missing = sorted(str(w) for w in labels if w not in by_label)
     if missing and not catch_all:
         raise ConfigError(
-            f"pools: workload {missing[0]!r} of the trace goes to no pool; list it in a pool's "
+            f"{source}: pools: workload {missing[0]!r} of the trace goes to no pool; list it in a pool's "
             f"'workloads' or add a pool without 'workloads' (trace workloads: {', '.join(sorted(map(str, labels)))})"
         )
     mapping = {w: by_label.get(w, catch_all[0] if catch_all else -1) for w in labels}
@@ -187,11 +195,14 @@ def simulate(
     engine: str = "numba",
     detailed_events: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    plans: list[PoolPlan] | None = None,
+    config_source: str = "config",
 ) -> RawRun:
-    """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick."""
+    """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
+    `plans` are `plan_pools(cfg)`, when the caller has already made them."""
     started = time.perf_counter()
-    plans = plan_pools(cfg)
-    pool_index = assign_pools(frame["workload"], plans)
+    plans = plans if plans is not None else plan_pools(cfg, config_source)
+    pool_index = assign_pools(frame["workload"], plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events)
     eng = make_engine(engine, inputs)
 

@@ -42,22 +42,22 @@ class EngineArgs:
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
-        _positive("engine.max_num_seqs", self.max_num_seqs)
-        _positive("engine.max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128):
-            raise ValueError(f"engine.block_size: got {self.block_size}, expected a power of 2 from 1 to 128")
+            raise ValueError(f"block_size: got {self.block_size}, expected a power of 2 from 1 to 128")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
-                f"engine.gpu_memory_utilization: got {self.gpu_memory_utilization}, expected a value in (0, 1]"
+                f"gpu_memory_utilization: got {self.gpu_memory_utilization}, expected a value in (0, 1]"
             )
         if self.num_gpu_blocks_override is not None:
-            _positive("engine.num_gpu_blocks_override", self.num_gpu_blocks_override)
+            _positive("num_gpu_blocks_override", self.num_gpu_blocks_override)
         if self.long_prefill_token_threshold < 0:
             raise ValueError(
-                f"engine.long_prefill_token_threshold: got {self.long_prefill_token_threshold}, expected >= 0"
+                f"long_prefill_token_threshold: got {self.long_prefill_token_threshold}, expected >= 0"
             )
         if self.max_model_len is not None:
-            _positive("engine.max_model_len", self.max_model_len)
+            _positive("max_model_len", self.max_model_len)
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,11 @@ class StepModelArgs:
         for name in ("mfu", "mbu"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
-                raise ValueError(f"step_model.{name}: got {value}, expected a value in (0, 1]")
+                raise ValueError(f"{name}: got {value}, expected a value in (0, 1]")
         for name in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"step_model.{name}: got {value}, expected >= 0")
+                raise ValueError(f"{name}: got {value}, expected >= 0")
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,8 @@ class SloConfig:
 
     def __post_init__(self) -> None:
         if self.ttft_ms <= 0 or self.tpot_ms <= 0:
-            raise ValueError(f"slo: got ttft_ms={self.ttft_ms}, tpot_ms={self.tpot_ms}, expected both > 0")
+            name = "ttft_ms" if self.ttft_ms <= 0 else "tpot_ms"
+            raise ValueError(f"{name}: got {getattr(self, name)}, expected > 0")
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ class FleetConfig:
             raise ValueError(f"tick_s: got {self.tick_s}, expected > 0")
         if self.metrics_window_s <= 0:
             raise ValueError(f"metrics_window_s: got {self.metrics_window_s}, expected > 0")
+        if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
+            raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
         if self.max_drain_s < 0:
             raise ValueError(f"max_drain_s: got {self.max_drain_s}, expected >= 0")
         if not self.pools:
@@ -213,6 +216,8 @@ def load_config(path: str | Path | None) -> FleetConfig:
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         line = f" line {mark.line + 1}" if mark else ""
+        if exc.problem.startswith("duplicate key"):
+            raise ConfigError(f"{path}{line}: {exc.problem} (each key may appear once)") from None
         raise ConfigError(f"{path}{line}: {exc.problem} (only plain YAML values are allowed)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -32,18 +32,35 @@ class RunOutputs:
 
 
 def check_out_dir(out_dir: Path, force: bool) -> None:
-    """Refuse to overwrite an existing run unless forced, before any work is done."""
-    if out_dir.exists() and not force:
-        if not out_dir.is_dir() or any(out_dir.iterdir()):
-            raise UserError(f"{out_dir}: already exists; choose another --out or pass --force to replace it")
+    """Refuse, before any work is done, what the final rename could not do or should not do."""
+    target = out_dir.resolve()
+    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise UserError(f"--out {out_dir}: is the current directory or one above it; choose a new directory")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {out_dir}: {parent} is a file, not a directory")
+            break
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise UserError(f"--out {out_dir}: exists and is not a directory")
+        if not force and any(out_dir.iterdir()):
+            raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace it")
 
 
 def write_run(out_dir: Path, run: RunOutputs, force: bool = False) -> Path:
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force)
     parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+    except OSError as exc:
+        raise UserError(f"--out {out_dir}: cannot create it: {exc.strerror}") from None
+    # mkdtemp makes 0o700; a run directory is shared like any other the user creates.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
     try:
         meta = {
             "llm_replay.version": str(run.summary.get("version", "")),

@@ -55,7 +55,8 @@ SUMMARY_ROWS = (
 
 def print_summary(console: Console, summary: dict, out: Path) -> None:
     """One column per pool (and the fleet when there are several), one row per figure."""
-    table = Table(title=f"{summary['trace']}: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+    console.print(f"[bold]{summary['trace']}[/]: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+    table = Table()
     table.add_column("")
     pools = summary["pools"]
     columns = list(pools.values())
@@ -71,7 +72,7 @@ def print_summary(console: Console, summary: dict, out: Path) -> None:
             if value is None:
                 cells.append("-")
             elif unit == "%":
-                cells.append(f"{value:.1%}")
+                cells.append(f"{value:.2%}")
             elif isinstance(value, float):
                 cells.append(f"{value:,.{0 if unit == ' ms' and value >= 100 else 2}f}{unit}")
             else:

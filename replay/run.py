@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
-from replay.cluster import simulate
+from replay.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
 from replay.metrics import event_frame, request_frame, summarize, tick_frame
 from replay.outputs import RunOutputs
@@ -27,11 +27,13 @@ def replay_trace(
     engine: str = "numba",
     detailed_events: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    plans: list[PoolPlan] | None = None,
+    config_source: str = "config",
 ) -> RunOutputs:
     started = time.perf_counter()
     frame = trace.frame
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress)
+                   progress=progress, plans=plans, config_source=config_source)
     requests = request_frame(frame, raw, cfg)
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)

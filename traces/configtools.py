@@ -24,10 +24,17 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: {path or 'top level'}: expected a mapping, got {_show(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted((str(k) for k in data if k not in fields))
     if unknown:
-        where = f"{path}.{unknown[0]}" if path else str(unknown[0])
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
         raise ConfigError(f"{source}: unknown key {where!r}; known keys: {', '.join(sorted(fields))}")
+    missing = [
+        name for name, f in fields.items()
+        if name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        where = f"{path}.{missing[0]}" if path else missing[0]
+        raise ConfigError(f"{source}: missing key {where!r} (required)")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
@@ -37,7 +44,13 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {path or 'top level'}: {exc}") from None
+        # A message that starts with one of the section's field names is about that key.
+        text = str(exc)
+        field, sep, rest = text.partition(":")
+        if sep and field in fields:
+            where = f"{path}.{field}" if path else field
+            raise ConfigError(f"{source}: {where}:{rest}") from None
+        raise ConfigError(f"{source}: {path or 'top level'}: {text}") from None
 
 
 def coerce(hint: Any, value: Any, path: str, source: str) -> Any:

@@ -246,8 +246,6 @@ def test_bad_input_to_other_commands(cli, write, tmp_path, argv, fragments):
 # --- bugs ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: two unknown config keys of different YAML types (a string and an "
-                                       "int or bool) crash with TypeError in sorted() instead of a ConfigError")
 def test_mixed_type_unknown_keys(cli, write, tmp_path):
     write("fleet.yaml", "modle: llama-3.1-8b\n1: 2\n")
     write("ok.csv", AZ + ROW)
@@ -256,8 +254,6 @@ def test_mixed_type_unknown_keys(cli, write, tmp_path):
     check_usage_error(res, ["fleet.yaml", "unknown key", "known keys"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unknown model in a pool override says only \"unknown model "
-                                       "'llama-9'\": neither the config file nor the key pools[1].model")
 def test_unknown_pool_model_names_the_key(cli, write, tmp_path):
     write("fleet.yaml", "model: llama-3.1-8b\npools:\n  - {name: a}\n  - {name: b, model: llama-9}\n")
     write("ok.csv", AZ + ROW)
@@ -266,8 +262,6 @@ def test_unknown_pool_model_names_the_key(cli, write, tmp_path):
     check_usage_error(res, ["fleet.yaml", "pools[1]", "'llama-9'", "known"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unknown fleet gpu says only \"unknown gpu 'h100'\": not the "
-                                       "config file nor the key 'gpu'")
 def test_unknown_gpu_names_the_config_file(cli, write, tmp_path):
     write("fleet.yaml", "gpu: h100\n")
     write("ok.csv", AZ + ROW)
@@ -276,8 +270,6 @@ def test_unknown_gpu_names_the_config_file(cli, write, tmp_path):
     check_usage_error(res, ["fleet.yaml", "gpu", "'h100'", "known"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the does-not-fit error (raised while planning pools) names "
-                                       "pools[0] but not the config file, unlike every other config error")
 def test_does_not_fit_names_the_config_file(cli, write, tmp_path):
     write("fleet.yaml", "model: llama-3.1-70b\npools:\n  - {name: a, replicas: 1, tensor_parallel_size: 1}\n")
     write("ok.csv", AZ + ROW)
@@ -286,8 +278,6 @@ def test_does_not_fit_names_the_config_file(cli, write, tmp_path):
     check_usage_error(res, ["fleet.yaml", "pools[0]", "short by"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --out . --force tries os.replace('.') and dies with an OSError "
-                                       "traceback (EBUSY), leaving an empty '..old-*' dir in the parent")
 def test_out_dot_with_force(cli, write, tmp_path, monkeypatch):
     write("work/ok.csv", AZ + ROW)
     write("work/fleet.yaml", SMALL)
@@ -297,8 +287,6 @@ def test_out_dot_with_force(cli, write, tmp_path, monkeypatch):
     check_usage_error(res, ["--out"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --out under a path that is a regular file dies with a "
-                                       "FileExistsError traceback from mkdir instead of a one-line error")
 def test_out_under_a_file(cli, write, tmp_path):
     write("ok.csv", AZ + ROW)
     write("fleet.yaml", SMALL)
@@ -308,9 +296,6 @@ def test_out_under_a_file(cli, write, tmp_path):
     check_usage_error(res, ["afile"], before, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pools are planned only after the trace is loaded, so a fleet that "
-                                       "does not fit first prints the trace's 'note: dropped N rows' and then the "
-                                       "error: two lines on stderr, and the trace load is wasted")
 def test_fleet_that_does_not_fit_is_one_line_even_with_a_trace_window(cli, write, tmp_path):
     write("fleet.yaml", "model: llama-3.1-70b\ntrace: {path: azure-code-2023, window: {end_s: 60}}\n"
                         "pools:\n  - {name: a, replicas: 1, tensor_parallel_size: 1}\n")

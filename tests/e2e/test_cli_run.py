@@ -311,8 +311,6 @@ def test_summary_table_without_quiet(cli, write, tmp_path):
     assert "o" in res.out and "run written" in res.out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: run directory keeps tempfile.mkdtemp's mode 0o700, ignoring the umask; "
-                                       "other users (a dashboard) cannot read the run")
 def test_run_dir_mode_follows_umask(cli, write, tmp_path):
     cfg = write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 30}}"))
     mask = os.umask(0o022)
@@ -353,8 +351,6 @@ def test_console_script_default_run(default_run):
     assert "run written to" in proc.stdout and "SLO attainment" in proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the summary table rounds slo_attainment 0.9997 up to '100.0%', "
-                                       "claiming every request met the SLO when some did not")
 def test_summary_table_never_shows_full_attainment_when_some_missed(default_run):
     proc, out = default_run
     summary = json.loads((out / "summary.json").read_text())
