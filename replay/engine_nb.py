@@ -101,6 +101,10 @@ class Replicas(NamedTuple):
     step_start: np.ndarray
     wake: np.ndarray  # time the replica should try to schedule, NO_EVENT when none
     counters: np.ndarray  # int64[R, len(COUNTERS)]
+    # Tournament tree over the replicas' next events, so the loop finds the earliest in O(log R):
+    # ekey[r] = time * 4 + kind (0 step end, 2 wake-up), NO_EVENT when none; tree[1] is the winner.
+    ekey: np.ndarray
+    tree: np.ndarray
 
 
 class Pools(NamedTuple):
@@ -242,6 +246,31 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
             rq.ncached[q] = full
 
 
+# --- the replicas' next events ---------------------------------------------------------------
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def update_event(reps, r):
+    """Recompute replica r's next event after busy_until or wake changed; O(log R)."""
+    if reps.busy_until[r] >= 0:
+        reps.ekey[r] = reps.busy_until[r] * 4
+    elif reps.wake[r] != NO_EVENT:
+        reps.ekey[r] = reps.wake[r] * 4 + 2
+    else:
+        reps.ekey[r] = NO_EVENT
+    leaves = reps.tree.shape[0] // 2
+    i = (leaves + r) // 2
+    while i >= 1:
+        a = reps.tree[2 * i]
+        b = reps.tree[2 * i + 1]
+        # The lower replica index wins a tie: a is always left of b.
+        if b < 0 or (a >= 0 and reps.ekey[a] <= reps.ekey[b]):
+            reps.tree[i] = a
+        else:
+            reps.tree[i] = b
+        i //= 2
+
+
 # --- routing and arrival ---------------------------------------------------------------------
 
 
@@ -296,6 +325,7 @@ def arrive(rq, reps, pools, ev, q, t):
     wq_push_back(rq, reps, r, q)
     if reps.busy_until[r] < 0 and reps.wake[r] == NO_EVENT:
         reps.wake[r] = t
+        update_event(reps, r)
 
 
 # --- one scheduler step ----------------------------------------------------------------------
@@ -460,34 +490,26 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     reps.counters[r, C_BUSY] += t - reps.step_start[r]
     reps.busy_until[r] = -1
     reps.wake[r] = t
+    update_event(reps, r)
 
 
 @njit(cache=True, _nrt=False)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order."""
     n = rq.arrival.shape[0]
-    nrep = reps.pool.shape[0]
     cap = ev.t.shape[0]
     while True:
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
         # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 2).
+        best_r = reps.tree[1]
         best_t = NO_EVENT
         best_kind = 3
-        best_r = -1
-        for r in range(nrep):
-            if reps.busy_until[r] >= 0:
-                t = reps.busy_until[r]
-                kind = 0
-            elif reps.wake[r] != NO_EVENT:
-                t = reps.wake[r]
-                kind = 2
-            else:
-                continue
-            if t < best_t or (t == best_t and kind < best_kind):
-                best_t = t
-                best_kind = kind
-                best_r = r
+        if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
+            best_t = reps.ekey[best_r] // 4
+            best_kind = reps.ekey[best_r] % 4
+        else:
+            best_r = -1
         a = ev.clock[0]
         t_arr = rq.arrival[a] if a < n else NO_EVENT
         if a < n and (t_arr < best_t or (t_arr == best_t and best_kind > 1)):
@@ -512,6 +534,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             reps.wake[r] = best_t  # everything running was preempted: admit from the queue next
         elif reps.nwait[r] > 0:
             return STATUS_STUCK
+        update_event(reps, r)
 
 
 @njit(cache=True, _nrt=False)
@@ -525,6 +548,18 @@ def snapshot_nb(reps, t, out):
             out[r, 4 + k] = reps.counters[r, k]
         if reps.busy_until[r] >= 0:
             out[r, 4 + C_BUSY] += t - reps.step_start[r]
+
+
+def _tree(nrep: int) -> np.ndarray:
+    """An idle tournament tree: leaves hold replica ids (-1 pads), every node its left-most leaf."""
+    leaves = 1
+    while leaves < max(nrep, 1):
+        leaves *= 2
+    tree = np.full(2 * leaves, -1, np.int64)
+    tree[leaves:leaves + nrep] = np.arange(nrep)
+    for i in range(leaves - 1, 0, -1):
+        tree[i] = tree[2 * i] if tree[2 * i] >= 0 else tree[2 * i + 1]
+    return tree
 
 
 class NumbaEngine:
@@ -605,6 +640,8 @@ class NumbaEngine:
             step_start=full(nrep, 0),
             wake=full(nrep, NO_EVENT),
             counters=np.zeros((nrep, len(COUNTERS)), dtype=i64),
+            ekey=full(nrep, NO_EVENT),
+            tree=_tree(nrep),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
