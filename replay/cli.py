@@ -102,6 +102,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace is None and trace_cfg.path is None:
         trace_cfg = TraceConfig(**{**trace_cfg.__dict__, "path": DEFAULT_TRACE})
     base_dir = Path(args.config).resolve().parent if args.config else None
+    if args.out is not None and not args.out.strip():
+        raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args.trace or trace_cfg.path, args.config)
     check_out_dir(out, args.force)
     trace = load_from_config(trace_cfg, path_override=args.trace, format_override=args.format,
@@ -124,10 +126,10 @@ def _report_trace_fixes(console, trace) -> None:
     """Nothing is dropped or reordered silently."""
     for reason, count in trace.dropped.items():
         if count:
-            console.print(f"[yellow]note:[/] {trace.source}: dropped {count} rows ({reason})")
+            console.print(f"[yellow]note:[/] {trace.source}: dropped {count} rows ({reason})", soft_wrap=True)
     if trace.reordered:
         console.print(f"[yellow]note:[/] {trace.source}: {trace.reordered} rows were out of order and were sorted "
-                      "by arrival (--strict makes this an error)")
+                      "by arrival (--strict makes this an error)", soft_wrap=True)
 
 
 def _default_out(trace: str | None, config: str | None) -> Path:
@@ -144,13 +146,21 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     from replay.report import print_capacity
     from replay.specs import get_gpu, get_model
 
-    cap = kv_capacity(
-        get_model(args.model), get_gpu(args.gpu), args.tp,
-        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
-        kv_cache_dtype=args.kv_cache_dtype, weight_dtype=args.weight_dtype,
-        num_gpu_blocks_override=args.num_gpu_blocks_override,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-    )
+    try:
+        cap = kv_capacity(
+            get_model(args.model), get_gpu(args.gpu), args.tp,
+            gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+            kv_cache_dtype=args.kv_cache_dtype, weight_dtype=args.weight_dtype,
+            num_gpu_blocks_override=args.num_gpu_blocks_override,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+        )
+    except UserError as exc:
+        # Name the flag the user typed, not the parameter behind it.
+        text = str(exc)
+        for flag in ("gpu_memory_utilization", "block_size", "kv_cache_dtype", "weight_dtype",
+                     "num_gpu_blocks_override", "max_num_batched_tokens", "tensor_parallel_size"):
+            text = text.replace(flag, "--tp" if flag == "tensor_parallel_size" else "--" + flag.replace("_", "-"))
+        raise UserError(f"capacity: {text}") from None
     if args.json:
         print(json.dumps(cap.to_dict(), indent=2))
     else:

@@ -65,6 +65,10 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         eng = pool.engine
         tp = pool.tensor_parallel_size
         max_len = eng.max_model_len or model.max_model_len
+        if max_len > model.max_model_len:
+            # vLLM refuses this too (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set): outputs degrade.
+            raise ConfigError(f"{source}: {key}.engine.max_model_len: got {max_len}, expected at most "
+                              f"{model.max_model_len}, the context length of {model.id}")
         try:
             cap = kv_capacity(
                 model,

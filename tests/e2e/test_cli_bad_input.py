@@ -228,12 +228,12 @@ def test_context_overflow_is_not_an_input_error(cli, write, tmp_path):
 
 @pytest.mark.parametrize(("argv", "fragments"), [
     (["capacity", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "1"],
-     ["llama-3.1-70b", "h100-sxm-80gb", "tensor_parallel_size 1", "short by 72.1 GB"]),
+     ["llama-3.1-70b", "h100-sxm-80gb", "--tp 1", "short by 72.1 GB"]),
     (["capacity", "--model", "llama-9", "--gpu", "h100-sxm-80gb"], ["'llama-9'", "known", "llama-3.1-8b"]),
     (["capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "1"], ["'h100'", "known", "h100-sxm-80gb"]),
     (["capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", "--kv-cache-dtype", "int2"],
      ["'int2'", "known", "fp8"]),
-    (["capacity", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "0"], ["tensor_parallel_size", "0"]),
+    (["capacity", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "0"], ["--tp", "0"]),
     (["trace", "inspect", "empty.csv"], ["empty.csv", "empty"]),
     (["trace", "inspect", "nosuch.csv", "--json"], ["nosuch.csv", "not found"]),
 ])
