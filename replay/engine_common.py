@@ -15,6 +15,12 @@ import numpy as np
 PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 STATE_NAMES = ("pending", "waiting", "running", "finished", "rejected")
 
+# Replica lifecycle states. STARTING covers provisioning and loading: the replica becomes ACTIVE
+# (routable) at its `active_at` time; a DRAINING replica takes no new requests and finishes its
+# own; OFF replicas (never started, or gone) hold nothing.
+R_OFF, R_STARTING, R_ACTIVE, R_DRAINING = 0, 1, 2, 3
+REPLICA_STATE_NAMES = ("off", "starting", "active", "draining")
+
 # Event kinds. REJECT and PREEMPT are always recorded; the others only with detailed events.
 EV_ARRIVE, EV_REJECT, EV_SCHEDULE, EV_PREEMPT, EV_FIRST_TOKEN, EV_FINISH = 0, 1, 2, 3, 4, 5
 EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish")
@@ -59,7 +65,7 @@ class EngineInputs:
     trace_hashes: np.ndarray  # uint64[H]
     trace_block_tokens: int  # tokens per trace hash block (1 when the trace has none)
     # One entry per pool.
-    pool_replicas: np.ndarray  # int64[P]
+    pool_replicas: np.ndarray  # int64[P] replica slots (the most the pool may ever have)
     pool_kv_blocks: np.ndarray  # int64[P] KV blocks per replica
     pool_block_size: np.ndarray  # int64[P]
     pool_max_num_seqs: np.ndarray  # int64[P]
@@ -70,10 +76,16 @@ class EngineInputs:
     pool_router: np.ndarray  # int64[P] router numba ids (policies.registry)
     pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
     detailed_events: bool = False
+    # Replicas active from t=0 per pool (default: every slot); the rest start OFF.
+    pool_initial_replicas: np.ndarray | None = None
 
     @property
     def num_requests(self) -> int:
         return int(self.arrival_us.shape[0])
+
+    @property
+    def initial_replicas(self) -> np.ndarray:
+        return self.pool_replicas if self.pool_initial_replicas is None else self.pool_initial_replicas
 
     @property
     def replica_pool(self) -> np.ndarray:
@@ -107,6 +119,21 @@ class Engine(Protocol):
 
     def take_events(self) -> dict[str, np.ndarray]:
         """Events recorded since the last call: t_us, kind, replica, request, value."""
+
+    def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per replica: state (R_*) and active_at (when a STARTING replica becomes routable)."""
+
+    def start_replica(self, r: int, active_at_us: int) -> None:
+        """An OFF replica starts, with an empty KV cache, and takes requests from active_at_us."""
+
+    def drain_replica(self, r: int) -> None:
+        """Stop routing to r; it finishes what it holds. A STARTING replica goes straight OFF."""
+
+    def busy(self, r: int) -> bool:
+        """Replica r is in the middle of a step."""
+
+    def retire_replica(self, r: int) -> None:
+        """A DRAINING replica that holds nothing is gone (OFF)."""
 
     def request_columns(self) -> dict[str, np.ndarray]:
         """Per request: replica, state, computed and generated tokens, first_scheduled_us,

@@ -39,10 +39,16 @@ from replay.engine_common import (
     RUNNING,
     SNAPSHOT_COLUMNS,
     WAITING,
+    R_ACTIVE,
+    R_DRAINING,
+    R_OFF,
+    R_STARTING,
+    REPLICA_STATE_NAMES,
     EngineInputs,
     InvariantViolation,
 )
 from replay.kvblocks import (
+    U64,
     Blocks,
     alloc_block,
     block_key_nb,
@@ -105,6 +111,8 @@ class Replicas(NamedTuple):
     # ekey[r] = time * 4 + kind (0 step end, 2 wake-up), NO_EVENT when none; tree[1] is the winner.
     ekey: np.ndarray
     tree: np.ndarray
+    state: np.ndarray  # R_OFF / R_STARTING / R_ACTIVE / R_DRAINING
+    active_at: np.ndarray  # when a STARTING replica becomes routable
 
 
 class Pools(NamedTuple):
@@ -275,21 +283,33 @@ def update_event(reps, r):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def route(pools, reps, p):
-    """Pick a replica of pool p (integer-id dispatch; ids in policies.registry.ROUTERS)."""
+def routable(reps, r, t):
+    """Active at t; a starting replica whose loading has finished by t becomes active here."""
+    if reps.state[r] == R_STARTING and reps.active_at[r] <= t:
+        reps.state[r] = R_ACTIVE
+    return reps.state[r] == R_ACTIVE
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def route(pools, reps, p, t):
+    """Pick an active replica of pool p, -1 if none (integer-id dispatch; ids in
+    policies.registry.ROUTERS)."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
-    if n == 0:
-        return -1
     if pools.router[p] == ROUTER_ROUND_ROBIN:
-        k = pools.rr_next[p]
-        pools.rr_next[p] = (k + 1) % n
-        return first + k
-    best = first  # least-outstanding: fewest waiting + running, lowest index on ties
-    best_load = reps.nwait[first] + reps.nrun[first]
-    for r in range(first + 1, first + n):
+        for _ in range(n):
+            k = pools.rr_next[p]
+            pools.rr_next[p] = (k + 1) % n
+            if routable(reps, first + k, t):
+                return first + k
+        return -1
+    best = -1  # least-outstanding: fewest waiting + running, lowest index on ties
+    best_load = 0
+    for r in range(first, first + n):
+        if not routable(reps, r, t):
+            continue
         load = reps.nwait[r] + reps.nrun[r]
-        if load < best_load:
+        if best < 0 or load < best_load:
             best = r
             best_load = load
     return best
@@ -309,7 +329,7 @@ def arrive(rq, reps, pools, ev, q, t):
         reason = REJECT_KV
     r = -1
     if reason == 0:
-        r = route(pools, reps, p)
+        r = route(pools, reps, p, t)
         if r < 0:
             reason = REJECT_NO_REPLICA
     if reason != 0:
@@ -550,6 +570,12 @@ def snapshot_nb(reps, t, out):
             out[r, 4 + C_BUSY] += t - reps.step_start[r]
 
 
+def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
+    """Index of every replica within its pool (0, 1, ... per pool)."""
+    firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
+    return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(firsts, inputs.pool_replicas)
+
+
 def _tree(nrep: int) -> np.ndarray:
     """An idle tournament tree: leaves hold replica ids (-1 pads), every node its left-most leaf."""
     leaves = 1
@@ -560,6 +586,34 @@ def _tree(nrep: int) -> np.ndarray:
     for i in range(leaves - 1, 0, -1):
         tree[i] = tree[2 * i] if tree[2 * i] >= 0 else tree[2 * i + 1]
     return tree
+
+
+@njit(cache=True, _nrt=False)
+def reset_replica_nb(blocks, reps, r):
+    """A new pod: every block free in id order, an empty prefix cache, no queues."""
+    off = reps.block_off[r]
+    n = reps.nblocks[r]
+    for i in range(n):
+        b = off + i
+        blocks.ref[b] = 0
+        blocks.key[b] = U64(0)
+        blocks.cprev[b] = -1
+        blocks.fprev[b] = b - 1 if i > 0 else -1
+        blocks.fnext[b] = b + 1 if i < n - 1 else -1
+    reps.free_head[r] = off
+    reps.free_tail[r] = off + n - 1
+    reps.nfree[r] = n
+    hoff = reps.htab_off[r]
+    for i in range(reps.htab_mask[r] + 1):
+        blocks.htab_key[hoff + i] = U64(0)
+        blocks.htab_val[hoff + i] = -1
+    reps.wait_head[r] = -1
+    reps.wait_tail[r] = -1
+    reps.nwait[r] = 0
+    reps.nrun[r] = 0
+    reps.busy_until[r] = -1
+    reps.wake[r] = NO_EVENT
+    update_event(reps, r)
 
 
 class NumbaEngine:
@@ -642,6 +696,8 @@ class NumbaEngine:
             counters=np.zeros((nrep, len(COUNTERS)), dtype=i64),
             ekey=full(nrep, NO_EVENT),
             tree=_tree(nrep),
+            state=np.where(_slot_in_pool(inputs) < inputs.initial_replicas[rep_pool], R_ACTIVE, R_OFF).astype(i64),
+            active_at=full(nrep, 0),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -723,6 +779,36 @@ class NumbaEngine:
         if not chunks:
             return {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
         return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
+        # Promote replicas whose loading finished by now, as routing would.
+        starting = (self.reps.state == R_STARTING) & (self.reps.active_at <= self.now)
+        self.reps.state[starting] = R_ACTIVE
+        return self.reps.state.copy(), self.reps.active_at.copy()
+
+    def start_replica(self, r: int, active_at_us: int) -> None:
+        if self.reps.state[r] != R_OFF:
+            raise InvariantViolation(f"start_replica({r}): replica is {REPLICA_STATE_NAMES[self.reps.state[r]]}")
+        reset_replica_nb(self.blocks, self.reps, r)
+        self.reps.state[r] = R_STARTING
+        self.reps.active_at[r] = active_at_us
+
+    def drain_replica(self, r: int) -> None:
+        state = self.reps.state[r]
+        if state == R_STARTING and self.reps.active_at[r] > self.now:
+            self.reps.state[r] = R_OFF
+        elif state in (R_STARTING, R_ACTIVE):
+            self.reps.state[r] = R_DRAINING
+
+    def busy(self, r: int) -> bool:
+        """Replica r is in the middle of a step."""
+        return bool(self.reps.busy_until[r] >= 0)
+
+    def retire_replica(self, r: int) -> None:
+        reps = self.reps
+        if reps.state[r] != R_DRAINING or reps.nwait[r] or reps.nrun[r] or reps.busy_until[r] >= 0:
+            raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
+        reps.state[r] = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
         rq = self.rq

@@ -33,6 +33,11 @@ from replay.engine_common import (
     RUNNING,
     SNAPSHOT_COLUMNS,
     WAITING,
+    R_ACTIVE,
+    R_DRAINING,
+    R_OFF,
+    R_STARTING,
+    REPLICA_STATE_NAMES,
     EngineInputs,
     InvariantViolation,
 )
@@ -118,6 +123,8 @@ class Replica:
     index: int
     pool: int
     kv: BlockPool
+    state: int = R_ACTIVE
+    active_at: int = 0
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     busy_until: int = -1
@@ -137,6 +144,9 @@ class ReferenceEngine:
         ]
         firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
         self.pool_members = [list(range(int(f), int(f + n))) for f, n in zip(firsts, inputs.pool_replicas)]
+        for members, initial in zip(self.pool_members, inputs.initial_replicas):
+            for r in members[int(initial):]:
+                self.replicas[r].state = R_OFF
         self.rr_next = [0] * len(self.pool_members)
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)
@@ -195,7 +205,8 @@ class ReferenceEngine:
             reason = REJECT_CONTEXT
         elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p]:
             reason = REJECT_KV
-        elif not self.pool_members[p]:
+        r = self._route(p, t) if not reason else None
+        if r is None and not reason:
             reason = REJECT_NO_REPLICA
         if reason:
             req.state, req.reject = REJECTED, reason
@@ -203,7 +214,7 @@ class ReferenceEngine:
             self.ended += 1
             self._record(t, EV_REJECT, -1, req.index, reason)
             return
-        rep = self.replicas[self._route(p)]
+        rep = self.replicas[r]
         req.replica, req.state = rep.index, WAITING
         if self.inp.detailed_events:
             self._record(t, EV_ARRIVE, rep.index, req.index, 0)
@@ -211,14 +222,25 @@ class ReferenceEngine:
         if rep.busy_until < 0:
             self._wake(rep, t)
 
-    def _route(self, p: int) -> int:
+    def _routable(self, rep: Replica, t: int) -> bool:
+        if rep.state == R_STARTING and rep.active_at <= t:
+            rep.state = R_ACTIVE  # loading finished
+        return rep.state == R_ACTIVE
+
+    def _route(self, p: int, t: int) -> int | None:
         members = self.pool_members[p]
         if self.inp.pool_router[p] == ROUTER_ROUND_ROBIN:
-            k = self.rr_next[p]
-            self.rr_next[p] = (k + 1) % len(members)
-            return members[k]
+            for _ in members:
+                k = self.rr_next[p]
+                self.rr_next[p] = (k + 1) % len(members)
+                if self._routable(self.replicas[members[k]], t):
+                    return members[k]
+            return None
         # least-outstanding: fewest waiting + running; min() keeps the lowest index on ties
-        return min(members, key=lambda r: len(self.replicas[r].waiting) + len(self.replicas[r].running))
+        active = [r for r in members if self._routable(self.replicas[r], t)]
+        if not active:
+            return None
+        return min(active, key=lambda r: len(self.replicas[r].waiting) + len(self.replicas[r].running))
 
     # --- one scheduler step -----------------------------------------------------------------
 
@@ -393,6 +415,41 @@ class ReferenceEngine:
         cols = list(zip(*events)) if events else [(), (), (), (), ()]
         names = ("t_us", "kind", "replica", "request", "value")
         return {n: np.array(c, dtype=np.int64) for n, c in zip(names, cols)}
+
+    def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
+        for rep in self.replicas:
+            if rep.state == R_STARTING and rep.active_at <= self.now:
+                rep.state = R_ACTIVE
+        return (np.array([r.state for r in self.replicas], np.int64),
+                np.array([r.active_at for r in self.replicas], np.int64))
+
+    def start_replica(self, r: int, active_at_us: int) -> None:
+        rep = self.replicas[r]
+        if rep.state != R_OFF:
+            raise InvariantViolation(f"start_replica({r}): replica is {REPLICA_STATE_NAMES[rep.state]}")
+        # A new pod: empty KV cache and queues; the cumulative counters carry on.
+        rep.kv = BlockPool(rep.kv.num_blocks)
+        rep.waiting.clear()
+        rep.running = []
+        rep.busy_until = -1
+        rep.state, rep.active_at = R_STARTING, active_at_us
+
+    def drain_replica(self, r: int) -> None:
+        rep = self.replicas[r]
+        if rep.state == R_STARTING and rep.active_at > self.now:
+            rep.state = R_OFF
+        elif rep.state in (R_STARTING, R_ACTIVE):
+            rep.state = R_DRAINING
+
+    def busy(self, r: int) -> bool:
+        """Replica r is in the middle of a step."""
+        return self.replicas[r].busy_until >= 0
+
+    def retire_replica(self, r: int) -> None:
+        rep = self.replicas[r]
+        if rep.state != R_DRAINING or rep.waiting or rep.running or rep.busy_until >= 0:
+            raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
+        rep.state = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
         reqs = self.requests

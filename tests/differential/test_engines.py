@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import example, given
+from hypothesis import strategies as st
 
 from replay.engine_nb import NumbaEngine
 from replay.engine_ref import ReferenceEngine
@@ -47,3 +48,48 @@ def test_preemption_and_prefix_hits_on_a_busy_replica():
     assert req["preemptions"].sum() > 0
     assert req["cached_tokens"].sum() > 0
     assert_same(inputs)
+
+
+def _run_with_lifecycle(cls, inputs, ops, tick_us=200_000):
+    """Replay with replicas started, drained and retired at tick boundaries, as an autoscaler would."""
+    from replay.engine_common import R_DRAINING, R_OFF
+
+    engine = cls(inputs)
+    t = 0
+    for k in range(2000):
+        t += tick_us
+        engine.advance(t)
+        states, _ = engine.replica_lifecycle()
+        for op, r, delay_us in ops.get(k, ()):
+            r %= len(states)
+            if op == "start" and states[r] == R_OFF:
+                engine.start_replica(r, t + delay_us)
+            elif op == "drain":
+                engine.drain_replica(r)
+            states, _ = engine.replica_lifecycle()
+        for r in np.nonzero(states == R_DRAINING)[0]:
+            st = engine.replica_state()
+            if st["waiting"][r] == 0 and st["running"][r] == 0 and not engine.busy(r):
+                engine.retire_replica(int(r))
+        if engine.done:
+            break
+    return engine.take_events(), engine.request_columns(), engine.replica_lifecycle()
+
+
+@given(engine_inputs(max_requests=30), st.dictionaries(
+    st.integers(0, 40),
+    st.lists(st.tuples(st.sampled_from(["start", "drain"]), st.integers(0, 5), st.integers(0, 500_000)),
+             max_size=3),
+    max_size=10,
+))
+def test_replica_lifecycle_matches_reference(inputs, ops):
+    import dataclasses
+
+    inputs = dataclasses.replace(inputs, pool_initial_replicas=np.maximum(inputs.pool_replicas - 1, 1))
+    a = _run_with_lifecycle(NumbaEngine, inputs, ops)
+    b = _run_with_lifecycle(ReferenceEngine, inputs, ops)
+    for x, y in zip(a[:2], b[:2]):
+        for name in x:
+            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
+    for x, y in zip(a[2], b[2]):
+        np.testing.assert_array_equal(x, y)
