@@ -7,6 +7,7 @@ no output directory; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -55,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("trace", help="look at a trace")
     trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
     ins = trsub.add_parser("inspect", help="rows, span, rates, token percentiles, prefix reuse")
-    ins.add_argument("trace", help="trace file or bundled trace name")
+    ins.add_argument("trace", nargs="?", default=None,
+                     help="trace file or bundled trace name (default: the --config's trace)")
+    ins.add_argument("--config", "-c", help="take the trace: section of this fleet config")
     ins.add_argument("--json", action="store_true")
     add_trace_options(ins)
 
@@ -87,27 +90,26 @@ def main(argv: list[str] | None = None) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.cli_trace import apply_trace_options
+    from replay.cli_trace import effective_trace
     from replay.cluster import plan_pools
     from replay.config import load_config
     from replay.outputs import check_out_dir, write_run
     from replay.report import print_summary, progress_bar
     from replay.run import replay_trace
-    from traces import DEFAULT_TRACE, TraceConfig, load_from_config
+    from traces import load_from_config
 
     cfg = load_config(args.config)
     source = args.config or "default fleet"
     plans = plan_pools(cfg, source)  # a fleet that cannot start fails before the trace is read
-    trace_cfg = apply_trace_options(cfg.trace or TraceConfig(), args)
-    if args.trace is None and trace_cfg.path is None:
-        trace_cfg = TraceConfig(**{**trace_cfg.__dict__, "path": DEFAULT_TRACE})
     base_dir = Path(args.config).resolve().parent if args.config else None
+    trace_cfg = effective_trace(cfg.trace, args, base_dir)
+    # What ran is what config.yaml records: the trace section with every CLI override applied.
+    cfg = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty path; give a directory for the run")
-    out = Path(args.out) if args.out else _default_out(args.trace or trace_cfg.path, args.config)
+    out = Path(args.out) if args.out else _default_out(args, cfg)
     check_out_dir(out, args.force)
-    trace = load_from_config(trace_cfg, path_override=args.trace, format_override=args.format,
-                             strict=args.strict, base_dir=base_dir)
+    trace = load_from_config(trace_cfg, strict=args.strict)
     console = Console(stderr=True)
     _report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
@@ -132,10 +134,18 @@ def _report_trace_fixes(console, trace) -> None:
                       "by arrival (--strict makes this an error)", soft_wrap=True)
 
 
-def _default_out(trace: str | None, config: str | None) -> Path:
-    stem = Path(str(trace)).name.split(".")[0] if trace else "trace"
-    if config:
-        stem += "-" + Path(config).stem
+TRACE_FLAGS = ("trace", "format", "column_map", "time_unit", "workload", "merge", "window", "rate_scale",
+               "sample", "only_workload", "max_prompt_tokens")
+
+
+def _default_out(args: argparse.Namespace, cfg) -> Path:
+    """runs/<trace>[-<config>], plus a short hash of the trace settings when flags changed them,
+    so two different runs never share a default directory."""
+    stem = Path(str(cfg.trace.path or "merged")).name.split(".")[0]
+    if args.config:
+        stem += "-" + Path(args.config).stem
+    if any(getattr(args, flag, None) for flag in TRACE_FLAGS if flag != "trace"):
+        stem += "-" + cfg.sha256()[:8]
     return Path("runs") / stem
 
 
@@ -171,12 +181,14 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.cli_trace import apply_trace_options
+    from replay.cli_trace import effective_trace
+    from replay.config import load_config
     from replay.report import print_inspect
-    from traces import TraceConfig, inspect_trace, load_from_config
+    from traces import inspect_trace, load_from_config
 
-    trace = load_from_config(apply_trace_options(TraceConfig(path=args.trace), args),
-                             format_override=args.format, strict=args.strict)
+    base = load_config(args.config).trace if args.config else None
+    base_dir = Path(args.config).resolve().parent if args.config else None
+    trace = load_from_config(effective_trace(base, args, base_dir), strict=args.strict)
     info = inspect_trace(trace)
     info = {"source": str(trace.source), "format": trace.format, "sha256": trace.sha256,
             "dropped": dict(trace.dropped), "reordered": trace.reordered, **info}

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
-from traces import FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
+from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
 from traces.errors import UserError
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("trace transforms (override the config's trace: section)")
     g.add_argument("--format", help="force the trace format instead of detecting it")
+    g.add_argument("--column-map", metavar="NAME=COLUMN,...",
+                   help="generic csv/jsonl/parquet: canonical name = source column, e.g. "
+                        "arrival=ts,prompt_tokens=in,output_tokens=out")
+    g.add_argument("--time-unit", choices=("s", "ms", "us", "datetime"), help="unit of the arrival column")
     g.add_argument("--strict", action="store_true", help="treat unsorted arrivals as an error")
     g.add_argument("--workload", metavar="LABEL", help="workload label for every row of the trace")
     g.add_argument("--merge", action="append", default=[], metavar="PATH[=LABEL]",
@@ -28,10 +33,49 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
 
 
+def effective_trace(
+    base: TraceConfig | None, args: argparse.Namespace, base_dir: Path | None, absolute: bool = False,
+) -> TraceConfig:
+    """The trace a run replays: the config's trace: section with every CLI override applied, and
+    paths made relative to the working directory (config paths are relative to the config file).
+    With `absolute`, every path is absolute (bundled names stay names): that is what a run's
+    config.yaml records, so it replays the same trace from anywhere."""
+    cfg = apply_trace_options(base or TraceConfig(), args)
+    changes: dict = {}
+    trace_arg = getattr(args, "trace", None)
+    if args.format and args.format not in FORMATS:
+        raise UserError(f"{trace_arg or cfg.path or DEFAULT_TRACE}: --format {args.format!r} is not a known format; "
+                        f"known: {', '.join(FORMATS)}")
+    if trace_arg is not None:
+        changes["path"] = _absolute(trace_arg, Path.cwd()) if absolute else trace_arg
+    elif cfg.path is not None:
+        changes["path"] = _absolute(cfg.path, base_dir)
+    elif not cfg.merge:
+        changes["path"] = DEFAULT_TRACE
+    if args.format:
+        changes["format"] = args.format
+    try:
+        if cfg.merge:
+            changes["merge"] = tuple(dataclasses.replace(m, path=_absolute(m.path, base_dir)) for m in cfg.merge)
+        return dataclasses.replace(cfg, **changes)
+    except ValueError as exc:
+        raise UserError(f"trace options: {exc}") from None
+
+
+def _absolute(path: str, base_dir: Path | None) -> str:
+    if path in BUNDLED or Path(path).expanduser().is_absolute():
+        return path
+    return str(((base_dir or Path.cwd()) / Path(path).expanduser()).resolve())
+
+
 def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceConfig:
     """`base` with every trace flag that was given; bad values are UserErrors naming the flag."""
     changes: dict = {}
     try:
+        if args.column_map:
+            changes["column_map"] = _column_map(args.column_map)
+        if args.time_unit:
+            changes["time_unit"] = args.time_unit
         if args.workload:
             changes["workload"] = args.workload
         if args.merge:
@@ -52,6 +96,17 @@ def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceCon
         return dataclasses.replace(base, **changes)
     except (ValueError, TypeError) as exc:
         raise UserError(f"trace options: {exc}") from None
+
+
+def _column_map(text: str) -> dict[str, str]:
+    mapping = {}
+    for item in text.split(","):
+        name, sep, column = item.partition("=")
+        if not sep or not name.strip() or not column.strip():
+            raise ValueError(f"--column-map {text!r}: expected NAME=COLUMN pairs separated by commas, "
+                             "e.g. arrival=ts,prompt_tokens=in,output_tokens=out")
+        mapping[name.strip()] = column.strip()
+    return mapping
 
 
 def _merge_source(text: str) -> MergeSource:

@@ -16,7 +16,8 @@ import polars as pl
 
 from replay.config import FleetConfig, PoolConfig
 from policies.registry import router_id
-from replay.engine_common import SNAPSHOT_COLUMNS, Engine, EngineInputs
+from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
+from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import StepShape, step_params
@@ -151,7 +152,8 @@ def build_inputs(
         hash_len=hash_len,
         trace_hashes=flat,
         trace_block_tokens=int(trace_block_tokens or 1),
-        pool_replicas=np.array([p.config.replicas for p in plans], np.int64),
+        pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
+        pool_initial_replicas=np.array([p.config.replicas for p in plans], np.int64),
         pool_kv_blocks=np.array([p.capacity.kv_blocks for p in plans], np.int64),
         pool_block_size=np.array([e.block_size for e in engines], np.int64),
         pool_max_num_seqs=np.array([e.max_num_seqs for e in engines], np.int64),
@@ -163,6 +165,12 @@ def build_inputs(
         pool_step_params=np.stack([p.step_params for p in plans]),
         detailed_events=detailed_events,
     )
+
+
+def replica_slots(pool: PoolConfig) -> int:
+    """Engine replicas kept for a pool: an autoscaled pool may have up to max_replicas serving
+    while as many more still drain, so it gets twice its maximum."""
+    return pool.replicas if pool.autoscaler is None else 2 * pool.max_replicas
 
 
 def make_engine(name: str, inputs: EngineInputs) -> Engine:
@@ -184,7 +192,9 @@ class RawRun:
     plans: list[PoolPlan]
     pool_index: np.ndarray
     ticks: dict[str, np.ndarray]  # name -> [tick, pool]; counters cumulative
-    events: dict[str, np.ndarray]
+    events: dict[str, np.ndarray]  # the engine's
+    control_events: ControlEvents  # lifecycle and scaling decisions
+    replica_slots: np.ndarray  # engine replicas per pool
     requests: dict[str, np.ndarray]
     end_us: int
     tick_us: int
@@ -213,31 +223,61 @@ def simulate(
     tick_us = max(1, round(cfg.tick_s * 1e6))
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
     limit_us = last_arrival + round(cfg.max_drain_s * 1e6)
+    control = make_control(plans, inputs, cfg, tick_us)
+    control.start(eng)
     # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
     membership = np.zeros((len(inputs.replica_pool), len(plans)), np.int64)
     membership[np.arange(len(inputs.replica_pool)), inputs.replica_pool] = 1
     snapshots: list[np.ndarray] = []
     pool_counts: list[np.ndarray] = []
+    by_state: list[np.ndarray] = []
+    billed: list[np.ndarray] = []
     events: list[dict[str, np.ndarray]] = []
     t = 0
     while True:
+        billed.append(control.billed_gpus())  # what the interval (t, t + tick] costs
         t += tick_us
         eng.advance(t)
-        snapshots.append(membership.T @ eng.snapshot(t))  # [pool, column]
+        snap = eng.snapshot(t)
+        snapshots.append(membership.T @ snap)  # [pool, column]
         pc = eng.pool_counters()
         pool_counts.append(np.stack([pc["arrivals"], pc["rejected"]], axis=1))
         events.append(eng.take_events())
+        by_state.append(control.tick(t, eng, snap))
         if progress is not None:
             progress(min(t, last_arrival), last_arrival)
         if (eng.done and t >= last_arrival) or t >= limit_us:
             break
     per_pool = np.stack(snapshots)  # [tick, pool, column]
     counts = np.stack(pool_counts)
+    states = np.stack(by_state)  # [tick, pool, replica state]
     ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
     ticks["arrivals"], ticks["rejected"] = counts[:, :, 0], counts[:, :, 1]
     ntick = len(snapshots)
     ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], len(plans), axis=1)
-    ticks["replicas_active"] = np.tile([p.config.replicas for p in plans], (ntick, 1))
-    ticks["gpus"] = np.tile([p.config.replicas * p.gpus_per_replica for p in plans], (ntick, 1))
+    ticks["replicas_loading"] = states[:, :, R_STARTING]
+    ticks["replicas_active"] = states[:, :, R_ACTIVE]
+    ticks["replicas_draining"] = states[:, :, R_DRAINING]
+    ticks["gpus"] = np.stack(billed)
     ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
-    return RawRun(plans, pool_index, ticks, ev, eng.request_columns(), t, tick_us, time.perf_counter() - started)
+    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
+                  tick_us, time.perf_counter() - started)
+
+
+def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:
+    firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
+    pools = []
+    for plan in plans:
+        pool = plan.config
+        slots = np.arange(firsts[plan.index], firsts[plan.index] + inputs.pool_replicas[plan.index])
+        weights = plan.capacity.weights_bytes_per_gpu * plan.gpus_per_replica
+        startup_s = pool.lifecycle.pod_start_s + weights / pool.lifecycle.load_bytes_per_s
+        pc = PoolControl(plan.index, plan.name, slots, plan.gpus_per_replica, round(startup_s * 1e6),
+                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms)
+        if pool.autoscaler is not None:
+            scaler = pool.autoscaler
+            pc.decide, pc.scrape_delay_ticks = make_decider(scaler, tick_us, f"pools[{plan.index}].autoscaler")
+            pc.policy, pc.min_replicas, pc.max_replicas = scaler.policy, scaler.min_replicas, scaler.max_replicas
+        pools.append(pc)
+    return FleetControl(pools, len(inputs.replica_pool), tick_us, inputs.arrival_us, inputs.prompt_tokens,
+                        inputs.output_tokens, inputs.pool)

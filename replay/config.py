@@ -82,6 +82,40 @@ class StepModelArgs:
 
 
 @dataclass(frozen=True)
+class LifecycleConfig:
+    """How long a new replica takes: pod start, then loading its weights (all shards) at load_bw."""
+
+    pod_start_s: float = 60.0
+    load_bytes_per_s: float = 2e9
+
+    def __post_init__(self) -> None:
+        if self.pod_start_s < 0:
+            raise ValueError(f"pod_start_s: got {self.pod_start_s}, expected >= 0")
+        if self.load_bytes_per_s <= 0:
+            raise ValueError(f"load_bytes_per_s: got {self.load_bytes_per_s}, expected > 0")
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    """A pool's autoscaler: a policy by name (llm-replay policies lists them), its parameters,
+    bounds, and the guards every policy shares (cooldowns, decision interval, scrape delay)."""
+
+    policy: str = "fixed"
+    min_replicas: int = 1
+    max_replicas: int = 8
+    params: dict[str, Any] = field(default_factory=dict)
+    guard: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.min_replicas < 0:
+            raise ValueError(f"min_replicas: got {self.min_replicas}, expected >= 0")
+        if self.max_replicas < max(self.min_replicas, 1):
+            raise ValueError(
+                f"max_replicas: got {self.max_replicas}, expected >= min_replicas ({self.min_replicas}) and >= 1"
+            )
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     name: str = "default"
     replicas: int = 1
@@ -96,6 +130,14 @@ class PoolConfig:
     router: str = "least-outstanding"
     engine: EngineArgs = field(default_factory=EngineArgs)
     step_model: StepModelArgs = field(default_factory=StepModelArgs)
+    # None: a fixed pool of `replicas`; else `replicas` is the initial count.
+    autoscaler: AutoscalerConfig | None = None
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+
+    @property
+    def max_replicas(self) -> int:
+        """Replica slots the engine keeps for the pool."""
+        return self.replicas if self.autoscaler is None else max(self.replicas, self.autoscaler.max_replicas)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -107,6 +149,12 @@ class PoolConfig:
             raise ValueError(f"router: unknown router {self.router!r}; known: {', '.join(sorted(ROUTERS))}")
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
             raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
+        scaler = self.autoscaler
+        if scaler is not None and not scaler.min_replicas <= self.replicas <= scaler.max_replicas:
+            raise ValueError(
+                f"replicas: got {self.replicas}, expected the initial count within autoscaler "
+                f"[min_replicas {scaler.min_replicas}, max_replicas {scaler.max_replicas}]"
+            )
 
 
 @dataclass(frozen=True)
@@ -154,7 +202,7 @@ class FleetConfig:
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"pools: pool name {name!r} appears twice")
-        if sum(p.replicas for p in self.pools) == 0:
+        if sum(p.max_replicas for p in self.pools) == 0:
             raise ValueError("pools: every pool has 0 replicas; nothing would serve the trace")
         claimed: dict[str, str] = {}
         for pool in self.pools:

@@ -27,6 +27,8 @@ TICK_COLUMNS = (
     "kv_used_blocks", "kv_total_blocks", "arrivals", "finished", "rejected", "preemptions",
     "prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
     "ttft_p50_ms", "ttft_p99_ms", "slo_attainment",
+    # added after the first contract (README "Migration notes"):
+    "replicas_draining",
 )
 
 
@@ -133,12 +135,14 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.Data
         cost_win = _trailing_sum(cost_tick, window_ticks)
         out_win = _trailing_sum(out_tick.astype(np.float64), window_ticks)
         replicas = col("replicas_active")
+        serving = replicas + col("replicas_draining")
         total_blocks = col("kv_total_blocks")
         data = {
             "t_us": col("t_us"),
             "pool": [plan.name] * len(gpus),
             "replicas_active": replicas.astype(np.int32),
-            "replicas_loading": np.zeros(len(gpus), np.int32),
+            "replicas_loading": col("replicas_loading").astype(np.int32),
+            "replicas_draining": col("replicas_draining").astype(np.int32),
             "gpus": gpus.astype(np.int32),
             "waiting": col("waiting").astype(np.int32),
             "running": col("running").astype(np.int32),
@@ -151,7 +155,7 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.Data
             "preemptions": per_tick("preemptions").astype(np.int32),
             "prompt_tokens_per_s": per_tick("prefill_tokens") / tick_s,
             "output_tokens_per_s": out_tick / tick_s,
-            "gpu_busy": np.where(replicas > 0, per_tick("busy_us") / np.maximum(replicas * raw.tick_us, 1), 0.0),
+            "gpu_busy": np.where(serving > 0, np.minimum(per_tick("busy_us") / np.maximum(serving * raw.tick_us, 1), 1.0), 0.0),
             "cost_usd": np.cumsum(cost_tick),
             "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
         }
@@ -168,38 +172,31 @@ def _trailing_sum(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def event_frame(raw: RawRun) -> pl.DataFrame:
+    """The engine's events and the control plane's (lifecycle, scaling), ordered by time."""
     ev = raw.events
     pool_names = [p.name for p in raw.plans]
-    rep_pool = np.repeat(np.arange(len(raw.plans)), [p.config.replicas for p in raw.plans])
+    rep_pool = np.repeat(np.arange(len(raw.plans)), [int(n) for n in raw.replica_slots])
     req_pool = raw.pool_index[ev["request"]] if len(ev["request"]) else np.zeros(0, np.int64)
-    pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)] if len(rep_pool) else 0, req_pool)
+    pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)], req_pool)
     kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
     details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
+    schema = {"t_us": pl.Int64, "pool": pl.String, "replica": pl.Int32, "kind": pl.String, "detail": pl.String}
     engine_events = pl.DataFrame(
         {
-            "t_us": pl.Series(ev["t_us"], dtype=pl.Int64),
-            "pool": pl.Series([pool_names[i] for i in pool_of.tolist()], dtype=pl.String),
+            "t_us": ev["t_us"],
+            "pool": [pool_names[i] for i in pool_of.tolist()],
             "replica": pl.Series(ev["replica"], dtype=pl.Int32).replace(-1, None),
-            "kind": pl.Series(kinds.tolist(), dtype=pl.String),
-            "detail": pl.Series(details, dtype=pl.String),
-        }
+            "kind": kinds.tolist(),
+            "detail": details,
+        },
+        schema=schema,
     )
-    # Fixed pools: every replica is active from the start (autoscaling adds its own state changes).
-    lifecycle = pl.DataFrame(
-        {
-            "t_us": pl.Series([0] * len(rep_pool), dtype=pl.Int64),
-            "pool": pl.Series([pool_names[p] for p in rep_pool.tolist()], dtype=pl.String),
-            "replica": pl.Series(range(len(rep_pool)), dtype=pl.Int32),
-            "kind": pl.Series(["replica_active"] * len(rep_pool), dtype=pl.String),
-            "detail": pl.Series([_replica_detail(raw.plans[p]) for p in rep_pool.tolist()], dtype=pl.String),
-        }
+    ce = raw.control_events
+    control = pl.DataFrame(
+        {"t_us": ce.t_us, "pool": ce.pool, "replica": ce.replica, "kind": ce.kind, "detail": ce.detail},
+        schema=schema,
     )
-    return pl.concat([lifecycle, engine_events])
-
-
-def _replica_detail(plan) -> str:
-    return (f"{plan.model.id} on {plan.gpus_per_replica} x {plan.gpu.id}: "
-            f"{plan.capacity.kv_blocks:,} KV blocks ({plan.capacity.kv_tokens:,} tokens)")
+    return pl.concat([control, engine_events]).sort("t_us", maintain_order=True)
 
 
 def _detail(kind: int, request: int, value: int) -> str:

@@ -43,7 +43,7 @@ def check_contract(run, trace: pl.DataFrame) -> None:
     assert leftovers == []
     req, ticks, events, summary = run.requests, run.ticks, run.events, run.summary
     assert tuple(req.columns) == ISSUE_REQUEST_COLUMNS
-    assert tuple(ticks.columns) == ISSUE_TICK_COLUMNS
+    assert tuple(ticks.columns)[: len(ISSUE_TICK_COLUMNS)] == ISSUE_TICK_COLUMNS
     assert tuple(events.columns) == EVENT_COLUMNS
 
     # Every trace row exactly once, with its own arrival and token counts.
@@ -347,7 +347,9 @@ def test_console_script_default_run(default_run):
     check_contract(run, frame)
     assert run.summary["requests"] == BUNDLED_ROWS["azure-conv-2023"]
     assert run.summary["trace"] == "azure-conv-2023"
-    assert run.summary["config_sha256"] == cfg.sha256()
+    # config.yaml records what ran (the bundled trace included) and hashes to the summary's sha.
+    assert run.summary["config_sha256"] == load_config(out / "config.yaml").sha256()
+    assert load_config(out / "config.yaml").trace.path == "azure-conv-2023"
     assert "run written to" in proc.stdout and "SLO attainment" in proc.stdout
 
 
