@@ -1,0 +1,96 @@
+"""The one wrapper around every autoscaler: decision interval, bounds and cooldowns (µs inside).
+
+Ray Serve keeps bounds, delays and cold start in one wrapper (`_apply_autoscaling_config` in
+`python/ray/serve/autoscaling_policy.py`) instead of in each policy; this is that wrapper. Order
+per tick: between decisions hold the last answer (the policy only records samples); at a decision
+ask the policy, clamp to [ctx.min_replicas, ctx.max_replicas], then apply the cooldowns, then
+clamp again so bounds always win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Generic, TypeVar
+
+from policies.api import Decision, ScalingContext
+from policies.autoscalers._util import check_number, us
+
+S = TypeVar("S")
+
+PolicyFn = Callable[[ScalingContext, Any, Any], Decision]
+ObserveFn = Callable[[ScalingContext, Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class GuardParams:
+    """Shared knobs of every autoscaler (`autoscaler.guard` in the config).
+
+    scale_up_cooldown_s: least time between two scale-ups.
+    scale_down_cooldown_s: least time between any scale event (up or down) and a scale-down, so
+        a pool does not shrink right after it grew.
+    scrape_delay_s: how stale the metrics the policy sees are. The cluster applies it (it passes
+        the scrape taken `scrape_delay_s` earlier as `ctx.metrics`); it lives here so the config
+        has one place for it.
+    Bounds come from `ctx.min_replicas` / `ctx.max_replicas` (the pool's config); the decision
+    interval is each policy's own `decision_interval_s` (HPA sync period, KPA tick, ...).
+    """
+
+    scale_up_cooldown_s: float = 0.0
+    scale_down_cooldown_s: float = 0.0
+    scrape_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_number("scale_up_cooldown_s", self.scale_up_cooldown_s, lo=0)
+        check_number("scale_down_cooldown_s", self.scale_down_cooldown_s, lo=0)
+        check_number("scrape_delay_s", self.scrape_delay_s, lo=0)
+
+
+@dataclass(frozen=True)
+class GuardState(Generic[S]):
+    inner: S  # the policy's own state
+    held: int | None = None  # the last answer, held between decisions
+    last_decision_us: int | None = None
+    last_scale_up_us: int | None = None
+    last_scale_down_us: int | None = None
+
+
+def clamp(n: int, ctx: ScalingContext) -> int:
+    return max(ctx.min_replicas, min(ctx.max_replicas, n))
+
+
+def _cooled(now_us: int, last_us: int | None, cooldown_us: int) -> bool:
+    return last_us is None or now_us - last_us >= cooldown_us
+
+
+def guard_step(
+    fn: PolicyFn, observe: ObserveFn | None, ctx: ScalingContext, params: Any, guard: GuardParams,
+    state: GuardState,
+) -> Decision[GuardState]:
+    """One control tick of `fn` under the guard; pure, returns the next `GuardState`."""
+    now = ctx.now_us
+    interval_us = us(params.decision_interval_s)
+    if state.held is not None and state.last_decision_us is not None and now - state.last_decision_us < interval_us:
+        inner = observe(ctx, params, state.inner) if observe is not None else state.inner
+        held = clamp(state.held, ctx)
+        return Decision(held, replace(state, inner=inner), {"held": True, "replicas": held})
+
+    decision = fn(ctx, params, state.inner)
+    proposed = clamp(decision.replicas, ctx)
+    current = ctx.desired
+    answer, blocked = proposed, None
+    if proposed > current and not _cooled(now, state.last_scale_up_us, us(guard.scale_up_cooldown_s)):
+        answer, blocked = current, "scale_up_cooldown"
+    elif proposed < current:
+        last_change = max((t for t in (state.last_scale_up_us, state.last_scale_down_us) if t is not None), default=None)
+        if not _cooled(now, last_change, us(guard.scale_down_cooldown_s)):
+            answer, blocked = current, "scale_down_cooldown"
+    answer = clamp(answer, ctx)
+    up, down = state.last_scale_up_us, state.last_scale_down_us
+    if answer > current:
+        up = now
+    elif answer < current:
+        down = now
+    signals = dict(decision.signals)
+    signals.update(policy_replicas=decision.replicas, proposed=proposed, blocked=blocked)
+    next_state = GuardState(decision.state, answer, now, up, down)
+    return Decision(answer, next_state, signals)
