@@ -2,12 +2,18 @@
 
 The numba engine dispatches per-arrival and per-step policies by integer id
 (`replay/engine_nb.py`: `route`); a test walks this registry to check each id has a branch.
+Autoscalers are plain Python, called once per control tick through `AutoscalerSpec.step`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
+from policies.api import Decision, ScalingContext
+from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
+from policies.autoscalers._ratio import ratio_state
+from policies.autoscalers.guard import GuardParams, GuardState, guard_step
 from traces.errors import ConfigError
 
 
@@ -42,3 +48,96 @@ def router_id(name: str) -> int:
         return ROUTERS[name].numba_id
     except KeyError:
         raise ConfigError(f"unknown router {name!r}; known: {', '.join(sorted(ROUTERS))}") from None
+
+
+@dataclass(frozen=True)
+class AutoscalerSpec:
+    """One autoscaler: its params dataclass, initial state, pure policy and upstream source.
+
+    `fn(ctx, params, state) -> Decision` decides; `observe(ctx, params, state) -> state` (when
+    set) records the samples a windowed policy needs on the ticks between its decisions. The
+    cluster drives it through `initial_state` and `step`, which apply the shared guard.
+    """
+
+    name: str
+    params_cls: type
+    state_factory: Callable[[Any], Any]
+    fn: Callable[..., Decision]
+    source: str
+    summary: str
+    observe: Callable[..., Any] | None = None
+
+    def initial_state(self, params: Any) -> GuardState:
+        return GuardState(self.state_factory(params))
+
+    def step(self, ctx: ScalingContext, params: Any, guard: GuardParams, state: GuardState) -> Decision[GuardState]:
+        return guard_step(self.fn, self.observe, ctx, params, guard, state)
+
+
+AUTOSCALERS: dict[str, AutoscalerSpec] = {
+    spec.name: spec
+    for spec in (
+        AutoscalerSpec(
+            "fixed", fixed.FixedParams, fixed.fixed_state, fixed.fixed,
+            "static Deployment replicas (no upstream controller)",
+            "keeps the configured count, or the count the pool already has",
+        ),
+        AutoscalerSpec(
+            "gpu-util", gpu_util.GpuUtilParams, ratio_state, gpu_util.gpu_util,
+            "kubernetes pkg/controller/podautoscaler/replica_calculator.go on DCGM_FI_DEV_GPU_UTIL; "
+            "GKE best practices for autoscaling LLM inference on GPUs",
+            "HPA formula on GPU-Util, target 0.8: reads ~1.0 under any load, so it only scales up (misleading)",
+        ),
+        AutoscalerSpec(
+            "queue-depth", queue_depth.QueueDepthParams, ratio_state, queue_depth.queue_depth,
+            "kubernetes replica_calculator.go on vllm:num_requests_waiting; llm-d queueDepthThreshold 5",
+            "ceil(N * waiting per replica / 5), 10% tolerance",
+        ),
+        AutoscalerSpec(
+            "kv-usage", kv_usage.KvUsageParams, ratio_state, kv_usage.kv_usage,
+            "kubernetes replica_calculator.go on vllm:kv_cache_usage_perc",
+            "ceil(N * KV use / 0.7), 10% tolerance",
+        ),
+        AutoscalerSpec(
+            "hpa", hpa.HpaParams, hpa.hpa_state, hpa.hpa,
+            "kubernetes pkg/controller/podautoscaler/horizontal.go + replica_calculator.go",
+            "Kubernetes HPA: ceil(N * current / target), 10% tolerance, max over a 300 s scale-down "
+            "window, 15 s sync; metric waiting | ongoing | kv_usage | gpu_busy",
+        ),
+        AutoscalerSpec(
+            "kpa", kpa.KpaParams, kpa.kpa_state, kpa.kpa,
+            "knative/serving pkg/autoscaler/scaling/autoscaler.go",
+            "Knative KPA on concurrency: 60 s stable / 6 s panic windows, panic at 200%, no scale-down "
+            "in panic, rates 1000 up / 2 down, 2 s tick",
+            kpa.kpa_observe,
+        ),
+        AutoscalerSpec(
+            "ray-serve", ray_serve.RayServeParams, ray_serve.ray_serve_state, ray_serve.ray_serve,
+            "ray python/ray/serve/autoscaling_policy.py (replica_queue_length_autoscaling_policy)",
+            "Ray Serve: 2 ongoing requests per replica over a 30 s look-back, act after 30 s up / 600 s "
+            "down of consecutive decisions",
+            ray_serve.ray_serve_observe,
+        ),
+        AutoscalerSpec(
+            "wva", wva.WvaParams, wva.wva_state, wva.wva,
+            "llm-d workload-variant-autoscaler internal/engines/analyzers/saturation_v2/analyzer.go",
+            "llm-d saturation: KV-token demand vs capacity (KV threshold 0.8), scale up above 0.85, "
+            "down below 0.70, starting replicas count as capacity, 60 s",
+            wva.wva_observe,
+        ),
+        AutoscalerSpec(
+            "sla-planner", sla_planner.SlaPlannerParams, sla_planner.sla_planner_state, sla_planner.sla_planner,
+            "ai-dynamo/dynamo components/planner/src/dynamo/planner/utils/planner_core.py",
+            "Dynamo SLA planner: predicted rate x ISL/OSL over per-replica prefill and decode "
+            "throughput at the TTFT/TPOT targets, every 180 s; role prefill | decode | aggregated",
+            sla_planner.sla_planner_observe,
+        ),
+    )
+}
+
+
+def autoscaler(name: str) -> AutoscalerSpec:
+    try:
+        return AUTOSCALERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}") from None
