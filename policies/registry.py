@@ -136,8 +136,10 @@ AUTOSCALERS: dict[str, AutoscalerSpec] = {
 }
 
 
-def autoscaler(name: str) -> AutoscalerSpec:
+def autoscaler_spec(name: str, key: str | None = None) -> AutoscalerSpec:
+    """The spec named `name`; `key` (a config key path) prefixes the error when given."""
     try:
         return AUTOSCALERS[name]
     except KeyError:
-        raise ConfigError(f"unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}") from None
+        where = f"config: {key}: " if key else ""
+        raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}") from None

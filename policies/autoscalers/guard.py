@@ -28,21 +28,29 @@ class GuardParams:
     scale_up_cooldown_s: least time between two scale-ups.
     scale_down_cooldown_s: least time between any scale event (up or down) and a scale-down, so
         a pool does not shrink right after it grew.
+    decision_interval_s: how often the policy decides; between decisions the last answer holds.
+        None: the policy's own `decision_interval_s` (HPA sync period 15 s, KPA tick 2 s, ...).
     scrape_delay_s: how stale the metrics the policy sees are. The cluster applies it (it passes
         the scrape taken `scrape_delay_s` earlier as `ctx.metrics`); it lives here so the config
         has one place for it.
-    Bounds come from `ctx.min_replicas` / `ctx.max_replicas` (the pool's config); the decision
-    interval is each policy's own `decision_interval_s` (HPA sync period, KPA tick, ...).
+    Bounds come from `ctx.min_replicas` / `ctx.max_replicas` (the pool's config).
     """
 
     scale_up_cooldown_s: float = 0.0
     scale_down_cooldown_s: float = 0.0
+    decision_interval_s: float | None = None
     scrape_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_number("scale_up_cooldown_s", self.scale_up_cooldown_s, lo=0)
         check_number("scale_down_cooldown_s", self.scale_down_cooldown_s, lo=0)
+        if self.decision_interval_s is not None:
+            check_number("decision_interval_s", self.decision_interval_s, lo=0)
         check_number("scrape_delay_s", self.scrape_delay_s, lo=0)
+
+    def interval_us(self, params: Any) -> int:
+        seconds = params.decision_interval_s if self.decision_interval_s is None else self.decision_interval_s
+        return us(seconds)
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ def guard_step(
 ) -> Decision[GuardState]:
     """One control tick of `fn` under the guard; pure, returns the next `GuardState`."""
     now = ctx.now_us
-    interval_us = us(params.decision_interval_s)
+    interval_us = guard.interval_us(params)
     if state.held is not None and state.last_decision_us is not None and now - state.last_decision_us < interval_us:
         inner = observe(ctx, params, state.inner) if observe is not None else state.inner
         held = clamp(state.held, ctx)
@@ -94,3 +102,17 @@ def guard_step(
     signals.update(policy_replicas=decision.replicas, proposed=proposed, blocked=blocked)
     next_state = GuardState(decision.state, answer, now, up, down)
     return Decision(answer, next_state, signals)
+
+
+def guarded(fn: PolicyFn, guard: GuardParams, observe: ObserveFn | None = None
+            ) -> Callable[[ScalingContext, Any, Any], Decision[GuardState]]:
+    """`fn` behind `guard` as one `step(ctx, params, state)`; `state` may be the policy's own
+    initial state (wrapped on the first call) or the `GuardState` a previous step returned.
+    Pass the spec's `observe` so windowed policies see every tick, not only their decisions."""
+
+    def step(ctx: ScalingContext, params: Any, state: Any) -> Decision[GuardState]:
+        if not isinstance(state, GuardState):
+            state = GuardState(state)
+        return guard_step(fn, observe, ctx, params, guard, state)
+
+    return step

@@ -13,8 +13,8 @@ import pytest
 from policies.api import PoolMetrics, ReplicaModel, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import RatioState
-from policies.autoscalers.guard import GuardParams, GuardState, guard_step
-from policies.registry import AUTOSCALERS, autoscaler
+from policies.autoscalers.guard import GuardParams, GuardState, guard_step, guarded
+from policies.registry import AUTOSCALERS, autoscaler_spec
 from traces.errors import ConfigError
 
 S = 1_000_000
@@ -53,8 +53,10 @@ def test_every_autoscaler_names_its_source_and_has_defaults_that_validate():
 
 
 def test_unknown_autoscaler_lists_the_known_ones():
-    with pytest.raises(ConfigError, match=r"unknown autoscaler 'magic'; known: fixed, gpu-util, hpa, kpa"):
-        autoscaler("magic")
+    with pytest.raises(ConfigError, match=r"^unknown autoscaler 'magic'; known: fixed, gpu-util, hpa, kpa"):
+        autoscaler_spec("magic")
+    with pytest.raises(ConfigError, match=r"^config: pools\[0\]\.autoscaler\.policy: unknown autoscaler 'x'"):
+        autoscaler_spec("x", key="pools[0].autoscaler.policy")
 
 
 @pytest.mark.parametrize(("cls", "kwargs", "message"), [
@@ -306,3 +308,14 @@ def test_guard_holds_between_decisions_and_applies_cooldowns():
     down = spec.step(ctx(90 * S, active=8, waiting=0, desired=8), p, guard, blocked.state)
     assert down.replicas == 8 and down.signals["blocked"] == "scale_down_cooldown"
     assert spec.step(ctx(120 * S, active=8, waiting=0, desired=8), p, guard, down.state).replicas == 1
+
+
+def test_guarded_step_takes_the_policy_state_first_and_observes_between_decisions():
+    spec = AUTOSCALERS["kpa"]
+    p = spec.params_cls()
+    step = guarded(spec.fn, GuardParams(decision_interval_s=10), spec.observe)
+    d = step(ctx(0, active=2, running=20), p, spec.state_factory(p))
+    assert isinstance(d.state, GuardState)
+    held = step(ctx(5 * S, active=2, running=500), p, d.state)  # the guard's 10 s beats KPA's 2 s tick
+    assert held.signals["held"] and held.replicas == d.replicas
+    assert [v for _, v in held.state.inner.samples] == [20.0, 500.0]
