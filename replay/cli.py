@@ -7,6 +7,7 @@ no output directory; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -95,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from replay.config import load_config
     from replay.outputs import check_out_dir, write_run
     from replay.report import print_summary, progress_bar
-    from replay.run import replay_trace
+    from replay.run import replay_trace, warm_up
     from traces import load_from_config
 
     cfg = load_config(args.config)
@@ -113,6 +114,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     _report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
+    if args.engine == "numba":
+        with console.status("loading the engine (numba compiles it on first use: about 30 s, then cached)",
+                            spinner="dots") if show else contextlib.nullcontext():
+            warm_up()
     with progress_bar(console, enabled=show) as progress:
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                               progress=progress, plans=plans, config_source=source)

@@ -180,7 +180,8 @@ def event_frame(raw: RawRun) -> pl.DataFrame:
     pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)], req_pool)
     kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
     details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
-    schema = {"t_us": pl.Int64, "pool": pl.String, "replica": pl.Int32, "kind": pl.String, "detail": pl.String}
+    schema = {"t_us": pl.Int64, "pool": pl.String, "replica": pl.Int32, "kind": pl.String, "detail": pl.String,
+              "request_id": pl.Int64}
     engine_events = pl.DataFrame(
         {
             "t_us": ev["t_us"],
@@ -188,12 +189,14 @@ def event_frame(raw: RawRun) -> pl.DataFrame:
             "replica": pl.Series(ev["replica"], dtype=pl.Int32).replace(-1, None),
             "kind": kinds.tolist(),
             "detail": details,
+            "request_id": ev["request"],
         },
         schema=schema,
     )
     ce = raw.control_events
     control = pl.DataFrame(
-        {"t_us": ce.t_us, "pool": ce.pool, "replica": ce.replica, "kind": ce.kind, "detail": ce.detail},
+        {"t_us": ce.t_us, "pool": ce.pool, "replica": ce.replica, "kind": ce.kind, "detail": ce.detail,
+         "request_id": [None] * len(ce.t_us)},
         schema=schema,
     )
     return pl.concat([control, engine_events]).sort("t_us", maintain_order=True)
