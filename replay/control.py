@@ -199,19 +199,18 @@ def _show(value) -> str:
 def make_decider(cfg, tick_us: int, key: str) -> tuple[Decider, int]:
     """The pool's policy behind the shared guards, as one `decide(ctx)` with its state inside;
     and the scrape delay in ticks. Parameters are validated against the policy's own dataclass."""
+    from policies.autoscalers.guard import GuardParams
     from policies.registry import autoscaler_spec
-    from policies.autoscalers.guard import GuardParams, guarded
     from traces.configtools import from_dict
 
     spec = autoscaler_spec(cfg.policy, key=f"{key}.policy")
     params = from_dict(spec.params_cls, cfg.params, f"{key}.params")
     guard = from_dict(GuardParams, cfg.guard, f"{key}.guard")
-    step = guarded(spec.fn, guard)
-    state = spec.state_factory(params)
+    state = spec.initial_state(params)
 
     def decide(ctx: ScalingContext) -> Decision:
         nonlocal state
-        decision = step(ctx, params, state)
+        decision = spec.step(ctx, params, guard, state)
         state = decision.state
         return decision
 
