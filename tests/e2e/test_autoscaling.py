@@ -1,0 +1,105 @@
+"""Autoscaled pools end to end: lifecycle events, replicas by state, billing, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from tests.e2e.conftest import read_run
+
+SCALED = """
+model: llama-3.1-8b
+trace: {{path: azure-conv-2023, window: {{end_s: 900}}, rate_scale: 6}}
+pools:
+  - name: chat
+    replicas: 1
+    autoscaler: {{policy: {policy}, min_replicas: 1, max_replicas: 4}}
+    lifecycle: {{pod_start_s: 20, load_bytes_per_s: 4.0e9}}
+"""
+
+
+@pytest.mark.parametrize("policy", ["kpa", "hpa", "queue-depth", "kv-usage", "ray-serve", "wva", "gpu-util"])
+def test_an_autoscaled_pool_starts_replicas_that_load_then_serve(cli, write, tmp_path, policy):
+    write("f.yaml", SCALED.format(policy=policy))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "o")
+    ev, ticks = run.events, run.ticks
+    ups = ev.filter(pl.col("kind") == "scale_up")
+    assert ups.height >= 1, f"{policy} never scaled up at 6x the conversation rate"
+    assert ups["detail"][0].startswith(f"{policy}: 1 -> ")
+    starting = ev.filter(pl.col("kind") == "replica_starting")
+    active = ev.filter((pl.col("kind") == "replica_active") & (pl.col("t_us") > 0))
+    # 20 s pod start + 16.06 GB / 4 GB/s: a replica takes requests 24.015 s after it starts
+    # (unless a scale-down cancels it first).
+    delays = []
+    for row in starting.iter_rows(named=True):
+        later = active.filter((pl.col("replica") == row["replica"]) & (pl.col("t_us") >= row["t_us"]))
+        if later.height:
+            delays.append(later["t_us"].min() - row["t_us"])
+    assert delays and all(24_000_000 < d < 24_100_000 for d in delays), delays
+    assert ticks["replicas_loading"].max() >= 1
+    assert (ticks["replicas_active"] + ticks["replicas_loading"] + ticks["replicas_draining"]).max() <= 8
+    assert ticks["replicas_active"].max() <= 4
+    # Billing covers loading replicas: GPUs billed exceed what active replicas alone would cost.
+    assert (ticks["gpus"] >= ticks["replicas_active"]).all()
+    assert (ticks["gpus"] > ticks["replicas_active"]).any()
+    assert run.summary["finished"] + run.summary["rejected"] + run.summary["unfinished"] == run.summary["requests"]
+
+
+def test_a_scaled_down_replica_drains_before_it_is_gone(cli, write, tmp_path):
+    write("f.yaml", SCALED.format(policy="queue-depth").replace("window: {end_s: 900}", "window: {end_s: 1800}"))
+    assert cli("run", "--config", "f.yaml", "--out", "o", "-q").code == 0
+    ev = read_run(tmp_path / "o").events
+    drained = ev.filter(pl.col("kind") == "replica_draining")
+    gone = ev.filter(pl.col("kind") == "replica_gone")
+    assert drained.height >= 1 and gone.height >= 1
+    for row in gone.iter_rows(named=True):
+        began = drained.filter((pl.col("replica") == row["replica"]) & (pl.col("t_us") <= row["t_us"]))
+        assert began.height >= 1, "a replica went away without draining"
+    # Nothing is routed to a replica after it started draining.
+    requests = read_run(tmp_path / "o").requests
+    for row in drained.iter_rows(named=True):
+        later = requests.filter((pl.col("replica") == row["replica"]) & (pl.col("arrival_us") > row["t_us"]))
+        restarted = ev.filter((pl.col("kind") == "replica_starting") & (pl.col("replica") == row["replica"])
+                              & (pl.col("t_us") > row["t_us"]))
+        if restarted.height == 0:
+            assert later.height == 0
+
+
+def test_fixed_pools_bill_every_replica_for_the_whole_run(cli, write, tmp_path):
+    write("f.yaml", "model: llama-3.1-8b\ntrace: {path: azure-conv-2023, window: {end_s: 60}}\n"
+                    "pools: [{name: a, replicas: 3}]\n")
+    assert cli("run", "--config", "f.yaml", "--out", "o", "-q").code == 0
+    run = read_run(tmp_path / "o")
+    assert (run.ticks["gpus"] == 3).all()
+    hours = run.ticks.height * 3 / 3600
+    assert run.summary["gpu_hours"] == pytest.approx(hours, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "autoscaler, fragments",
+    [
+        ("{policy: magic}", ["pools[0].autoscaler.policy", "unknown autoscaler 'magic'", "kpa", "hpa"]),
+        ("{policy: kpa, min_replicas: 5, max_replicas: 2}", ["pools[0].autoscaler.max_replicas", "got 2"]),
+        ("{policy: kpa, params: {panic_treshold: 2}}", ["pools[0].autoscaler.params.panic_treshold", "known keys"]),
+        ("{policy: hpa, guard: {scrape_delay_s: -1}}", ["pools[0].autoscaler.guard.scrape_delay_s", "-1"]),
+    ],
+)
+def test_autoscaler_config_errors_name_the_key(cli, write, tmp_path, autoscaler, fragments):
+    write("f.yaml", f"model: llama-3.1-8b\npools:\n  - {{name: a, replicas: 1, autoscaler: {autoscaler}}}\n")
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 2 and res.err.count("\n") == 1 and "Traceback" not in res.err
+    for fragment in fragments:
+        assert fragment in res.err, (fragment, res.err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_summary_of_a_scaled_run_is_consistent(cli, write, tmp_path):
+    write("f.yaml", SCALED.format(policy="kpa"))
+    assert cli("run", "--config", "f.yaml", "--out", "o", "-q").code == 0
+    run = read_run(tmp_path / "o")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["gpu_hours"] == pytest.approx(run.ticks["gpus"].sum() / 3600, rel=1e-3)
