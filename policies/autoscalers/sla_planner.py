@@ -4,14 +4,19 @@ Upstream: ai-dynamo/dynamo `components/planner/src/dynamo/planner/utils/planner_
 (`_compute_replica_requirements`, `make_adjustments`), `utils/load_predictor.py`,
 `utils/perf_interpolation.py`, defaults in `defaults.py` (adjustment_interval 180 s,
 min_endpoint 1, load_prediction_window_size 50). Every adjustment interval:
-- observe the interval's request rate and mean ISL / OSL (arrival-weighted) and feed one data
-  point to the predictor; predict the next interval (`constant`: the last point, upstream's
-  ConstantPredictor; `moving-average`: the mean of the last window_size points);
+- observe the interval's load and feed one data point to the predictor; predict the next
+  interval (`constant`: the last point, upstream's ConstantPredictor; `moving-average`: the mean
+  of the last window_size points);
 - prefill: ceil(rate * ISL * min(1, ttft correction) / prefill tokens/s of one replica);
 - decode: the best decode throughput whose inter-token latency meets the TPOT target (corrected),
   searched from the largest batch down among measured points whose KV (batch * (ISL + OSL/2))
   fits, else the smallest batch; ceil(rate * OSL / that throughput);
 - at least `min_endpoint` replicas.
+The data point is (request rate, prompt tokens/s, output tokens/s, decode context); upstream
+predicts rate, mean ISL and mean OSL separately and multiplies them, which is the same with the
+constant predictor. The decode context is the largest per-scrape ISL + OSL/2 of the interval
+(upstream: the interval mean); with arrival-weighted means a burst of short requests could shrink
+the context and answer more load with fewer decode replicas.
 Per-replica capacity comes from `ctx.replica` (the step model) instead of profiling files.
 `role` picks the pool's side of a prefill/decode split; `aggregated` (not in upstream, whose SLA
 planner is disaggregated only) needs the sum of both shares, since one replica time-shares them.
@@ -54,7 +59,8 @@ class SlaPlannerParams:
 @dataclass(frozen=True)
 class SlaPlannerState:
     samples: tuple[tuple[int, float, float, float], ...] = ()  # (t_us, arrivals/s, mean ISL, mean OSL)
-    history: tuple[tuple[float, float, float], ...] = ()  # one (rate, ISL, OSL) per adjustment
+    # One (requests/s, prompt tokens/s, output tokens/s, decode context tokens) per adjustment.
+    history: tuple[tuple[float, float, float, float], ...] = ()
 
 
 def sla_planner_state(params: SlaPlannerParams) -> SlaPlannerState:
@@ -68,19 +74,17 @@ def sla_planner_observe(ctx: ScalingContext, params: SlaPlannerParams, state: Sl
     return SlaPlannerState(kept + (sample,), state.history)
 
 
-def interval_load(samples: tuple[tuple[int, float, float, float], ...]) -> tuple[float, float, float]:
-    """Mean request rate over the interval, and ISL / OSL weighted by arrivals."""
-    rate = mean([s[1] for s in samples])
-    weight = sum(s[1] for s in samples)
-    if weight <= 0:
-        return rate, 0.0, 0.0
-    return rate, sum(s[1] * s[2] for s in samples) / weight, sum(s[1] * s[3] for s in samples) / weight
+def interval_load(samples: tuple[tuple[int, float, float, float], ...]) -> tuple[float, float, float, float]:
+    """Requests/s, prompt and output tokens/s over the interval, and the longest decode context."""
+    context = max((s[2] + s[3] / 2 for s in samples if s[1] > 0), default=0.0)
+    return (mean([s[1] for s in samples]), mean([s[1] * s[2] for s in samples]),
+            mean([s[1] * s[3] for s in samples]), context)
 
 
-def predict(history: tuple[tuple[float, float, float], ...], predictor: str) -> tuple[float, float, float]:
+def predict(history: tuple[tuple[float, ...], ...], predictor: str) -> tuple[float, ...]:
     if predictor == "constant":
         return history[-1]
-    return (mean([h[0] for h in history]), mean([h[1] for h in history]), mean([h[2] for h in history]))
+    return tuple(mean([h[k] for h in history]) for k in range(len(history[-1])))
 
 
 def interpolate_itl_ms(replica: ReplicaModel, batch: float) -> float:
@@ -126,15 +130,17 @@ def sla_planner(ctx: ScalingContext, params: SlaPlannerParams, state: SlaPlanner
     if replica is None or not replica.decode_tokens_per_s_at or replica.prefill_tokens_per_s <= 0:
         return Decision(ctx.desired, state, {"role": params.role, "sized": False})
 
-    rate, isl, osl = predict(history, params.load_predictor)
-    p_factor, d_factor = _corrections(ctx, replica, observed[1]) if params.correction else (1.0, 1.0)
-    prefill_share = rate * isl * min(1.0, p_factor) / replica.prefill_tokens_per_s
+    rate, prompt_tokens_per_s, output_tokens_per_s, context = predict(history, params.load_predictor)
+    observed_isl = observed[1] / observed[0] if observed[0] > 0 else 0.0
+    p_factor, d_factor = _corrections(ctx, replica, observed_isl) if params.correction else (1.0, 1.0)
+    prefill_share = prompt_tokens_per_s * min(1.0, p_factor) / replica.prefill_tokens_per_s
     itl_ms = ctx.slo_tpot_ms / d_factor if d_factor > 0 else ctx.slo_tpot_ms
-    decode_tokens_per_s = best_decode_tokens_per_s(replica, itl_ms, isl + osl / 2)
-    decode_share = rate * osl / decode_tokens_per_s if decode_tokens_per_s > 0 else 0.0
+    decode_tokens_per_s = best_decode_tokens_per_s(replica, itl_ms, context)
+    decode_share = output_tokens_per_s / decode_tokens_per_s if decode_tokens_per_s > 0 else 0.0
     share = {"prefill": prefill_share, "decode": decode_share, "aggregated": prefill_share + decode_share}
     replicas = max(params.min_endpoint, math.ceil(share[params.role]))
     signals = {"role": params.role, "sized": True, "metric": "request_rate", "value": rate,
-               "predicted_isl": isl, "predicted_osl": osl, "prefill_replicas": prefill_share,
+               "prompt_tokens_per_s": prompt_tokens_per_s, "output_tokens_per_s": output_tokens_per_s,
+               "decode_context_tokens": context, "prefill_replicas": prefill_share,
                "decode_replicas": decode_share, "decode_tokens_per_s": decode_tokens_per_s, "itl_target_ms": itl_ms}
     return Decision(replicas, state, signals)
