@@ -1,8 +1,7 @@
-"""The bare HPA replica calculator on one signal, shared by gpu-util, queue-depth and kv-usage.
+"""The bare HPA replica calculator on one signal, shared by gpu-util, queue-depth and kv-usage."""
 
-No stabilization window and no scale-up limit: these three exist to compare signals, so the
-signal is the only thing that differs between them (use `hpa` for the full controller).
-"""
+# No stabilization window and no scale-up limit: these three exist to compare signals, so the
+# signal is the only thing that differs between them (use `hpa` for the full controller).
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""`gpu-util`: HPA on GPU-Util (DCGM_FI_DEV_GPU_UTIL), the misleading baseline.
+"""`gpu-util`: HPA on GPU-Util (DCGM_FI_DEV_GPU_UTIL), the misleading baseline."""
 
-GPU-Util is the share of time a kernel was running (a duty cycle). A vLLM replica runs a step
-whenever it holds one request, so the signal sits near 1.0 under any real load: with the 0.8
-target it reads 1.25x the target and this policy can only scale up, never back down, until the
-pool is idle. GKE's "Best practices for autoscaling LLM inference workloads with GPUs"
-(cloud.google.com/kubernetes-engine/docs/best-practices/machine-learning/inference/autoscaling)
-lists exactly this limit; 0.8 is the common HPA target on DCGM utilization.
-Formula: kubernetes `replica_calculator.go`, desired = ceil(ready * util / target), 10% tolerance.
-"""
+# GPU-Util is the share of time a kernel was running (a duty cycle). A vLLM replica runs a step
+# whenever it holds one request, so the signal sits near 1.0 under any real load: with the 0.8
+# target it reads 1.25x the target and this policy can only scale up, never back down, until the
+# pool is idle. GKE's "Best practices for autoscaling LLM inference workloads with GPUs"
+# (cloud.google.com/kubernetes-engine/docs/best-practices/machine-learning/inference/autoscaling)
+# notes that it measures a duty cycle, not the work done; 0.8 is the usual HPA target on it.
+# Formula: kubernetes `replica_calculator.go`, desired = ceil(ready * util / target), 10% tolerance.
 
 from __future__ import annotations
 

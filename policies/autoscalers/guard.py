@@ -1,11 +1,10 @@
-"""The one wrapper around every autoscaler: decision interval, bounds and cooldowns (µs inside).
+"""The one wrapper around every autoscaler: decision interval, bounds and cooldowns (µs inside)."""
 
-Ray Serve keeps bounds, delays and cold start in one wrapper (`_apply_autoscaling_config` in
-`python/ray/serve/autoscaling_policy.py`) instead of in each policy; this is that wrapper. Order
-per tick: between decisions hold the last answer (the policy only records samples); at a decision
-ask the policy, clamp to [ctx.min_replicas, ctx.max_replicas], then apply the cooldowns, then
-clamp again so bounds always win.
-"""
+# Ray Serve keeps bounds, delays and cold start in one wrapper (`_apply_autoscaling_config` in
+# `python/ray/serve/autoscaling_policy.py`) instead of in each policy; this is that wrapper. Order
+# per tick: between decisions hold the last answer (the policy only records samples); at a decision
+# ask the policy, clamp to [ctx.min_replicas, ctx.max_replicas], then apply the cooldowns, then
+# clamp again so bounds always win.
 
 from __future__ import annotations
 

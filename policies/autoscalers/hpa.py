@@ -1,15 +1,14 @@
-"""Kubernetes HPA on one per-replica metric: tolerance band, 300 s scale-down stabilization.
+"""Kubernetes HPA on one per-replica metric: tolerance band, 300 s scale-down stabilization."""
 
-Upstream: kubernetes `pkg/controller/podautoscaler/replica_calculator.go` (`calcPlainMetricReplicas`)
-and `horizontal.go` (`stabilizeRecommendation`, `normalizeDesiredReplicas`, `calculateScaleUpLimit`),
-the path taken when the HPA has no `behavior` section. Reproduced:
-- desired = ceil(ready * current / target); no change while |current / target - 1| <= tolerance (0.1);
-- replicas still starting report no metric: on a scale-up they count as using 0 (and a result that
-  would flip direction keeps the current count); on a scale-down they are left out;
-- no ready replica reporting: keep the current count (upstream errors and does not scale);
-- the recommendation is the max of all recommendations in the last 300 s (so scale-downs wait),
-  capped at max(2 * current, 4) per sync; the sync period (15 s) is `decision_interval_s`.
-"""
+# Upstream: kubernetes `pkg/controller/podautoscaler/replica_calculator.go` (`calcPlainMetricReplicas`)
+# and `horizontal.go` (`stabilizeRecommendation`, `normalizeDesiredReplicas`, `calculateScaleUpLimit`),
+# the path taken when the HPA has no `behavior` section. Reproduced:
+# - desired = ceil(ready * current / target); no change while |current / target - 1| <= tolerance (0.1);
+# - replicas still starting report no metric: on a scale-up they count as using 0 (and a result that
+#   would flip direction keeps the current count); on a scale-down they are left out;
+# - no ready replica reporting: keep the current count (upstream errors and does not scale);
+# - the recommendation is the max of all recommendations in the last 300 s (so scale-downs wait),
+#   capped at max(2 * current, 4) per sync; the sync period (15 s) is `decision_interval_s`.
 
 from __future__ import annotations
 

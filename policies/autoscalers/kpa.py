@@ -1,21 +1,20 @@
-"""`kpa`: the Knative Pod Autoscaler on request concurrency, with stable and panic windows.
+"""`kpa`: the Knative Pod Autoscaler on request concurrency, with stable and panic windows."""
 
-Upstream: knative/serving `pkg/autoscaler/scaling/autoscaler.go` (`Scale`) and
-`pkg/autoscaler/config` defaults; target from `pkg/reconciler/autoscaling/resources`
-(`ResolveMetricTarget`). Reproduced, per 2 s tick (`decision_interval_s`):
-- concurrency = waiting + running requests of the pool, averaged over the 60 s stable window and
-  the 6 s panic window (10% of stable);
-- desired = ceil(average / target) for each window, kept within
-  [floor(ready / max_scale_down_rate), ceil(max_scale_up_rate * ready)] (2 and 1000), ready >= 1;
-- panic starts when the panic desired count is >= 200% of the ready count and lasts until the
-  stable window has passed without crossing again; in panic the count never goes down
-  (it is the max seen since panic began), and the larger of stable and panic desired is used;
-- a new autoscaler over more than one ready pod starts in panic at the ready count, as upstream;
-- scale_down_delay_s (0): a max over that window; scale-to-zero off by default.
-Target: Knative uses containerConcurrency (else the 100 default) * 0.7. For LLM serving the
-container concurrency that matters is the engine's `max_num_seqs`, so with `container_concurrency`
-unset the target is 0.7 * ctx.replica.max_num_seqs (100 * 0.7 when the replica model is absent).
-"""
+# Upstream: knative/serving `pkg/autoscaler/scaling/autoscaler.go` (`Scale`) and
+# `pkg/autoscaler/config` defaults; target from `pkg/reconciler/autoscaling/resources`
+# (`ResolveMetricTarget`). Reproduced, per 2 s tick (`decision_interval_s`):
+# - concurrency = waiting + running requests of the pool, averaged over the 60 s stable window and
+#   the 6 s panic window (10% of stable);
+# - desired = ceil(average / target) for each window, kept within
+#   [floor(ready / max_scale_down_rate), ceil(max_scale_up_rate * ready)] (2 and 1000), ready >= 1;
+# - panic starts when the panic desired count is >= 200% of the ready count and lasts until the
+#   stable window has passed without crossing again; in panic the count never goes down
+#   (it is the max seen since panic began), and the larger of stable and panic desired is used;
+# - a new autoscaler over more than one ready pod starts in panic at the ready count, as upstream;
+# - scale_down_delay_s (0): a max over that window; scale-to-zero off by default.
+# Target: Knative uses containerConcurrency (else the 100 default) * 0.7. For LLM serving the
+# container concurrency that matters is the engine's `max_num_seqs`, so with `container_concurrency`
+# unset the target is 0.7 * ctx.replica.max_num_seqs (100 * 0.7 when the replica model is absent).
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""`kv-usage`: HPA-style scaling on mean KV-cache use of the active replicas (0..1).
+"""`kv-usage`: HPA-style scaling on mean KV-cache use of the active replicas (0..1)."""
 
-vLLM exports `vllm:kv_cache_usage_perc`; scaling on it is the lesson's other right signal.
-Default target 0.7, below llm-d's 0.8 saturation threshold so replicas arrive before requests
-queue. Formula: kubernetes `replica_calculator.go`, ceil(N * usage / target), 10% tolerance.
-"""
+# vLLM exports `vllm:kv_cache_usage_perc`; scaling on it is the lesson's other right signal.
+# Default target 0.7, below llm-d's 0.8 saturation threshold so replicas arrive before requests
+# queue. Formula: kubernetes `replica_calculator.go`, ceil(N * usage / target), 10% tolerance.
 
 from __future__ import annotations
 

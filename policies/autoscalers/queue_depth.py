@@ -1,11 +1,10 @@
-"""`queue-depth`: HPA-style scaling on requests waiting in the engines, per active replica.
+"""`queue-depth`: HPA-style scaling on requests waiting in the engines, per active replica."""
 
-The signal the lesson recommends ("scale on the queue"): GKE's LLM autoscaling best practices
-name queue size as the server metric for throughput within a latency target. Default target 5
-waiting per replica, llm-d's saturation threshold (`queueLengthThreshold` / EPP
-`queueDepthThreshold` = 5). Formula: kubernetes `replica_calculator.go`, ceil(N * current / target)
-with the 10% tolerance band.
-"""
+# The signal the lesson recommends ("scale on the queue"): GKE's LLM autoscaling best practices
+# name queue size as the server metric for throughput within a latency target. Default target 5
+# waiting per replica, llm-d's saturation threshold (`queueLengthThreshold` / EPP
+# `queueDepthThreshold` = 5). Formula: kubernetes `replica_calculator.go`, ceil(N * current / target)
+# with the 10% tolerance band.
 
 from __future__ import annotations
 

@@ -1,22 +1,21 @@
-"""`ray-serve`: Ray Serve's default policy, target ongoing requests per replica with delays.
+"""`ray-serve`: Ray Serve's default policy, target ongoing requests per replica with delays."""
 
-Upstream: ray `python/ray/serve/autoscaling_policy.py` (`_calculate_desired_num_replicas`,
-`replica_queue_length_autoscaling_policy`, later split into `_apply_scaling_factors` and
-`_apply_delay_logic`) and `AutoscalingConfig` defaults in `python/ray/serve/config.py`:
-target_ongoing_requests 2 (since Ray 2.32), upscale_delay_s 30, downscale_delay_s 600,
-look_back_period_s 30, upscaling/downscaling factor = smoothing_factor 1.0. Reproduced:
-- total ongoing requests (waiting + running) averaged over the look-back period;
-- error = total / (target * running); desired = ceil(running * (1 + factor * (error - 1))),
-  minus one when the factor leaves it stuck at `running` though the raw ratio says fewer;
-- bounds [ctx.min_replicas, ctx.max_replicas] before the delay logic, as upstream;
-- the decision counter: a change is made only after `upscale_delay_s` (or `downscale_delay_s`,
-  or `downscale_to_zero_delay_s` for 1 -> 0) of consecutive decisions in the same direction;
-  any decision the other way, or "no change", resets it. Upstream counts control-loop periods
-  (`counter > int(delay_s / CONTROL_LOOP_INTERVAL_S)`, 0.1 s); the streak here is timed from its
-  first decision with `ctx.now_us`, which is the same thing without assuming the tick period;
-- cold start: with no running replica and requests arriving, go to max(ceil(upscaling_factor),
-  target) at once, bypassing the delays.
-"""
+# Upstream: ray `python/ray/serve/autoscaling_policy.py` (`_calculate_desired_num_replicas`,
+# `replica_queue_length_autoscaling_policy`, later split into `_apply_scaling_factors` and
+# `_apply_delay_logic`) and `AutoscalingConfig` defaults in `python/ray/serve/config.py`:
+# target_ongoing_requests 2 (since Ray 2.32), upscale_delay_s 30, downscale_delay_s 600,
+# look_back_period_s 30, upscaling/downscaling factor = smoothing_factor 1.0. Reproduced:
+# - total ongoing requests (waiting + running) averaged over the look-back period;
+# - error = total / (target * running); desired = ceil(running * (1 + factor * (error - 1))),
+#   minus one when the factor leaves it stuck at `running` though the raw ratio says fewer;
+# - bounds [ctx.min_replicas, ctx.max_replicas] before the delay logic, as upstream;
+# - the decision counter: a change is made only after `upscale_delay_s` (or `downscale_delay_s`,
+#   or `downscale_to_zero_delay_s` for 1 -> 0) of consecutive decisions in the same direction;
+#   any decision the other way, or "no change", resets it. Upstream counts control-loop periods
+#   (`counter > int(delay_s / CONTROL_LOOP_INTERVAL_S)`, 0.1 s); the streak here is timed from its
+#   first decision with `ctx.now_us`, which is the same thing without assuming the tick period;
+# - cold start: with no running replica and requests arriving, go to max(ceil(upscaling_factor),
+#   target) at once, bypassing the delays.
 
 from __future__ import annotations
 

@@ -1,31 +1,30 @@
-"""`sla-planner`: NVIDIA Dynamo's SLA planner, sizing a pool from predicted load and the step model.
+"""`sla-planner`: NVIDIA Dynamo's SLA planner, sizing a pool from predicted load and the step model."""
 
-Upstream: ai-dynamo/dynamo `components/planner/src/dynamo/planner/utils/planner_core.py`
-(`_compute_replica_requirements`, `make_adjustments`), `utils/load_predictor.py`,
-`utils/perf_interpolation.py`, defaults in `defaults.py` (adjustment_interval 180 s,
-min_endpoint 1, load_prediction_window_size 50). Every adjustment interval:
-- observe the interval's load and feed one data point to the predictor; predict the next
-  interval (`constant`: the last point, upstream's ConstantPredictor; `moving-average`: the mean
-  of the last window_size points);
-- prefill: ceil(rate * ISL * min(1, ttft correction) / prefill tokens/s of one replica);
-- decode: the best decode throughput whose inter-token latency meets the TPOT target (corrected),
-  searched from the largest batch down among measured points whose KV (batch * (ISL + OSL/2))
-  fits, else the smallest batch; ceil(rate * OSL / that throughput);
-- at least `min_endpoint` replicas.
-The data point is (request rate, prompt tokens/s, output tokens/s, decode context); upstream
-predicts rate, mean ISL and mean OSL separately and multiplies them, which is the same with the
-constant predictor. The decode context is the largest per-scrape ISL + OSL/2 of the interval
-(upstream: the interval mean); with arrival-weighted means a burst of short requests could shrink
-the context and answer more load with fewer decode replicas.
-Per-replica capacity comes from `ctx.replica` (the step model) instead of profiling files.
-`role` picks the pool's side of a prefill/decode split; `aggregated` (not in upstream, whose SLA
-planner is disaggregated only) needs the sum of both shares, since one replica time-shares them.
-Not reproduced: the ARIMA and Prophet predictors, the GPU budget across both pools (use
-max_replicas), skipping adjustment when there is no traffic (here no traffic sizes to
-min_endpoint, which keeps the policy monotone in load). Correction factors are off by default
-(upstream's dry-run mode also runs without them): they rescale targets from observed latency
-and can answer more load with fewer replicas.
-"""
+# Upstream: ai-dynamo/dynamo `components/planner/src/dynamo/planner/utils/planner_core.py`
+# (`_compute_replica_requirements`, `make_adjustments`), `utils/load_predictor.py`,
+# `utils/perf_interpolation.py`, defaults in `defaults.py` (adjustment_interval 180 s,
+# min_endpoint 1, load_prediction_window_size 50). Every adjustment interval:
+# - observe the interval's load and feed one data point to the predictor; predict the next
+#   interval (`constant`: the last point, upstream's ConstantPredictor; `moving-average`: the mean
+#   of the last window_size points);
+# - prefill: ceil(rate * ISL * min(1, ttft correction) / prefill tokens/s of one replica);
+# - decode: the best decode throughput whose inter-token latency meets the TPOT target (corrected),
+#   searched from the largest batch down among measured points whose KV (batch * (ISL + OSL/2))
+#   fits, else the smallest batch; ceil(rate * OSL / that throughput);
+# - at least `min_endpoint` replicas.
+# The data point is (request rate, prompt tokens/s, output tokens/s, decode context); upstream
+# predicts rate, mean ISL and mean OSL separately and multiplies them, which is the same with the
+# constant predictor. The decode context is the largest per-scrape ISL + OSL/2 of the interval
+# (upstream: the interval mean); with arrival-weighted means a burst of short requests could shrink
+# the context and answer more load with fewer decode replicas.
+# Per-replica capacity comes from `ctx.replica` (the step model) instead of profiling files.
+# `role` picks the pool's side of a prefill/decode split; `aggregated` (not in upstream, whose SLA
+# planner is disaggregated only) needs the sum of both shares, since one replica time-shares them.
+# Not reproduced: the ARIMA and Prophet predictors, the GPU budget across both pools (use
+# max_replicas), skipping adjustment when there is no traffic (here no traffic sizes to
+# min_endpoint, which keeps the policy monotone in load). Correction factors are off by default
+# (upstream's dry-run mode also runs without them): they rescale targets from observed latency
+# and can answer more load with fewer replicas.
 
 from __future__ import annotations
 

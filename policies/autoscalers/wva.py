@@ -1,18 +1,17 @@
-"""`wva`: llm-d workload-variant-autoscaler, token-based saturation analyzer (V2), one variant.
+"""`wva`: llm-d workload-variant-autoscaler, token-based saturation analyzer (V2), one variant."""
 
-Upstream: llm-d/llm-d-workload-variant-autoscaler `internal/engines/analyzers/saturation_v2/analyzer.go`
-(per-replica capacity and demand), the engine's universal-threshold step (RequiredCapacity /
-SpareCapacity) and `internal/engines/pipeline/cost_aware_optimizer.go` (replicas from capacity);
-defaults in `internal/config/saturation_scaling.go`: kvCacheThreshold 0.80, scaleUpThreshold 0.85,
-scaleDownBoundary 0.70; reconcile every 60 s; KV use and queue length read as their peak over the
-last minute (`max_over_time[1m]`, docs/saturation-analyzer.md). Reproduced:
-- per-replica capacity C = kv_tokens * kv_cache_threshold (the memory bound k1);
-- demand D = tokens in use (kv_usage * kv_tokens * active) + waiting * mean prompt tokens;
-- supply = active * C; anticipated supply = (active + starting) * C, so replicas still loading
-  count as capacity and a second scale-up is not ordered while the first boots;
-- required = max(0, D / scale_up_threshold - anticipated); spare = max(0, supply - D / scale_down_boundary);
-- required > 0: add ceil(required / C); else spare > 0: remove floor(spare / C), keeping at least 1.
-"""
+# Upstream: llm-d/llm-d-workload-variant-autoscaler `internal/engines/analyzers/saturation_v2/analyzer.go`
+# (per-replica capacity and demand), the engine's universal-threshold step (RequiredCapacity /
+# SpareCapacity) and `internal/engines/pipeline/cost_aware_optimizer.go` (replicas from capacity);
+# defaults in `internal/config/saturation_scaling.go`: kvCacheThreshold 0.80, scaleUpThreshold 0.85,
+# scaleDownBoundary 0.70; reconcile every 60 s; KV use and queue length read as their peak over the
+# last minute (`max_over_time[1m]`, docs/saturation-analyzer.md). Reproduced:
+# - per-replica capacity C = kv_tokens * kv_cache_threshold (the memory bound k1);
+# - demand D = tokens in use (kv_usage * kv_tokens * active) + waiting * mean prompt tokens;
+# - supply = active * C; anticipated supply = (active + starting) * C, so replicas still loading
+#   count as capacity and a second scale-up is not ordered while the first boots;
+# - required = max(0, D / scale_up_threshold - anticipated); spare = max(0, supply - D / scale_down_boundary);
+# - required > 0: add ceil(required / C); else spare > 0: remove floor(spare / C), keeping at least 1.
 
 from __future__ import annotations
 
