@@ -15,12 +15,13 @@ import numpy as np
 import polars as pl
 
 from replay.config import FleetConfig, PoolConfig
+from policies.api import ReplicaModel
 from policies.registry import router_id
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import StepShape, step_params
+from replay.stepmodel import StepShape, step_params, step_time_us_nb
 from traces.errors import ConfigError
 
 ENGINES = ("numba", "reference")
@@ -167,6 +168,23 @@ def build_inputs(
     )
 
 
+def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
+    """What one replica can do, from the step model: prefill throughput with full token budgets,
+    and decode throughput and inter-token latency at a few batch sizes (contexts of
+    `context_tokens`), for planners that size pools from targets."""
+    eng = plan.config.engine
+    chunk = eng.max_num_batched_tokens
+    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 1)
+    points = []
+    for seqs in sorted({1, 8, 32, 64, 128, eng.max_num_seqs}):
+        if seqs > eng.max_num_seqs:
+            continue
+        step_us = step_time_us_nb(plan.step_params, 0, 0.0, seqs, seqs * context_tokens, seqs)
+        points.append((seqs, seqs / step_us * 1e6, step_us / 1000.0))
+    return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
+                        kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)
+
+
 def replica_slots(pool: PoolConfig) -> int:
     """Engine replicas kept for a pool: an autoscaled pool may have up to max_replicas serving
     while as many more still drain, so it gets twice its maximum."""
@@ -273,7 +291,8 @@ def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, 
         weights = plan.capacity.weights_bytes_per_gpu * plan.gpus_per_replica
         startup_s = pool.lifecycle.pod_start_s + weights / pool.lifecycle.load_bytes_per_s
         pc = PoolControl(plan.index, plan.name, slots, plan.gpus_per_replica, round(startup_s * 1e6),
-                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms)
+                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms,
+                         replica=replica_model(plan))
         if pool.autoscaler is not None:
             scaler = pool.autoscaler
             pc.decide, pc.scrape_delay_ticks = make_decider(scaler, tick_us, f"pools[{plan.index}].autoscaler")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.api import Decision, PoolMetrics, ScalingContext
+from policies.api import Decision, PoolMetrics, ReplicaModel, ScalingContext
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING, SNAPSHOT_COLUMNS, Engine
 
 COL = {name: k for k, name in enumerate(SNAPSHOT_COLUMNS)}
@@ -40,6 +40,7 @@ class PoolControl:
     scrape_delay_ticks: int = 0
     slo_ttft_ms: float = 2000.0
     slo_tpot_ms: float = 100.0
+    replica: ReplicaModel | None = None
     desired: int = 0
     scrapes: deque = field(default_factory=deque)
 
@@ -160,7 +161,7 @@ class FleetControl:
         ctx = ScalingContext(
             now_us=t, pool=pc.name, metrics=pc.scrapes[0], desired=pc.desired,
             min_replicas=pc.min_replicas, max_replicas=pc.max_replicas,
-            slo_ttft_ms=pc.slo_ttft_ms, slo_tpot_ms=pc.slo_tpot_ms,
+            replica=pc.replica, slo_ttft_ms=pc.slo_ttft_ms, slo_tpot_ms=pc.slo_tpot_ms,
         )
         decision = pc.decide(ctx)
         target = int(min(max(decision.replicas, pc.min_replicas), pc.max_replicas))

@@ -20,7 +20,7 @@ pools:
 """
 
 
-@pytest.mark.parametrize("policy", ["kpa", "hpa", "queue-depth", "kv-usage", "ray-serve", "wva", "gpu-util"])
+@pytest.mark.parametrize("policy", ["kpa", "hpa", "queue-depth", "kv-usage", "ray-serve", "wva", "gpu-util", "sla-planner"])
 def test_an_autoscaled_pool_starts_replicas_that_load_then_serve(cli, write, tmp_path, policy):
     write("f.yaml", SCALED.format(policy=policy))
     res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
