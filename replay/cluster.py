@@ -155,7 +155,8 @@ def build_inputs(
         trace_block_tokens=int(trace_block_tokens or 1),
         pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
         pool_initial_replicas=np.array([p.config.replicas for p in plans], np.int64),
-        pool_kv_blocks=np.array([p.capacity.kv_blocks for p in plans], np.int64),
+        # vLLM's block pool keeps block 0 as the null block: one fewer is usable.
+        pool_kv_blocks=np.array([p.capacity.kv_blocks - 1 for p in plans], np.int64),
         pool_block_size=np.array([e.block_size for e in engines], np.int64),
         pool_max_num_seqs=np.array([e.max_num_seqs for e in engines], np.int64),
         pool_max_num_batched_tokens=np.array([e.max_num_batched_tokens for e in engines], np.int64),
@@ -174,12 +175,12 @@ def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
     `context_tokens`), for planners that size pools from targets."""
     eng = plan.config.engine
     chunk = eng.max_num_batched_tokens
-    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 1)
+    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 0, 1)
     points = []
     for seqs in sorted({1, 8, 32, 64, 128, eng.max_num_seqs}):
         if seqs > eng.max_num_seqs:
             continue
-        step_us = step_time_us_nb(plan.step_params, 0, 0.0, seqs, seqs * context_tokens, seqs)
+        step_us = step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context_tokens, seqs)
         points.append((seqs, seqs / step_us * 1e6, step_us / 1000.0))
     return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
                         kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)

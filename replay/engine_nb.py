@@ -138,7 +138,8 @@ class Events(NamedTuple):
     replica: np.ndarray
     request: np.ndarray
     value: np.ndarray
-    # clock[0] next arrival index, [1] events recorded, [2] detailed flag, [3] margin
+    # clock[0] next arrival index, [1] events recorded, [2] detailed flag, [3] margin,
+    # [4] and [5] the replica and time of a STATUS_STUCK
     clock: np.ndarray
 
 
@@ -316,6 +317,17 @@ def route(pools, reps, p, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
+def route_starting(pools, reps, p):
+    """No active replica: the starting replica of pool p that is ready first (lowest index on
+    ties) holds the request until it is, as Knative's activator does; -1 if none is starting."""
+    best = -1
+    for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
+        if reps.state[r] == R_STARTING and (best < 0 or reps.active_at[r] < reps.active_at[best]):
+            best = r
+    return best
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def arrive(rq, reps, pools, ev, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1
@@ -331,6 +343,8 @@ def arrive(rq, reps, pools, ev, q, t):
     if reason == 0:
         r = route(pools, reps, p, t)
         if r < 0:
+            r = route_starting(pools, reps, p)
+        if r < 0:
             reason = REJECT_NO_REPLICA
     if reason != 0:
         rq.state[q] = REJECTED
@@ -344,7 +358,7 @@ def arrive(rq, reps, pools, ev, q, t):
         record(ev, t, EV_ARRIVE, r, q, 0)
     wq_push_back(rq, reps, r, q)
     if reps.busy_until[r] < 0 and reps.wake[r] == NO_EVENT:
-        reps.wake[r] = t
+        reps.wake[r] = max(t, reps.active_at[r])  # a starting replica schedules once it is ready
         update_event(reps, r)
 
 
@@ -375,6 +389,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     detailed = ev.clock[2] != 0
     prefill_tokens = 0
     prefill_pairs = 0.0
+    prefill_ctx = 0
     decode_seqs = 0
     decode_ctx = 0
     num_seqs = 0
@@ -412,6 +427,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         else:
             prefill_tokens += new
             prefill_pairs += new * rq.computed[q] + new * (new + 1) / 2.0
+            prefill_ctx += rq.computed[q]
         i += 1
 
     # 2. Waiting requests, only if nothing was preempted; admission never preempts.
@@ -465,10 +481,12 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             num_seqs += 1
             prefill_tokens += new
             prefill_pairs += new * computed + new * (new + 1) / 2.0
+            prefill_ctx += computed
 
     if num_seqs == 0:
         return np.int64(0), preempted
-    dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, decode_seqs, decode_ctx, num_seqs)
+    dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, prefill_ctx, decode_seqs, decode_ctx,
+                          num_seqs)
     return dur, preempted
 
 
@@ -550,9 +568,11 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             reps.step_start[r] = best_t
             reps.busy_until[r] = best_t + dur
             reps.counters[r, C_STEPS] += 1
-        elif preempted:
-            reps.wake[r] = best_t  # everything running was preempted: admit from the queue next
-        elif reps.nwait[r] > 0:
+        elif reps.nwait[r] > 0 or preempted:
+            # Cannot happen: a request too big for an empty replica is rejected at arrival, so the
+            # head of running always fits once the rest is preempted. Report it, do not spin.
+            ev.clock[4] = r
+            ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
 
@@ -560,10 +580,12 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
 @njit(cache=True, _nrt=False)
 def snapshot_nb(reps, t, out):
     for r in range(reps.pool.shape[0]):
+        serving = reps.state[r] == R_ACTIVE or reps.state[r] == R_DRAINING or (
+            reps.state[r] == R_STARTING and reps.active_at[r] <= t)
         out[r, 0] = reps.nwait[r]
         out[r, 1] = reps.nrun[r]
         out[r, 2] = reps.nblocks[r] - reps.nfree[r]
-        out[r, 3] = reps.nblocks[r]
+        out[r, 3] = reps.nblocks[r] if serving else 0  # KV usage is over replicas that serve
         for k in range(reps.counters.shape[1]):
             out[r, 4 + k] = reps.counters[r, k]
         if reps.busy_until[r] >= 0:
@@ -656,11 +678,11 @@ class NumbaEngine:
             ncached=full(n, 0),
         )
         blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
-        block_off = np.concatenate(([0], np.cumsum(blocks_per)[:-1])).astype(i64)
+        block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
         tsize = np.array([table_size(int(b)) for b in blocks_per], dtype=i64)
-        htab_off = np.concatenate(([0], np.cumsum(tsize)[:-1])).astype(i64)
+        htab_off = (np.cumsum(tsize) - tsize).astype(i64)
         seqs_per = inputs.pool_max_num_seqs[rep_pool].astype(i64)
-        run_off = np.concatenate(([0], np.cumsum(seqs_per)[:-1])).astype(i64)
+        run_off = (np.cumsum(seqs_per) - seqs_per).astype(i64)
         total_blocks = int(blocks_per.sum())
         # Each replica's free queue starts as its blocks in id order.
         gid = np.arange(total_blocks, dtype=i64)
@@ -724,7 +746,7 @@ class NumbaEngine:
             replica=np.zeros(cap, i64),
             request=np.zeros(cap, i64),
             value=np.zeros(cap, i64),
-            clock=np.array([0, 0, int(inputs.detailed_events), margin], dtype=i64),
+            clock=np.array([0, 0, int(inputs.detailed_events), margin, -1, -1], dtype=i64),
         )
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
@@ -739,7 +761,9 @@ class NumbaEngine:
                 self._drain()
                 continue
             if status == STATUS_STUCK:
-                raise InvariantViolation(f"a replica has waiting requests but cannot schedule any, before t_us={until_us}")
+                r, t = int(self.ev.clock[4]), int(self.ev.clock[5])
+                raise InvariantViolation(f"replica {r} has {int(self.reps.nwait[r])} waiting requests but cannot "
+                                         f"schedule any at t_us={t}")
             return
 
     def _drain(self) -> None:
@@ -795,8 +819,8 @@ class NumbaEngine:
 
     def drain_replica(self, r: int) -> None:
         state = self.reps.state[r]
-        if state == R_STARTING and self.reps.active_at[r] > self.now:
-            self.reps.state[r] = R_OFF
+        if state == R_STARTING and self.reps.active_at[r] > self.now and self.reps.nwait[r] == 0:
+            self.reps.state[r] = R_OFF  # cancelled before it held anything
         elif state in (R_STARTING, R_ACTIVE):
             self.reps.state[r] = R_DRAINING
 

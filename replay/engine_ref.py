@@ -207,6 +207,8 @@ class ReferenceEngine:
             reason = REJECT_KV
         r = self._route(p, t) if not reason else None
         if r is None and not reason:
+            r = self._route_starting(p)
+        if r is None and not reason:
             reason = REJECT_NO_REPLICA
         if reason:
             req.state, req.reject = REJECTED, reason
@@ -220,12 +222,17 @@ class ReferenceEngine:
             self._record(t, EV_ARRIVE, rep.index, req.index, 0)
         rep.waiting.append(req)
         if rep.busy_until < 0:
-            self._wake(rep, t)
+            self._wake(rep, max(t, rep.active_at))  # a starting replica schedules once it is ready
 
     def _routable(self, rep: Replica, t: int) -> bool:
         if rep.state == R_STARTING and rep.active_at <= t:
             rep.state = R_ACTIVE  # loading finished
         return rep.state == R_ACTIVE
+
+    def _route_starting(self, p: int) -> int | None:
+        """No active replica: the starting one that is ready first holds the request meanwhile."""
+        starting = [r for r in self.pool_members[p] if self.replicas[r].state == R_STARTING]
+        return min(starting, key=lambda r: self.replicas[r].active_at) if starting else None
 
     def _route(self, p: int, t: int) -> int | None:
         members = self.pool_members[p]
@@ -310,10 +317,9 @@ class ReferenceEngine:
             budget -= new
 
         if not batch:
-            if preempted:
-                self._wake(rep, t)
-            elif rep.waiting:
-                raise InvariantViolation(f"replica {rep.index} cannot schedule its waiting requests at t_us={t}")
+            if rep.waiting or preempted:  # impossible: see engine_nb.advance_nb
+                raise InvariantViolation(f"replica {rep.index} has {len(rep.waiting)} waiting requests but cannot "
+                                         f"schedule any at t_us={t}")
             return
         for req, new, _, _ in batch:
             req.scheduled = new
@@ -323,6 +329,7 @@ class ReferenceEngine:
             inp.pool_step_params[p],
             sum(new for new, _ in prefill),
             sum(new * before + new * (new + 1) / 2.0 for new, before in prefill),
+            sum(before for _, before in prefill),
             len(decodes),
             sum(before + 1 for before in decodes),
             len(batch),
@@ -400,8 +407,9 @@ class ReferenceEngine:
             counters = dict(r.counters)
             if r.busy_until >= 0:
                 counters["busy_us"] += t_us - r.step_start
-            rows.append([len(r.waiting), len(r.running), r.kv.num_blocks - r.kv.num_free, r.kv.num_blocks,
-                         *(counters[name] for name in COUNTERS)])
+            serving = r.state in (R_ACTIVE, R_DRAINING) or (r.state == R_STARTING and r.active_at <= t_us)
+            rows.append([len(r.waiting), len(r.running), r.kv.num_blocks - r.kv.num_free,
+                         r.kv.num_blocks if serving else 0, *(counters[name] for name in COUNTERS)])
         return np.array(rows, np.int64).reshape(len(self.replicas), len(SNAPSHOT_COLUMNS))
 
     def replica_state(self) -> dict[str, np.ndarray]:
@@ -436,8 +444,8 @@ class ReferenceEngine:
 
     def drain_replica(self, r: int) -> None:
         rep = self.replicas[r]
-        if rep.state == R_STARTING and rep.active_at > self.now:
-            rep.state = R_OFF
+        if rep.state == R_STARTING and rep.active_at > self.now and not rep.waiting:
+            rep.state = R_OFF  # cancelled before it held anything
         elif rep.state in (R_STARTING, R_ACTIVE):
             rep.state = R_DRAINING
 

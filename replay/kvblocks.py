@@ -6,10 +6,12 @@ first, so a prefix's last block is evicted before its first; a free block keeps 
 stays a cache hit) until it is popped for a new allocation. Hashes identify a block together
 with its whole prefix (chained), so a lookup walks a prompt's blocks and stops at the first miss.
 
-One deliberate simplification: a replica maps each hash to one block. When a request fills a
-block whose hash is already cached by another block, its copy is not added to the cache (vLLM
-keeps both and serves hits from the first); hit rates are the same, eviction order differs only
-for such duplicates.
+Two deliberate simplifications, both of which can only lower hit rates against vLLM's:
+- a replica maps each hash to one block. When a request fills a block whose hash another block
+  already caches, its copy is not added (vLLM keeps both and serves hits from either), so once
+  that other copy is evicted the duplicate cannot serve a hit;
+- blocks of generated tokens get a key private to their request: the trace gives no content for
+  outputs, so a later turn of a conversation hits the earlier turn's prompt but not its answer.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Definitions (DESIGN.md, "Metrics"): TTFT = first token - arrival (queueing included);
 TPOT = (finish - first token) / (output_tokens - 1); E2E = finish - arrival. SLO attainment =
-share of finished requests meeting both the TTFT and TPOT targets; goodput = those per second.
+share of requests that finished within both the TTFT and TPOT targets, over every request (a
+rejected or unfinished request is a miss: DESIGN.md's "of finished requests" flattered a fleet
+that sheds load); goodput = SLO-meeting requests per second of the replay.
 Cost accrues per GPU from provisioning; cost per million tokens says which tokens it counts.
 Percentiles interpolate linearly between ranks (numpy's and polars' default).
 """
@@ -98,14 +100,19 @@ def _window_percentiles(times, values, t_us, window_us, qs):
 
 
 def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> dict[str, np.ndarray]:
-    """TTFT p50/p99 over first tokens and SLO attainment over finishes in (t - window, t]."""
+    """TTFT p50/p99 over first tokens in (t - window, t]; SLO attainment over requests that ended
+    in it (finished, or rejected at arrival: a rejection is a miss)."""
     firsts = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
     pcts = _window_percentiles(
         firsts["first_token_us"].to_numpy(), firsts["ttft_us"].to_numpy() / 1000.0,
         t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
     )
-    done = requests.filter(pl.col("status") == "finished").sort("finished_us")
-    fin = done["finished_us"].to_numpy()
+    done = (
+        requests.filter(pl.col("status") != "unfinished")
+        .with_columns(ended_us=pl.coalesce("finished_us", "arrival_us"))
+        .sort("ended_us")
+    )
+    fin = done["ended_us"].to_numpy()
     met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
     lo = np.searchsorted(fin, t_us - window_us, side="right")
     hi = np.searchsorted(fin, t_us, side="right")
@@ -160,7 +167,7 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.Data
             "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
         }
         pool_reqs = requests.filter(pl.col("pool") == plan.name)
-        data.update(_window_stats(col("t_us"), pool_reqs, round(cfg.metrics_window_s * 1e6)))
+        data.update(_window_stats(col("t_us"), pool_reqs, window_ticks * raw.tick_us))
         frames.append(pl.DataFrame(data).with_columns(pl.col(pl.Float64).fill_nan(None)))
     return pl.concat(frames).sort(["t_us", "pool"], maintain_order=True).select(TICK_COLUMNS)
 
@@ -226,7 +233,7 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
     def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
         finished = reqs.filter(pl.col("status") == "finished")
         n_fin = finished.height
-        met = int(finished["slo_met"].sum()) if n_fin else 0
+        met = int(reqs["slo_met"].sum())
         served = reqs.filter(pl.col("first_token_us").is_not_null())
         cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
         all_tokens = out_tokens + int(served["prompt_tokens"].sum())
@@ -236,14 +243,14 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
             "finished": n_fin,
             "rejected": int((reqs["status"] == "rejected").sum()),
             "unfinished": int((reqs["status"] == "unfinished").sum()),
-            "ttft_p50_ms": _pct(finished["ttft_us"], 0.5, 1000),
-            "ttft_p90_ms": _pct(finished["ttft_us"], 0.9, 1000),
-            "ttft_p99_ms": _pct(finished["ttft_us"], 0.99, 1000),
+            "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
+            "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
+            "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),
             "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
             "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
             "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
             "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
-            "slo_attainment": round(met / n_fin, 4) if n_fin else None,
+            "slo_attainment": round(met / reqs.height, 4) if reqs.height else None,
             "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
             "output_tokens_per_s": round(out_tokens / span_s, 2) if span_s > 0 else None,
             "gpu_hours": round(gpu_hours, 4),

@@ -87,17 +87,19 @@ def step_params(
 
 
 @njit(cache=True, _nrt=False)
-def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, decode_seqs, decode_ctx_tokens, num_seqs):
+def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, decode_seqs, decode_ctx_tokens,
+                    num_seqs):
     """Duration of one step, in whole microseconds (at least 1).
 
     prefill_tokens: new prompt tokens computed this step (chunks included);
     prefill_attn_pairs: sum over prefill chunks of (query, key) pairs, ~ chunk * (context + chunk / 2);
+    prefill_ctx_tokens: tokens of KV the prefill chunks read (cached prefix, earlier chunks);
     decode_seqs: sequences decoding one token; decode_ctx_tokens: their total context length;
     num_seqs: sequences in the batch.
     """
     tokens = prefill_tokens + decode_seqs
     flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_ctx_tokens)
-    nbytes = p[WEIGHT_BYTES] + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + tokens)
+    nbytes = p[WEIGHT_BYTES] + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + tokens)
     compute_us = flops / p[FLOPS_RATE] * 1e6
     memory_us = nbytes / p[BYTES_RATE] * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]

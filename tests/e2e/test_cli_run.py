@@ -429,13 +429,16 @@ def test_summary_agrees_with_requests_and_ticks(cli, write, tmp_path):
     fin = req.filter(pl.col("status") == "finished")
     assert s["preemptions"] == int(req["preemptions"].sum()) > 0
     assert s["rejected"] > 0 and set(req["reject_reason"].drop_nulls().to_list()) == {"context_length"}
+    served = req.filter(pl.col("first_token_us").is_not_null())
     for q, key in ((0.5, "ttft_p50_ms"), (0.9, "ttft_p90_ms"), (0.99, "ttft_p99_ms")):
-        assert s[key] == pytest.approx(fin["ttft_us"].quantile(q, "linear") / 1000, abs=1e-3)
+        # TTFT over every request that got a first token, as the windowed tick columns.
+        assert s[key] == pytest.approx(served["ttft_us"].quantile(q, "linear") / 1000, abs=1e-3)
     assert s["tpot_p50_ms"] == pytest.approx(fin["tpot_us"].drop_nulls().quantile(0.5, "linear") / 1000, abs=1e-3)
     assert s["e2e_p99_ms"] == pytest.approx(fin["e2e_us"].quantile(0.99, "linear") / 1000, abs=1e-3)
     met = fin.filter((pl.col("ttft_us") <= 500_000) & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= 20_000)))
     assert int(req["slo_met"].sum()) == met.height
-    assert s["slo_attainment"] == pytest.approx(met.height / fin.height, abs=1e-4)
+    # Over every request: a rejection or an unfinished request is a miss.
+    assert s["slo_attainment"] == pytest.approx(met.height / req.height, abs=1e-4)
     assert s["goodput_rps"] == pytest.approx(met.height / s["sim_span_s"], abs=1e-4)
     assert s["output_tokens_per_s"] == pytest.approx(fin["output_tokens"].sum() / s["sim_span_s"], abs=0.01)
     gpu_hours = ticks["gpus"].sum() / 3600  # 1 s ticks
@@ -443,11 +446,10 @@ def test_summary_agrees_with_requests_and_ticks(cli, write, tmp_path):
     assert s["cost_usd"] == pytest.approx(gpu_hours * s["pool_plans"]["default"]["price_usd_per_gpu_hour"], abs=1e-4)
     assert s["cost_usd"] == pytest.approx(ticks["cost_usd"][-1], abs=1e-4)
     assert ticks["output_tokens_per_s"].sum() == fin["output_tokens"].sum()
-    served = req.filter(pl.col("first_token_us").is_not_null())
     assert s["prefix_hit_rate"] == pytest.approx(req["cached_tokens"].sum() / served["prompt_tokens"].sum(), abs=1e-4)
     assert ((ticks["gpu_busy"] >= 0) & (ticks["gpu_busy"] <= 1)).all()
     assert ticks["running"].max() <= 16
-    assert ticks["kv_total_blocks"].unique().to_list() == [3000]
+    assert ticks["kv_total_blocks"].unique().to_list() == [2999]  # vLLM keeps one as the null block
     assert (ticks["kv_used_blocks"] <= ticks["kv_total_blocks"]).all()
     one = req.filter(pl.col("output_tokens") == 1)
     assert one["tpot_us"].null_count() == one.height

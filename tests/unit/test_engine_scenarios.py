@@ -23,9 +23,9 @@ def finish(cls, inputs):
 @pytest.mark.parametrize("cls", ENGINES)
 def test_one_request_prefill_then_decode_steps(cls):
     cols = finish(cls, make_inputs([1000], [100], [3], max_batched=(8192,)))
-    d1 = step_time_us_nb(STEP, 100, 100 * 101 / 2.0, 0, 0, 1)
-    d2 = step_time_us_nb(STEP, 0, 0.0, 1, 101, 1)
-    d3 = step_time_us_nb(STEP, 0, 0.0, 1, 102, 1)
+    d1 = step_time_us_nb(STEP, 100, 100 * 101 / 2.0, 0, 0, 0, 1)
+    d2 = step_time_us_nb(STEP, 0, 0.0, 0, 1, 101, 1)
+    d3 = step_time_us_nb(STEP, 0, 0.0, 0, 1, 102, 1)
     assert cols["first_scheduled_us"][0] == 1000
     assert cols["first_token_us"][0] == 1000 + d1
     assert cols["finished_us"][0] == 1000 + d1 + d2 + d3
@@ -35,7 +35,7 @@ def test_one_request_prefill_then_decode_steps(cls):
 def test_chunked_prefill_spreads_a_long_prompt_over_the_token_budget(cls):
     cols = finish(cls, make_inputs([0], [300], [1], max_batched=(128,), kv_blocks=(64,)))
     chunks = [(128, 0), (128, 128), (44, 256)]
-    expected = sum(step_time_us_nb(STEP, n, n * c + n * (n + 1) / 2.0, 0, 0, 1) for n, c in chunks)
+    expected = sum(step_time_us_nb(STEP, n, n * c + n * (n + 1) / 2.0, c, 0, 0, 1) for n, c in chunks)
     assert cols["first_token_us"][0] == expected == cols["finished_us"][0]
 
 
@@ -85,3 +85,26 @@ def test_round_robin_and_least_outstanding_routing(cls):
     assert rr["replica"].tolist() == [0, 1, 0, 1]
     lo = finish(cls, make_inputs([0, 0, 0], [10] * 3, [50] * 3, replicas=(3,), router=(0,)))
     assert sorted(lo["replica"].tolist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_requests_wait_for_a_starting_replica_instead_of_being_rejected(cls):
+    import dataclasses
+
+    from replay.engine_common import R_ACTIVE, R_OFF, REJECT_NO_REPLICA
+
+    inputs = dataclasses.replace(make_inputs([2_000_000, 3_000_000], [50, 50], [2, 2]),
+                                 pool_initial_replicas=np.array([0]))
+    engine = cls(inputs)
+    engine.advance(1_000_000)
+    assert engine.replica_lifecycle()[0].tolist() == [R_OFF]
+    engine.start_replica(0, 5_000_000)  # ready 4 s from now
+    run_to_end(engine)
+    cols = engine.request_columns()
+    assert cols["state"].tolist() == [FINISHED, FINISHED]
+    assert cols["first_scheduled_us"][0] == 5_000_000
+    assert engine.replica_lifecycle()[0].tolist() == [R_ACTIVE]
+    # With nothing starting, the pool has no replica: rejected with a reason.
+    idle = cls(dataclasses.replace(inputs, pool_initial_replicas=np.array([0])))
+    run_to_end(idle)
+    assert idle.request_columns()["reject"].tolist() == [REJECT_NO_REPLICA] * 2

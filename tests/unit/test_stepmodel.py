@@ -20,7 +20,7 @@ def test_small_decode_is_memory_bound_weights_plus_kv():
     p = step_params(H100_8B, mfu=0.5, mbu=0.65, per_step_overhead_us=1000, per_seq_overhead_us=10)
     # one sequence at 1,000 tokens of context: read 16 GB + 1,001 tokens of KV at 65% of 3.35 TB/s
     memory_us = (16.0e9 + 131072 * (1000 + 1)) / (3.35e12 * 0.65) * 1e6
-    assert step_time_us_nb(p, 0, 0.0, 1, 1000, 1) == math.ceil(memory_us + 1000 + 10)
+    assert step_time_us_nb(p, 0, 0.0, 0, 1, 1000, 1) == math.ceil(memory_us + 1000 + 10)
 
 
 def test_long_prefill_is_compute_bound():
@@ -30,7 +30,7 @@ def test_long_prefill_is_compute_bound():
     flops = 2 * 8.0e9 * tokens + 4 * 32 * 32 * 128 * pairs
     compute_us = flops / (989e12 * 0.5) * 1e6
     assert compute_us > (16.0e9 + 131072 * tokens) / (3.35e12 * 0.65) * 1e6  # really compute-bound
-    assert step_time_us_nb(p, tokens, pairs, 0, 0, 1) == math.ceil(compute_us + 1000 + 10)
+    assert step_time_us_nb(p, tokens, pairs, 0, 0, 0, 1) == math.ceil(compute_us + 1000 + 10)
 
 
 def test_tensor_parallel_adds_allreduce_traffic_and_latency():
@@ -44,20 +44,31 @@ def test_tensor_parallel_adds_allreduce_traffic_and_latency():
     memory_us = (35.3e9 + 81920 * (64 * 500 + tokens)) / (3.35e12 * 0.65) * 1e6
     comm_us = 2 * 80 * 8192 * 2 * 2 * 3 / 4 * tokens / 450e9 * 1e6 + 2 * 80 * 6
     expected = max(compute_us, memory_us) + comm_us
-    assert step_time_us_nb(p, 0, 0.0, tokens, 64 * 500, tokens) == math.ceil(expected)
+    assert step_time_us_nb(p, 0, 0.0, 0, tokens, 64 * 500, tokens) == math.ceil(expected)
 
 
 def test_overheads_are_never_zero_by_default_and_time_grows_with_batch():
     p = step_params(H100_8B)
-    empty = step_time_us_nb(p, 0, 0.0, 0, 0, 0)
+    empty = step_time_us_nb(p, 0, 0.0, 0, 0, 0, 0)
     assert empty > 0
-    times = [step_time_us_nb(p, 0, 0.0, n, n * 1000, n) for n in (1, 8, 64, 256)]
+    times = [step_time_us_nb(p, 0, 0.0, 0, n, n * 1000, n) for n in (1, 8, 64, 256)]
     assert times == sorted(times) and times[0] < times[-1]
 
 
 @pytest.mark.parametrize("seqs", [1, 32, 256])
 def test_fewer_bytes_per_weight_is_a_faster_decode(seqs):
     fp8 = StepShape(**{**H100_8B.__dict__, "weights_bytes_per_gpu": 8.0e9})
-    slow = step_time_us_nb(step_params(H100_8B), 0, 0.0, seqs, seqs * 1000, seqs)
-    fast = step_time_us_nb(step_params(fp8), 0, 0.0, seqs, seqs * 1000, seqs)
+    slow = step_time_us_nb(step_params(H100_8B), 0, 0.0, 0, seqs, seqs * 1000, seqs)
+    fast = step_time_us_nb(step_params(fp8), 0, 0.0, 0, seqs, seqs * 1000, seqs)
     assert fast < slow
+
+
+def test_a_prefill_chunk_reads_the_kv_of_its_context():
+    """A short suffix after a long cached prefix still reads the prefix's KV from HBM."""
+    p = step_params(H100_8B, mfu=0.5, mbu=0.65, per_step_overhead_us=0, per_seq_overhead_us=0)
+    new, ctx = 64, 100_000
+    memory_us = (16.0e9 + 131072 * (ctx + new)) / (3.35e12 * 0.65) * 1e6
+    pairs = new * ctx + new * (new + 1) / 2
+    compute_us = (2 * 8.0e9 * new + 4 * 32 * 32 * 128 * pairs) / (989e12 * 0.5) * 1e6
+    assert step_time_us_nb(p, new, pairs, ctx, 0, 0, 1) == math.ceil(max(memory_us, compute_us))
+    assert step_time_us_nb(p, new, pairs, ctx, 0, 0, 1) > step_time_us_nb(p, new, pairs, 0, 0, 0, 1)
