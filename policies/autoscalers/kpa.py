@@ -113,8 +113,8 @@ def kpa(ctx: ScalingContext, params: KpaParams, state: KpaState) -> Decision[Kpa
     elif panic_time is not None and panic_time + stable_us < now:
         panic_time, max_panic = None, 0
     desired = desired_stable
-    if panic_time is not None:  # no scale-down while panicking
-        max_panic = max(max_panic, desired_stable, desired_panic)
+    if panic_time is not None:  # no scale-down while panicking: not below what the pool has now
+        max_panic = max(max_panic, desired_stable, desired_panic, ctx.desired)
         desired = max_panic
 
     delay_window = state.delay_window
