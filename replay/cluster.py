@@ -194,7 +194,7 @@ def replica_slots(pool: PoolConfig) -> int:
 
 def make_engine(name: str, inputs: EngineInputs) -> Engine:
     if name == "numba":
-        from replay.engine_nb import NumbaEngine
+        from replay.numba_engine import NumbaEngine
 
         return NumbaEngine(inputs)
     if name == "reference":

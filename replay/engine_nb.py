@@ -30,32 +30,24 @@ from replay.engine_common import (
     EV_SCHEDULE,
     FINISHED,
     NO_EVENT,
-    PENDING,
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
     ROUTER_ROUND_ROBIN,
     RUNNING,
-    SNAPSHOT_COLUMNS,
     WAITING,
     R_ACTIVE,
     R_DRAINING,
-    R_OFF,
     R_STARTING,
-    REPLICA_STATE_NAMES,
-    EngineInputs,
-    InvariantViolation,
 )
 from replay.kvblocks import (
     U64,
-    Blocks,
     alloc_block,
     block_key_nb,
     cache_block,
     ht_find,
     release_block,
-    table_size,
     touch_block,
 )
 from replay.stepmodel import step_time_us_nb
@@ -143,8 +135,13 @@ class Events(NamedTuple):
     clock: np.ndarray
 
 
-C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, C_QUERY = range(9)
-assert len(COUNTERS) == 9
+# Column of each counter in Replicas.counters, named after engine_common.COUNTERS.
+C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, C_QUERY = (
+    COUNTERS.index(name) for name in (
+        "busy_us", "prefill_tokens", "output_tokens", "admitted", "finished", "preemptions", "steps",
+        "hit_tokens", "query_tokens",
+    )
+)
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
 
@@ -592,24 +589,6 @@ def snapshot_nb(reps, t, out):
             out[r, 4 + C_BUSY] += t - reps.step_start[r]
 
 
-def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
-    """Index of every replica within its pool (0, 1, ... per pool)."""
-    firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
-    return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(firsts, inputs.pool_replicas)
-
-
-def _tree(nrep: int) -> np.ndarray:
-    """An idle tournament tree: leaves hold replica ids (-1 pads), every node its left-most leaf."""
-    leaves = 1
-    while leaves < max(nrep, 1):
-        leaves *= 2
-    tree = np.full(2 * leaves, -1, np.int64)
-    tree[leaves:leaves + nrep] = np.arange(nrep)
-    for i in range(leaves - 1, 0, -1):
-        tree[i] = tree[2 * i] if tree[2 * i] >= 0 else tree[2 * i + 1]
-    return tree
-
-
 @njit(cache=True, _nrt=False)
 def reset_replica_nb(blocks, reps, r):
     """A new pod: every block free in id order, an empty prefix cache, no queues."""
@@ -636,215 +615,3 @@ def reset_replica_nb(blocks, reps, r):
     reps.busy_until[r] = -1
     reps.wake[r] = NO_EVENT
     update_event(reps, r)
-
-
-class NumbaEngine:
-    """The `Engine` over the numba kernels."""
-
-    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16):
-        n = inputs.num_requests
-        rep_pool = inputs.replica_pool
-        nrep = len(rep_pool)
-        self.inputs = inputs
-        i64 = np.int64
-
-        def full(size, value, dtype=i64):
-            return np.full(size, value, dtype=dtype)
-
-        self.rq = Requests(
-            arrival=inputs.arrival_us.astype(i64),
-            prompt=inputs.prompt_tokens.astype(i64),
-            output=inputs.output_tokens.astype(i64),
-            priority=inputs.priority.astype(i64),
-            pool=inputs.pool.astype(i64),
-            hash_off=inputs.hash_off.astype(i64),
-            hash_len=inputs.hash_len.astype(i64),
-            replica=full(n, -1),
-            state=full(n, PENDING, np.int8),
-            computed=full(n, 0),
-            generated=full(n, 0),
-            sched_new=full(n, 0),
-            first_sched=full(n, -1),
-            first_token=full(n, -1),
-            finished=full(n, -1),
-            preemptions=full(n, 0),
-            cached=full(n, 0),
-            reject=full(n, 0, np.int8),
-            qprev=full(n, -1),
-            qnext=full(n, -1),
-            tail=full(n, -1),
-            nhit=full(n, 0),
-            nblocks=full(n, 0),
-            ncached=full(n, 0),
-        )
-        blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
-        block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
-        tsize = np.array([table_size(int(b)) for b in blocks_per], dtype=i64)
-        htab_off = (np.cumsum(tsize) - tsize).astype(i64)
-        seqs_per = inputs.pool_max_num_seqs[rep_pool].astype(i64)
-        run_off = (np.cumsum(seqs_per) - seqs_per).astype(i64)
-        total_blocks = int(blocks_per.sum())
-        # Each replica's free queue starts as its blocks in id order.
-        gid = np.arange(total_blocks, dtype=i64)
-        first_of = np.repeat(block_off, blocks_per)
-        last_of = np.repeat(block_off + blocks_per - 1, blocks_per)
-        self.blocks = Blocks(
-            ref=full(total_blocks, 0),
-            key=np.zeros(total_blocks, dtype=np.uint64),
-            fprev=np.where(gid == first_of, -1, gid - 1),
-            fnext=np.where(gid == last_of, -1, gid + 1),
-            cprev=full(total_blocks, -1),
-            htab_key=np.zeros(int(tsize.sum()), dtype=np.uint64),
-            htab_val=full(int(tsize.sum()), -1),
-        )
-        self.reps = Replicas(
-            pool=rep_pool.astype(i64),
-            block_off=block_off,
-            nblocks=blocks_per,
-            free_head=block_off.copy(),
-            free_tail=block_off + blocks_per - 1,
-            nfree=blocks_per.copy(),
-            htab_off=htab_off,
-            htab_mask=tsize - 1,
-            wait_head=full(nrep, -1),
-            wait_tail=full(nrep, -1),
-            nwait=full(nrep, 0),
-            run_off=run_off,
-            nrun=full(nrep, 0),
-            run_list=full(int(seqs_per.sum()), -1),
-            busy_until=full(nrep, -1),
-            step_start=full(nrep, 0),
-            wake=full(nrep, NO_EVENT),
-            counters=np.zeros((nrep, len(COUNTERS)), dtype=i64),
-            ekey=full(nrep, NO_EVENT),
-            tree=_tree(nrep),
-            state=np.where(_slot_in_pool(inputs) < inputs.initial_replicas[rep_pool], R_ACTIVE, R_OFF).astype(i64),
-            active_at=full(nrep, 0),
-        )
-        npool = len(inputs.pool_replicas)
-        self.pools = Pools(
-            first_replica=np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1])).astype(i64),
-            num_replicas=inputs.pool_replicas.astype(i64),
-            kv_blocks=inputs.pool_kv_blocks.astype(i64),
-            block_size=inputs.pool_block_size.astype(i64),
-            max_num_seqs=inputs.pool_max_num_seqs.astype(i64),
-            max_batched=inputs.pool_max_num_batched_tokens.astype(i64),
-            long_prefill=inputs.pool_long_prefill_token_threshold.astype(i64),
-            prefix_caching=inputs.pool_enable_prefix_caching.astype(i64),
-            max_model_len=inputs.pool_max_model_len.astype(i64),
-            router=inputs.pool_router.astype(i64),
-            rr_next=full(npool, 0),
-            arrivals=full(npool, 0),
-            rejected=full(npool, 0),
-            step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
-        )
-        margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
-        cap = max(event_capacity, 4 * margin)
-        self.ev = Events(
-            t=np.zeros(cap, i64),
-            kind=np.zeros(cap, i64),
-            replica=np.zeros(cap, i64),
-            request=np.zeros(cap, i64),
-            value=np.zeros(cap, i64),
-            clock=np.array([0, 0, int(inputs.detailed_events), margin, -1, -1], dtype=i64),
-        )
-        self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
-        self.tbs = np.int64(max(1, inputs.trace_block_tokens))
-        self._chunks: list[dict[str, np.ndarray]] = []
-        self.now = 0
-
-    def advance(self, until_us: int) -> None:
-        self.now = until_us
-        while True:
-            status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, np.int64(until_us))
-            if status == STATUS_EVENTS_FULL:
-                self._drain()
-                continue
-            if status == STATUS_STUCK:
-                r, t = int(self.ev.clock[4]), int(self.ev.clock[5])
-                raise InvariantViolation(f"replica {r} has {int(self.reps.nwait[r])} waiting requests but cannot "
-                                         f"schedule any at t_us={t}")
-            return
-
-    def _drain(self) -> None:
-        n = int(self.ev.clock[1])
-        if n:
-            self._chunks.append(
-                {
-                    "t_us": self.ev.t[:n].copy(),
-                    "kind": self.ev.kind[:n].copy(),
-                    "replica": self.ev.replica[:n].copy(),
-                    "request": self.ev.request[:n].copy(),
-                    "value": self.ev.value[:n].copy(),
-                }
-            )
-        self.ev.clock[1] = 0
-
-    @property
-    def done(self) -> bool:
-        n = len(self.rq.arrival)
-        ended = int(self.reps.counters[:, C_FINISHED].sum()) + int(self.pools.rejected.sum())
-        return bool(self.ev.clock[0] == n and ended == n)
-
-    def snapshot(self, t_us: int) -> np.ndarray:
-        out = np.empty((len(self.reps.pool), len(SNAPSHOT_COLUMNS)), np.int64)
-        snapshot_nb(self.reps, np.int64(t_us), out)
-        return out
-
-    def replica_state(self) -> dict[str, np.ndarray]:
-        return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
-
-    def pool_counters(self) -> dict[str, np.ndarray]:
-        return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy()}
-
-    def take_events(self) -> dict[str, np.ndarray]:
-        self._drain()
-        chunks, self._chunks = self._chunks, []
-        if not chunks:
-            return {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
-        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-
-    def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
-        # Promote replicas whose loading finished by now, as routing would.
-        starting = (self.reps.state == R_STARTING) & (self.reps.active_at <= self.now)
-        self.reps.state[starting] = R_ACTIVE
-        return self.reps.state.copy(), self.reps.active_at.copy()
-
-    def start_replica(self, r: int, active_at_us: int) -> None:
-        if self.reps.state[r] != R_OFF:
-            raise InvariantViolation(f"start_replica({r}): replica is {REPLICA_STATE_NAMES[self.reps.state[r]]}")
-        reset_replica_nb(self.blocks, self.reps, r)
-        self.reps.state[r] = R_STARTING
-        self.reps.active_at[r] = active_at_us
-
-    def drain_replica(self, r: int) -> None:
-        state = self.reps.state[r]
-        if state == R_STARTING and self.reps.active_at[r] > self.now and self.reps.nwait[r] == 0:
-            self.reps.state[r] = R_OFF  # cancelled before it held anything
-        elif state in (R_STARTING, R_ACTIVE):
-            self.reps.state[r] = R_DRAINING
-
-    def busy(self, r: int) -> bool:
-        """Replica r is in the middle of a step."""
-        return bool(self.reps.busy_until[r] >= 0)
-
-    def retire_replica(self, r: int) -> None:
-        reps = self.reps
-        if reps.state[r] != R_DRAINING or reps.nwait[r] or reps.nrun[r] or reps.busy_until[r] >= 0:
-            raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
-        reps.state[r] = R_OFF
-
-    def request_columns(self) -> dict[str, np.ndarray]:
-        rq = self.rq
-        return {
-            "replica": rq.replica,
-            "state": rq.state,
-            "computed": rq.computed,
-            "generated": rq.generated,
-            "first_scheduled_us": rq.first_sched,
-            "first_token_us": rq.first_token,
-            "finished_us": rq.finished,
-            "preemptions": rq.preemptions,
-            "cached_tokens": rq.cached,
-            "reject": rq.reject,
-        }

@@ -259,7 +259,7 @@ class ReferenceEngine:
         batch = []  # (request, new tokens, was decoding, computed before)
         preempted = False
 
-        def chunk(req: Request, new: int) -> int:
+        def chunk(new: int) -> int:
             if 0 < threshold < new:
                 new = threshold
             return min(new, budget)
@@ -268,7 +268,7 @@ class ReferenceEngine:
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
-            new = chunk(req, req.num_tokens - req.computed)
+            new = chunk(req.num_tokens - req.computed)
             while self._blocks_needed(req, req.computed + new, bs) > rep.kv.num_free:
                 victim = rep.running.pop()
                 self._preempt(rep, victim, t)
@@ -293,7 +293,7 @@ class ReferenceEngine:
                     break
                 hits.append(block)
             computed = len(hits) * bs
-            new = chunk(req, req.num_tokens - computed)
+            new = chunk(req.num_tokens - computed)
             evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
             if math.ceil((computed + new) / bs) - len(hits) + evictable > rep.kv.num_free:
                 break

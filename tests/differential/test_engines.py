@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from replay.engine_nb import NumbaEngine
+from replay.numba_engine import NumbaEngine
 from replay.engine_ref import ReferenceEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 
 from replay.engine_common import FINISHED, REJECTED
-from replay.engine_nb import NumbaEngine
+from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from replay.engine_nb import NumbaEngine
+from replay.numba_engine import NumbaEngine
 from replay.engine_ref import BlockPool
 from replay.kvblocks import alloc_block, cache_block, ht_find, release_block, touch_block
 from tests.strategies import make_inputs
