@@ -143,3 +143,28 @@ def autoscaler_spec(name: str, key: str | None = None) -> AutoscalerSpec:
     except KeyError:
         where = f"config: {key}: " if key else ""
         raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}") from None
+
+
+def policy_rows() -> list[dict[str, Any]]:
+    """Every registered policy, for `llm-replay policies`: family, name, parameters with their
+    defaults, what it does and the upstream source it reproduces."""
+    import dataclasses
+
+    from policies.autoscalers.guard import GuardParams
+
+    def params(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    rows = [
+        {"family": "router", "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
+        for s in ROUTERS.values()
+    ]
+    rows += [
+        {"family": "autoscaler", "name": s.name, "params": params(s.params_cls), "summary": s.summary,
+         "source": s.source}
+        for s in AUTOSCALERS.values()
+    ]
+    rows.append({"family": "autoscaler guard", "name": "guard", "params": params(GuardParams),
+                 "summary": "bounds, cooldowns, decision interval and scrape delay shared by every autoscaler",
+                 "source": "Ray Serve autoscaling_policy.py: bounds and delays live in one wrapper"})
+    return rows

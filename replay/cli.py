@@ -63,6 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true")
     add_trace_options(ins)
 
+    demo = sub.add_parser("demo", help="replay a built-in scenario")
+    demosub = demo.add_subparsers(dest="demo_command", required=True, metavar="SCENARIO")
+    inc = demosub.add_parser("incident", help="TTFT p99 past 30 s on a shared GPU-Util-scaled pool, and the fix")
+    inc.add_argument("--out", "-o", default="runs/incident", help="writes OUT/before and OUT/after")
+    inc.add_argument("--force", action="store_true", help="replace existing runs")
+    inc.add_argument("--engine", choices=("numba", "reference"), default="numba")
+
+    pol = sub.add_parser("policies", help="every policy by family: parameters, defaults, upstream source")
+    pol.add_argument("--json", action="store_true")
+
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--json", action="store_true")
     return p
@@ -79,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_inspect(args)
         if args.command == "catalog":
             return _cmd_catalog(args)
+        if args.command == "demo":
+            return _cmd_demo(args)
+        if args.command == "policies":
+            return _cmd_policies(args)
     except UserError as exc:
         print(f"llm-replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -201,6 +215,35 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2, default=str))
     else:
         print_inspect(Console(), info)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.demo import comparison, demo_config_path, run_incident
+    from replay.report import print_comparison
+
+    err = Console(stderr=True)
+    with err.status("replaying the incident twice (before and after the fix)...", spinner="dots") \
+            if err.is_terminal else contextlib.nullcontext():
+        runs = run_incident(Path(args.out), force=args.force, engine=args.engine)
+    print_comparison(Console(), comparison(runs), Path(args.out),
+                     [demo_config_path("before"), demo_config_path("after")])
+    return 0
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from policies.registry import policy_rows
+    from replay.report import print_policies
+
+    rows = policy_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        print_policies(Console(), rows)
     return 0
 
 

@@ -151,3 +151,44 @@ def print_catalog(console: Console, rows: dict) -> None:
                     cells.append(str(value))
             table.add_row(*cells)
         console.print(table)
+
+
+def print_comparison(console: Console, table_rows, out: Path, configs: list[Path]) -> None:
+    """The incident demo's before/after table."""
+    table = Table(title="incident: one shared pool on GPU-Util (before) vs pools per workload (after)")
+    table.add_column("")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for row in table_rows.iter_rows(named=True):
+        cells = []
+        for key in ("before", "after"):
+            value, unit = row[key], row["unit"]
+            if value is None:
+                cells.append("-")
+            elif unit == "share":
+                cells.append(f"{value:.1%}")
+            elif unit == "ms":
+                cells.append(f"{value:,.0f} ms")
+            elif unit in ("h", "req/s"):
+                cells.append(f"{value:,.2f} {unit}")
+            elif unit == "USD":
+                cells.append(f"${value:,.2f}")
+            else:
+                cells.append(f"{value:,.0f}")
+        table.add_row(row["metric"], *cells)
+    console.print(table)
+    console.print(f"runs written to [bold]{out}/before[/] and [bold]{out}/after[/]; fleets: "
+                  + ", ".join(str(c) for c in configs), soft_wrap=True)
+
+
+def print_policies(console: Console, rows: list[dict]) -> None:
+    """One short block per policy: it reads at 80 columns, where a table of long cells does not."""
+    family = None
+    for row in rows:
+        if row["family"] != family:
+            family = row["family"]
+            console.print(f"\n[bold underline]{family}[/]")
+        console.print(f"[bold]{row['name']}[/]: {row['summary']}", soft_wrap=False)
+        if row["params"]:
+            console.print("  [cyan]" + ", ".join(f"{k}={v}" for k, v in row["params"].items()) + "[/]")
+        console.print(f"  [dim]{row['source']}[/]")

@@ -43,7 +43,9 @@ def _check_source_fields(obj) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class MergeSource:
-    """Another trace merged into the main one; `offset_s` delays all of its arrivals."""
+    """Another trace merged into the main one; `offset_s` delays all of its arrivals. Its own
+    `window`, `rate_scale` and `sample` apply to it alone, before the merge (to mix sources at
+    chosen rates); the main section's transforms then apply to the merged stream."""
 
     path: str
     format: str | None = None
@@ -52,6 +54,9 @@ class MergeSource:
     workload: str | None = None
     prefix_block_tokens: int | None = None
     offset_s: float = 0.0
+    window: WindowConfig | None = None
+    rate_scale: float | None = None
+    sample: SampleConfig | None = None
 
     def __post_init__(self):
         _check_source_fields(self)
@@ -115,11 +120,12 @@ def load_from_config(
             prefix_block_tokens=cfg.prefix_block_tokens, strict=strict,
         ), 0.0))  # fmt: skip
     for extra in cfg.merge:
-        loads.append((load_trace(
+        loaded = load_trace(
             _resolve(extra.path, base_dir), format=extra.format, column_map=extra.column_map,
             time_unit=extra.time_unit, workload=extra.workload,
             prefix_block_tokens=extra.prefix_block_tokens, strict=strict,
-        ), extra.offset_s))  # fmt: skip
+        )  # fmt: skip
+        loads.append((_transformed(loaded, extra), extra.offset_s))
     trace = loads[0][0] if len(loads) == 1 else _merged(loads)
     return _transformed(trace, cfg)
 
@@ -149,7 +155,7 @@ def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
     )
 
 
-def _transformed(trace: LoadedTrace, cfg: TraceConfig) -> LoadedTrace:
+def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource) -> LoadedTrace:
     frame = trace.frame
     dropped = dict(trace.dropped)
 
@@ -158,7 +164,7 @@ def _transformed(trace: LoadedTrace, cfg: TraceConfig) -> LoadedTrace:
         dropped[reason] = dropped.get(reason, 0) + frame.height - new.height
         frame = new
 
-    if cfg.filter is not None:
+    if getattr(cfg, "filter", None) is not None:
         step("filtered", filter_rows(frame, cfg.filter))
     if cfg.window is not None:
         step("outside_window", window(frame, cfg.window.start_s, cfg.window.end_s))
