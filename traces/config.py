@@ -62,6 +62,8 @@ class MergeSource:
         _check_source_fields(self)
         if not math.isfinite(self.offset_s) or self.offset_s < 0:
             raise ValueError(f"offset_s={self.offset_s!r} (expected a number of seconds >= 0)")
+        if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
+            raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
 
 
 @dataclasses.dataclass(frozen=True)
