@@ -31,13 +31,43 @@ ROUTERS: dict[str, PolicySpec] = {
     for spec in (
         PolicySpec(
             "router", "least-outstanding", 0,
-            "the replica with the fewest waiting + running requests (lowest index on ties)",
+            "the replica with the fewest waiting + running requests, as the proxy counts them (live)",
             "Envoy / Kubernetes gateway least-request load balancing",
         ),
         PolicySpec(
             "router", "round-robin", 1,
             "replicas in turn, one counter per pool",
             "vLLM production-stack router default (roundrobin)",
+        ),
+        PolicySpec(
+            "router", "random", 2,
+            "a uniformly random active replica (seeded by the fleet seed)",
+            "Kubernetes Service (kube-proxy iptables mode) random endpoint choice",
+        ),
+        PolicySpec(
+            "router", "vllm-dp", 3,
+            "lowest waiting * 4 + running, as last scraped",
+            "vLLM data-parallel load balancer (vllm/v1/engine/core_client.py, DPLBAsyncMPClient)",
+        ),
+        PolicySpec(
+            "router", "least-kv", 4,
+            "lowest KV-cache use, as last scraped",
+            "llm-d kv-cache-utilization scorer used alone",
+        ),
+        PolicySpec(
+            "router", "power-of-two", 5,
+            "two random active replicas, the one with fewer requests as last scraped",
+            "Mitzenmacher's power of two choices; Ray Serve's default request router",
+        ),
+        PolicySpec(
+            "router", "prefix-aware", 6,
+            "max of 2 x prefix-cache match + 1 x queue score + 1 x free KV, each in [0, 1]",
+            "llm-d inference scheduler (pkg/epp/.../scorer: prefix, queue, kv-cache-utilization)",
+        ),
+        PolicySpec(
+            "router", "kv-cost", 7,
+            "min of prompt blocks left after the cached overlap + KV blocks the replica holds",
+            "NVIDIA Dynamo KV router (overlap_score_weight 1, temperature 0)",
         ),
     )
 }

@@ -134,7 +134,7 @@ def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "con
 
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
-    detailed_events: bool = False,
+    detailed_events: bool = False, seed: int = 0,
 ) -> EngineInputs:
     hashes = frame["prefix_hashes"]
     hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
@@ -166,6 +166,8 @@ def build_inputs(
         pool_router=np.array([router_id(p.config.router) for p in plans], np.int64),
         pool_step_params=np.stack([p.step_params for p in plans]),
         detailed_events=detailed_events,
+        pool_refresh_us=np.array([max(1, round(p.config.router_refresh_ms * 1000)) for p in plans], np.int64),
+        pool_seed=np.array([seed * 1000 + p.index for p in plans], np.int64),
     )
 
 
@@ -236,7 +238,7 @@ def simulate(
     started = time.perf_counter()
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = assign_pools(frame["workload"], plans, config_source)
-    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events)
+    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed)
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))

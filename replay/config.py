@@ -129,6 +129,8 @@ class PoolConfig:
     # Trace workload labels this pool serves; an empty list takes every label no other pool lists.
     workloads: tuple[str, ...] = ()
     router: str = "least-outstanding"
+    # How stale the replica metrics are that scraping routers see (vllm-dp, least-kv, ...).
+    router_refresh_ms: float = 50.0
     engine: EngineArgs = field(default_factory=EngineArgs)
     step_model: StepModelArgs = field(default_factory=StepModelArgs)
     # None: a fixed pool of `replicas`; else `replicas` is the initial count.
@@ -150,6 +152,8 @@ class PoolConfig:
             raise ValueError(f"router: unknown router {self.router!r}; known: {', '.join(sorted(ROUTERS))}")
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
             raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
+        if not self.router_refresh_ms > 0:
+            raise ValueError(f"router_refresh_ms: got {self.router_refresh_ms}, expected > 0")
         scaler = self.autoscaler
         if scaler is not None and not scaler.min_replicas <= self.replicas <= scaler.max_replicas:
             raise ValueError(

@@ -30,7 +30,10 @@ REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
 REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica")
 
 # Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
-ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN = 0, 1
+ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_VLLM_DP = 0, 1, 2, 3
+ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST = 4, 5, 6, 7
+# Routers that read replica metrics through a view refreshed every `refresh_us` (stale signals).
+ROUTERS_WITH_VIEW = (ROUTER_VLLM_DP, ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST)
 
 NO_EVENT = np.iinfo(np.int64).max
 
@@ -76,12 +79,24 @@ class EngineInputs:
     pool_router: np.ndarray  # int64[P] router numba ids (policies.registry)
     pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
     detailed_events: bool = False
+    pool_refresh_us: np.ndarray | None = None  # int64[P] routers' view refresh (default 50 ms)
+    pool_seed: np.ndarray | None = None  # int64[P] seeds of the random routers
     # Replicas active from t=0 per pool (default: every slot); the rest start OFF.
     pool_initial_replicas: np.ndarray | None = None
 
     @property
     def num_requests(self) -> int:
         return int(self.arrival_us.shape[0])
+
+    @property
+    def refresh_us(self) -> np.ndarray:
+        if self.pool_refresh_us is None:
+            return np.full(len(self.pool_replicas), 50_000, np.int64)
+        return self.pool_refresh_us
+
+    @property
+    def seeds(self) -> np.ndarray:
+        return np.arange(len(self.pool_replicas), dtype=np.int64) if self.pool_seed is None else self.pool_seed
 
     @property
     def initial_replicas(self) -> np.ndarray:
@@ -91,6 +106,13 @@ class EngineInputs:
     def replica_pool(self) -> np.ndarray:
         """Pool index of every replica; a pool's replicas are contiguous."""
         return np.repeat(np.arange(len(self.pool_replicas), dtype=np.int64), self.pool_replicas)
+
+
+def rng_seed(seed: int) -> int:
+    """A pool's xorshift64* state from the run's seed: never 0 (xorshift would stay at 0)."""
+    from replay.kvblocks import mix64_ref
+
+    return mix64_ref(seed, 0x5EED)
 
 
 class InvariantViolation(RuntimeError):

@@ -34,7 +34,13 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    ROUTER_KV_COST,
+    ROUTER_LEAST_KV,
+    ROUTER_POWER_OF_TWO,
+    ROUTER_PREFIX_AWARE,
+    ROUTER_RANDOM,
     ROUTER_ROUND_ROBIN,
+    ROUTER_VLLM_DP,
     RUNNING,
     WAITING,
     R_ACTIVE,
@@ -100,11 +106,16 @@ class Replicas(NamedTuple):
     wake: np.ndarray  # time the replica should try to schedule, NO_EVENT when none
     counters: np.ndarray  # int64[R, len(COUNTERS)]
     # Tournament tree over the replicas' next events, so the loop finds the earliest in O(log R):
-    # ekey[r] = time * 4 + kind (0 step end, 2 wake-up), NO_EVENT when none; tree[1] is the winner.
+    # ekey[r] = time * 4 + kind (0 step end, 3 wake-up), NO_EVENT when none; tree[1] is the winner.
+    # (Kinds 1 and 2 are the routers' view refreshes and arrivals, which are not per replica.)
     ekey: np.ndarray
     tree: np.ndarray
     state: np.ndarray  # R_OFF / R_STARTING / R_ACTIVE / R_DRAINING
     active_at: np.ndarray  # when a STARTING replica becomes routable
+    # What routers see: the replica's metrics as of its pool's last view refresh.
+    view_wait: np.ndarray
+    view_run: np.ndarray
+    view_kv: np.ndarray  # used KV blocks
 
 
 class Pools(NamedTuple):
@@ -122,6 +133,9 @@ class Pools(NamedTuple):
     arrivals: np.ndarray
     rejected: np.ndarray
     step: np.ndarray  # float64[P, NUM_PARAMS]
+    refresh_us: np.ndarray  # routers' view refresh interval, 0 = routers that read no view
+    next_refresh: np.ndarray  # NO_EVENT when the pool's router reads no view
+    rng: np.ndarray  # uint64 xorshift state per pool (random and power-of-two routers)
 
 
 class Events(NamedTuple):
@@ -261,7 +275,7 @@ def update_event(reps, r):
     if reps.busy_until[r] >= 0:
         reps.ekey[r] = reps.busy_until[r] * 4
     elif reps.wake[r] != NO_EVENT:
-        reps.ekey[r] = reps.wake[r] * 4 + 2
+        reps.ekey[r] = reps.wake[r] * 4 + 3
     else:
         reps.ekey[r] = NO_EVENT
     leaves = reps.tree.shape[0] // 2
@@ -288,32 +302,121 @@ def routable(reps, r, t):
     return reps.state[r] == R_ACTIVE
 
 
-@njit(cache=True, _nrt=False, inline="always")
-def route(pools, reps, p, t):
-    """Pick an active replica of pool p, -1 if none (integer-id dispatch; ids in
-    policies.registry.ROUTERS)."""
+@njit(cache=True, _nrt=False)
+def rand_below(pools, p, n):
+    """A uniform integer in [0, n) from the pool's xorshift64* stream (seeded, reproducible)."""
+    x = pools.rng[p]
+    x ^= x >> U64(12)
+    x ^= x << U64(25)
+    x ^= x >> U64(27)
+    pools.rng[p] = x
+    return np.int64((x * U64(0x2545F4914F6CDD1D)) >> U64(33)) % n
+
+
+@njit(cache=True, _nrt=False)
+def refresh_views(reps, pools, p, t):
+    """The pool's routers see each replica as it is now, until the next refresh."""
+    for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
+        reps.view_wait[r] = reps.nwait[r]
+        reps.view_run[r] = reps.nrun[r]
+        reps.view_kv[r] = reps.nblocks[r] - reps.nfree[r]
+    pools.next_refresh[p] = t + pools.refresh_us[p]
+
+
+@njit(cache=True, _nrt=False)
+def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
+    """Leading prompt blocks of request q already in replica r's prefix cache."""
+    off = reps.htab_off[r]
+    mask = reps.htab_mask[r]
+    hits = 0
+    for j in range((rq.prompt[q] - 1) // bs):
+        if ht_find(blocks, off, mask, request_key(rq, th, tbs, q, j, bs)) < 0:
+            break
+        hits += 1
+    return hits
+
+
+@njit(cache=True, _nrt=False)
+def route(rq, blocks, reps, pools, th, tbs, p, q, t):
+    """Pick an active replica of pool p for request q, -1 if none. Integer-id dispatch; the ids,
+    defaults and upstream sources are in policies.registry.ROUTERS. Lowest index wins ties."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
-    if pools.router[p] == ROUTER_ROUND_ROBIN:
+    router = pools.router[p]
+    if router == ROUTER_ROUND_ROBIN:
         for _ in range(n):
             k = pools.rr_next[p]
             pools.rr_next[p] = (k + 1) % n
             if routable(reps, first + k, t):
                 return first + k
         return -1
-    best = -1  # least-outstanding: fewest waiting + running, lowest index on ties
-    best_load = 0
+    active = 0
     for r in range(first, first + n):
-        if not routable(reps, r, t):
+        if routable(reps, r, t):
+            active += 1
+    if active == 0:
+        return -1
+    if router == ROUTER_RANDOM or router == ROUTER_POWER_OF_TWO:
+        i = rand_below(pools, p, active)
+        if router == ROUTER_RANDOM or active == 1:
+            return nth_routable(reps, first, n, i)
+        # Power of two choices: a second, distinct candidate; the less loaded (as last seen) wins.
+        j = rand_below(pools, p, active - 1)
+        if j >= i:
+            j += 1
+        a = nth_routable(reps, first, n, min(i, j))
+        b = nth_routable(reps, first, n, max(i, j))
+        if reps.view_wait[b] + reps.view_run[b] < reps.view_wait[a] + reps.view_run[a]:
+            return b
+        return a
+    bs = pools.block_size[p]
+    need = (rq.prompt[q] + bs - 1) // bs
+    max_wait = 0
+    min_wait = -1
+    if router == ROUTER_PREFIX_AWARE:
+        for r in range(first, first + n):
+            if reps.state[r] == R_ACTIVE:
+                max_wait = max(max_wait, reps.view_wait[r])
+                min_wait = reps.view_wait[r] if min_wait < 0 else min(min_wait, reps.view_wait[r])
+    best = -1
+    best_score = 0.0
+    for r in range(first, first + n):
+        if reps.state[r] != R_ACTIVE:
             continue
-        load = reps.nwait[r] + reps.nrun[r]
-        if best < 0 or load < best_load:
+        if router == ROUTER_VLLM_DP:  # lower is better
+            score = -float(reps.view_wait[r] * 4 + reps.view_run[r])
+        elif router == ROUTER_LEAST_KV:
+            score = -float(reps.view_kv[r]) / max(reps.nblocks[r], 1)
+        elif router == ROUTER_PREFIX_AWARE:
+            # llm-d scorers, each in [0, 1]: prefix-cache match, queue (min-max normalised), KV free.
+            prefix = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) / max(need, 1)
+            queue = 1.0 if max_wait == min_wait else (max_wait - reps.view_wait[r]) / (max_wait - min_wait)
+            kv = 1.0 - reps.view_kv[r] / max(reps.nblocks[r], 1)
+            score = 2.0 * prefix + 1.0 * queue + 1.0 * kv
+        elif router == ROUTER_KV_COST:
+            # Dynamo's KV router cost: blocks left to prefill after the cached overlap + blocks
+            # the replica is decoding; the cheapest wins.
+            score = -float(need - prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) + reps.view_kv[r])
+        else:  # least-outstanding: the proxy's own count of requests in flight, never stale
+            score = -float(reps.nwait[r] + reps.nrun[r])
+        if best < 0 or score > best_score:
             best = r
-            best_load = load
+            best_score = score
     return best
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
+def nth_routable(reps, first, n, k):
+    """The k-th active replica of the range (active ones were promoted by `routable`)."""
+    for r in range(first, first + n):
+        if reps.state[r] == R_ACTIVE:
+            if k == 0:
+                return r
+            k -= 1
+    return -1
+
+
+@njit(cache=True, _nrt=False)
 def route_starting(pools, reps, p):
     """No active replica: the starting replica of pool p that is ready first (lowest index on
     ties) holds the request until it is, as Knative's activator does; -1 if none is starting."""
@@ -324,8 +427,8 @@ def route_starting(pools, reps, p):
     return best
 
 
-@njit(cache=True, _nrt=False, inline="always")
-def arrive(rq, reps, pools, ev, q, t):
+@njit(cache=True, _nrt=False)
+def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1
     detailed = ev.clock[2] != 0
@@ -338,7 +441,7 @@ def arrive(rq, reps, pools, ev, q, t):
         reason = REJECT_KV
     r = -1
     if reason == 0:
-        r = route(pools, reps, p, t)
+        r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
         if r < 0:
             r = route_starting(pools, reps, p)
         if r < 0:
@@ -536,10 +639,10 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     while True:
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
-        # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 2).
+        # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).
         best_r = reps.tree[1]
         best_t = NO_EVENT
-        best_kind = 3
+        best_kind = 4
         if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
             best_t = reps.ekey[best_r] // 4
             best_kind = reps.ekey[best_r] % 4
@@ -547,10 +650,23 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             best_r = -1
         a = ev.clock[0]
         t_arr = rq.arrival[a] if a < n else NO_EVENT
-        if a < n and (t_arr < best_t or (t_arr == best_t and best_kind > 1)):
+        # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
+        # arrivals (kind 2) and wake-ups (kind 3).
+        ref_p = -1
+        for p in range(pools.next_refresh.shape[0]):
+            if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
+                ref_p = p
+        if ref_p >= 0:
+            t_ref = pools.next_refresh[ref_p]
+            if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
+                if t_ref > until:
+                    return STATUS_OK
+                refresh_views(reps, pools, ref_p, t_ref)
+                continue
+        if a < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
                 return STATUS_OK
-            arrive(rq, reps, pools, ev, a, t_arr)
+            arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
             ev.clock[0] = a + 1
             continue
         if best_r < 0 or best_t > until:

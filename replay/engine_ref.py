@@ -29,7 +29,15 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    ROUTER_KV_COST,
+    ROUTER_LEAST_KV,
+    ROUTER_POWER_OF_TWO,
+    ROUTER_PREFIX_AWARE,
+    ROUTER_RANDOM,
     ROUTER_ROUND_ROBIN,
+    ROUTER_VLLM_DP,
+    ROUTERS_WITH_VIEW,
+    rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
     WAITING,
@@ -44,7 +52,10 @@ from replay.engine_common import (
 from replay.kvblocks import block_key_ref
 from replay.stepmodel import step_time_us_nb
 
-STEP_END, ARRIVAL, WAKE = 0, 1, 2  # event kinds in tie-break order at equal times
+# Event kinds in tie-break order at equal times: a step ends, routers refresh their view of the
+# replicas, requests arrive, idle replicas wake up to schedule.
+STEP_END, REFRESH, ARRIVAL, WAKE = 0, 1, 2, 3
+MASK64 = (1 << 64) - 1
 
 
 @dataclass(eq=False)
@@ -125,6 +136,7 @@ class Replica:
     kv: BlockPool
     state: int = R_ACTIVE
     active_at: int = 0
+    view: tuple[int, int, int] = (0, 0, 0)  # (waiting, running, KV blocks used) at the last refresh
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     busy_until: int = -1
@@ -148,12 +160,16 @@ class ReferenceEngine:
             for r in members[int(initial):]:
                 self.replicas[r].state = R_OFF
         self.rr_next = [0] * len(self.pool_members)
+        self.rng = [rng_seed(int(x)) for x in inputs.seeds]
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
         self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
+        for p, router in enumerate(inputs.pool_router):
+            if router in ROUTERS_WITH_VIEW:
+                heapq.heappush(self.heap, (0, REFRESH, p))
         self.wake_pending = [False] * len(self.replicas)
         self.ended = 0  # requests finished or rejected
         self.now = 0
@@ -177,7 +193,9 @@ class ReferenceEngine:
         self.now = until_us
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
-            if kind == ARRIVAL:
+            if kind == REFRESH:
+                self._refresh(who, t)
+            elif kind == ARRIVAL:
                 self._arrive(self.requests[who], t)
             elif kind == STEP_END:
                 self._finish_step(self.replicas[who], t)
@@ -205,7 +223,7 @@ class ReferenceEngine:
             reason = REJECT_CONTEXT
         elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p]:
             reason = REJECT_KV
-        r = self._route(p, t) if not reason else None
+        r = self._route(p, req, t) if not reason else None
         if r is None and not reason:
             r = self._route_starting(p)
         if r is None and not reason:
@@ -234,20 +252,74 @@ class ReferenceEngine:
         starting = [r for r in self.pool_members[p] if self.replicas[r].state == R_STARTING]
         return min(starting, key=lambda r: self.replicas[r].active_at) if starting else None
 
-    def _route(self, p: int, t: int) -> int | None:
+    def _refresh(self, p: int, t: int) -> None:
+        for r in self.pool_members[p]:
+            rep = self.replicas[r]
+            rep.view = (len(rep.waiting), len(rep.running), rep.kv.num_blocks - rep.kv.num_free)
+        heapq.heappush(self.heap, (t + int(self.inp.refresh_us[p]), REFRESH, p))
+
+    def _rand_below(self, p: int, n: int) -> int:
+        """xorshift64*, the same stream as engine_nb.rand_below."""
+        x = self.rng[p]
+        x ^= x >> 12
+        x ^= (x << 25) & MASK64
+        x ^= x >> 27
+        self.rng[p] = x
+        return (((x * 0x2545F4914F6CDD1D) & MASK64) >> 33) % n
+
+    def _prefix_hits(self, rep: Replica, req: Request, bs: int) -> int:
+        hits = 0
+        for key in req.keys[: (req.prompt_tokens - 1) // bs]:
+            if rep.kv.lookup(key) is None:
+                break
+            hits += 1
+        return hits
+
+    def _route(self, p: int, req: Request, t: int) -> int | None:
         members = self.pool_members[p]
-        if self.inp.pool_router[p] == ROUTER_ROUND_ROBIN:
+        router = self.inp.pool_router[p]
+        if router == ROUTER_ROUND_ROBIN:
             for _ in members:
                 k = self.rr_next[p]
                 self.rr_next[p] = (k + 1) % len(members)
                 if self._routable(self.replicas[members[k]], t):
                     return members[k]
             return None
-        # least-outstanding: fewest waiting + running; min() keeps the lowest index on ties
         active = [r for r in members if self._routable(self.replicas[r], t)]
         if not active:
             return None
-        return min(active, key=lambda r: len(self.replicas[r].waiting) + len(self.replicas[r].running))
+        if router in (ROUTER_RANDOM, ROUTER_POWER_OF_TWO):
+            i = self._rand_below(p, len(active))
+            if router == ROUTER_RANDOM or len(active) == 1:
+                return active[i]
+            # Power of two choices: a second, distinct candidate; the less loaded as last seen wins.
+            j = self._rand_below(p, len(active) - 1)
+            j += j >= i
+            a, b = active[min(i, j)], active[max(i, j)]
+            load = [sum(self.replicas[x].view[:2]) for x in (a, b)]
+            return b if load[1] < load[0] else a
+        bs = int(self.inp.pool_block_size[p])
+        need = -(-req.prompt_tokens // bs)
+        waits = [self.replicas[r].view[0] for r in active]
+
+        def score(r: int) -> float:
+            rep = self.replicas[r]
+            wait, run, kv = rep.view
+            if router == ROUTER_VLLM_DP:  # vLLM's data-parallel balancer: waiting * 4 + running
+                return -float(wait * 4 + run)
+            if router == ROUTER_LEAST_KV:
+                return -float(kv) / max(rep.kv.num_blocks, 1)
+            if router == ROUTER_PREFIX_AWARE:  # llm-d scorers: prefix 2, queue 1, KV 1
+                prefix = self._prefix_hits(rep, req, bs) / max(need, 1)
+                hi, lo = max(waits), min(waits)
+                queue = 1.0 if hi == lo else (hi - wait) / (hi - lo)
+                return 2.0 * prefix + 1.0 * queue + 1.0 * (1.0 - kv / max(rep.kv.num_blocks, 1))
+            if router == ROUTER_KV_COST:  # Dynamo: blocks to prefill after the overlap + blocks held
+                return -float(need - self._prefix_hits(rep, req, bs) + kv)
+            # least-outstanding: the proxy's own count of requests in flight, never stale
+            return -float(len(rep.waiting) + len(rep.running))
+
+        return max(active, key=score)  # max() keeps the first (lowest index) on ties
 
     # --- one scheduler step -----------------------------------------------------------------
 

@@ -16,7 +16,9 @@ from replay.engine_common import (
     R_STARTING,
     REPLICA_STATE_NAMES,
     SNAPSHOT_COLUMNS,
+    ROUTERS_WITH_VIEW,
     EngineInputs,
+    rng_seed,
     InvariantViolation,
 )
 from replay.engine_nb import (
@@ -134,6 +136,9 @@ class NumbaEngine:
             tree=_tree(nrep),
             state=np.where(_slot_in_pool(inputs) < inputs.initial_replicas[rep_pool], R_ACTIVE, R_OFF).astype(i64),
             active_at=full(nrep, 0),
+            view_wait=full(nrep, 0),
+            view_run=full(nrep, 0),
+            view_kv=full(nrep, 0),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -151,6 +156,9 @@ class NumbaEngine:
             arrivals=full(npool, 0),
             rejected=full(npool, 0),
             step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
+            refresh_us=inputs.refresh_us.astype(i64),
+            next_refresh=np.where(np.isin(inputs.pool_router, ROUTERS_WITH_VIEW), 0, NO_EVENT).astype(i64),
+            rng=np.array([rng_seed(int(x)) for x in inputs.seeds], dtype=np.uint64),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

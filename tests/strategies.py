@@ -91,7 +91,7 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
         long_prefill=per_pool(st.sampled_from([0, 0, 16, 100])),
         prefix_caching=per_pool(st.sampled_from([0, 1, 1])),
         max_model_len=per_pool(st.sampled_from([300, 4096])),
-        router=per_pool(st.sampled_from([0, 1])),
+        router=per_pool(st.integers(0, 7)),
         pool=pool,
     )
 

@@ -106,8 +106,8 @@ CONFIG_CASES = {
         "model: llama-3.1-8b\ntrace: {window: {end: 10}}\npools: [{name: a}]\n",
         ["fleet.yaml", "'trace.window.end'", "known keys", "end_s", "start_s"]),
     "unknown router": (
-        "model: llama-3.1-8b\npools:\n  - {name: a, replicas: 1, router: random}\n",
-        ["fleet.yaml", "pools[0]", "router", "'random'", "known", "least-outstanding", "round-robin"]),
+        "model: llama-3.1-8b\npools:\n  - {name: a, replicas: 1, router: fastest}\n",
+        ["fleet.yaml", "pools[0]", "router", "'fastest'", "known", "least-outstanding", "round-robin"]),
     "negative replicas": (
         "model: llama-3.1-8b\npools:\n  - {name: a, replicas: -1}\n",
         ["fleet.yaml", "pools[0]", "replicas", "-1", "expected", ">= 0"]),

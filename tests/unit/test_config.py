@@ -177,8 +177,8 @@ def test_type_errors_name_key_value_and_expectation(error, case):
 VALUES = {
     "negative replicas": ("pools: [{name: a, replicas: -1}]\n", ["pools[0]", "replicas", "-1", ">= 0"]),
     "zero tp": ("pools: [{name: a, tensor_parallel_size: 0}]\n", ["pools[0]", "tensor_parallel_size", "0", "> 0"]),
-    "unknown router": ("pools: [{name: a, router: random}]\n",
-                       ["pools[0]", "router", "'random'", "least-outstanding", "round-robin"]),
+    "unknown router": ("pools: [{name: a, router: fastest}]\n",
+                       ["pools[0]", "router", "'fastest'", "least-outstanding", "round-robin"]),
     "bad pool name": ("pools: [{name: 'a b'}]\n", ["pools[0]", "name", "'a b'", "letters, digits"]),
     "empty pool name": ("pools: [{name: ''}]\n", ["pools[0]", "name", "''"]),
     "block size": ("pools: [{name: a, engine: {block_size: 7}}]\n", ["block_size", "7", "power of 2"]),

@@ -108,3 +108,27 @@ def test_requests_wait_for_a_starting_replica_instead_of_being_rejected(cls):
     idle = cls(dataclasses.replace(inputs, pool_initial_replicas=np.array([0])))
     run_to_end(idle)
     assert idle.request_columns()["reject"].tolist() == [REJECT_NO_REPLICA] * 2
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_prefix_aware_and_kv_cost_routing_find_the_cache(cls):
+    rng = np.random.default_rng(5)
+    n = 60
+    args = (np.arange(n) * 2_000_000, rng.integers(200, 400, n), rng.integers(1, 5, n))
+    kwargs = dict(families=rng.integers(0, 3, n), replicas=(3,), kv_blocks=(200,))
+    hits = {}
+    for name, router in (("round-robin", 1), ("prefix-aware", 6), ("kv-cost", 7)):
+        hits[name] = finish(cls, make_inputs(*args, router=(router,), **kwargs))["cached_tokens"].sum()
+    assert hits["prefix-aware"] > hits["round-robin"] and hits["kv-cost"] > hits["round-robin"]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_vllm_dp_sees_load_only_at_refreshes(cls):
+    """A burst inside one refresh interval all lands on the replica that looked idlest."""
+    import dataclasses
+
+    inputs = make_inputs([0, 1, 2, 3], [50] * 4, [20] * 4, replicas=(2,), router=(3,))
+    stale = finish(cls, dataclasses.replace(inputs, pool_refresh_us=np.array([50_000])))
+    assert stale["replica"].tolist() == [0, 0, 0, 0]
+    live = finish(cls, dataclasses.replace(inputs, pool_refresh_us=np.array([1])))
+    assert sorted(live["replica"].tolist()) == [0, 0, 1, 1]

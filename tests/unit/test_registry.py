@@ -14,6 +14,10 @@ def test_router_ids_are_unique_and_match_the_engine_dispatch():
     assert len(set(ids)) == len(ids)
     assert router_id("least-outstanding") == engine_common.ROUTER_LEAST_OUTSTANDING
     assert router_id("round-robin") == engine_common.ROUTER_ROUND_ROBIN
+    for name, constant in (("random", "ROUTER_RANDOM"), ("vllm-dp", "ROUTER_VLLM_DP"), ("least-kv", "ROUTER_LEAST_KV"),
+                           ("power-of-two", "ROUTER_POWER_OF_TWO"), ("prefix-aware", "ROUTER_PREFIX_AWARE"),
+                           ("kv-cost", "ROUTER_KV_COST")):
+        assert router_id(name) == getattr(engine_common, constant)
 
 
 def test_every_router_documents_what_it_does_and_where_it_comes_from():
@@ -22,7 +26,7 @@ def test_every_router_documents_what_it_does_and_where_it_comes_from():
 
 
 def test_unknown_router_lists_the_known_ones():
-    with pytest.raises(ConfigError, match="least-outstanding, round-robin"):
+    with pytest.raises(ConfigError, match="kv-cost, least-kv, least-outstanding, power-of-two"):
         router_id("fastest")
 
 
