@@ -32,6 +32,11 @@ REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica")
 # Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
 ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_VLLM_DP = 0, 1, 2, 3
 ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST = 4, 5, 6, 7
+# Queue orders (which waiting request is admitted next) and preemption victims, by numba id.
+QUEUE_FCFS, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, QUEUE_EDF, QUEUE_LONGEST_PREFIX = 0, 1, 2, 3, 4
+LPM_MAX_QUEUE = 128  # SGLang falls back from longest-prefix-match to FCFS above this queue length
+VICTIM_FCFS, VICTIM_PRIORITY, VICTIM_LEAST_PROGRESS, VICTIM_MOST_KV = 0, 1, 2, 3
+
 # Routers that read replica metrics through a view refreshed every `refresh_us` (stale signals).
 ROUTERS_WITH_VIEW = (ROUTER_VLLM_DP, ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST)
 
@@ -81,6 +86,16 @@ class EngineInputs:
     detailed_events: bool = False
     pool_refresh_us: np.ndarray | None = None  # int64[P] routers' view refresh (default 50 ms)
     pool_seed: np.ndarray | None = None  # int64[P] seeds of the random routers
+    pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (default FCFS)
+    pool_victim: np.ndarray | None = None  # int64[P] preemption-victim ids (default vLLM FCFS)
+    pool_watermark_blocks: np.ndarray | None = None  # int64[P] (default 0)
+    pool_whole_prompt: np.ndarray | None = None  # int64[P] 0/1 (default 0)
+    pool_ttft_budget_us: np.ndarray | None = None  # int64[P] (default 2 s)
+
+    def per_pool(self, name: str, default: int) -> np.ndarray:
+        """An optional per-pool column, or its default for every pool."""
+        value = getattr(self, f"pool_{name}")
+        return np.full(len(self.pool_replicas), default, np.int64) if value is None else value.astype(np.int64)
     # Replicas active from t=0 per pool (default: every slot); the rest start OFF.
     pool_initial_replicas: np.ndarray | None = None
 

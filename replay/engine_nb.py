@@ -34,6 +34,12 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    LPM_MAX_QUEUE,
+    QUEUE_EDF,
+    QUEUE_FCFS,
+    QUEUE_LONGEST_PREFIX,
+    QUEUE_PRIORITY,
+    QUEUE_SHORTEST_PROMPT,
     ROUTER_KV_COST,
     ROUTER_LEAST_KV,
     ROUTER_POWER_OF_TWO,
@@ -41,6 +47,9 @@ from replay.engine_common import (
     ROUTER_RANDOM,
     ROUTER_ROUND_ROBIN,
     ROUTER_VLLM_DP,
+    VICTIM_FCFS,
+    VICTIM_LEAST_PROGRESS,
+    VICTIM_PRIORITY,
     RUNNING,
     WAITING,
     R_ACTIVE,
@@ -136,6 +145,11 @@ class Pools(NamedTuple):
     refresh_us: np.ndarray  # routers' view refresh interval, 0 = routers that read no view
     next_refresh: np.ndarray  # NO_EVENT when the pool's router reads no view
     rng: np.ndarray  # uint64 xorshift state per pool (random and power-of-two routers)
+    queue: np.ndarray  # queue-order policy id
+    victim: np.ndarray  # preemption-victim policy id
+    watermark_blocks: np.ndarray  # blocks admission leaves free
+    whole_prompt: np.ndarray  # 1: admit only when every remaining prompt token fits
+    ttft_budget_us: np.ndarray  # TTFT target, for earliest-deadline-first
 
 
 class Events(NamedTuple):
@@ -436,8 +450,8 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     reason = 0
     if total > pools.max_model_len[p]:
         reason = REJECT_CONTEXT
-    elif (total - 1 + pools.block_size[p] - 1) // pools.block_size[p] > pools.kv_blocks[p]:
-        # The request could never hold all its tokens, even alone on a replica.
+    elif (total - 1 + pools.block_size[p] - 1) // pools.block_size[p] > pools.kv_blocks[p] - pools.watermark_blocks[p]:
+        # The request could never hold all its tokens, even alone on a replica (above the watermark).
         reason = REJECT_KV
     r = -1
     if reason == 0:
@@ -478,6 +492,74 @@ def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
+def is_decoding(rq, q):
+    """The request's next token is a decode: all but the newest token already have KV."""
+    return rq.generated[q] > 0 and rq.computed[q] == rq.prompt[q] + rq.generated[q] - 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def pick_victim(rq, reps, pools, p, off, nrun):
+    """Index in the running list of the request to preempt (ids in policies.registry)."""
+    policy = pools.victim[p]
+    if policy == VICTIM_FCFS:
+        return nrun - 1  # vLLM FCFS: the tail of running
+    best = 0
+    for i in range(1, nrun):
+        q = reps.run_list[off + i]
+        b = reps.run_list[off + best]
+        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival); the first such on ties
+            worse = rq.priority[q] > rq.priority[b] or (rq.priority[q] == rq.priority[b] and rq.arrival[q] > rq.arrival[b])
+        elif policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated; the newest on ties
+            worse = rq.generated[q] <= rq.generated[b]
+        else:  # VICTIM_MOST_KV: most blocks held; the newest on ties
+            worse = rq.nblocks[q] >= rq.nblocks[b]
+        if worse:
+            best = i
+    return best
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
+    """Prefix-cache hits of a waiting request: leading full blocks, capped at num_tokens - 1."""
+    off = reps.htab_off[r]
+    mask = reps.htab_mask[r]
+    hits = 0
+    for j in range((rq.prompt[q] + rq.generated[q] - 1) // bs):
+        if ht_find(blocks, off, mask, request_key(rq, th, tbs, q, j, bs)) < 0:
+            break
+        hits += 1
+    return hits
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r):
+    """The waiting request to admit next under the pool's queue order (ids in policies.registry).
+    Ties go to the earlier arrival, then the lower index."""
+    policy = pools.queue[p]
+    q = reps.wait_head[r]
+    if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and reps.nwait[r] > LPM_MAX_QUEUE):
+        return q  # FCFS (SGLang's longest-prefix falls back to it on long queues)
+    bs = pools.block_size[p]
+    best = -1
+    best_key = 0.0
+    while q >= 0:
+        if policy == QUEUE_PRIORITY:
+            key = float(rq.priority[q])
+        elif policy == QUEUE_SHORTEST_PROMPT:
+            key = float(rq.prompt[q])
+        elif policy == QUEUE_EDF:
+            key = float(rq.arrival[q] + pools.ttft_budget_us[p])
+        else:  # QUEUE_LONGEST_PREFIX: most cached prefix first
+            key = -float(prompt_hits(rq, blocks, reps, th, tbs, bs, r, q))
+        if best < 0 or key < best_key or (key == best_key and (
+                rq.arrival[q] < rq.arrival[best] or (rq.arrival[q] == rq.arrival[best] and q < best))):
+            best = q
+            best_key = key
+        q = rq.qnext[q]
+    return best
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Build the step that starts at t on replica r; returns its duration (0 = nothing to run)."""
     p = reps.pool[r]
@@ -487,20 +569,13 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     budget = pools.max_batched[p]
     off = reps.run_off[r]
     detailed = ev.clock[2] != 0
-    prefill_tokens = 0
-    prefill_pairs = 0.0
-    prefill_ctx = 0
-    decode_seqs = 0
-    decode_ctx = 0
-    num_seqs = 0
     preempted = False
 
-    # 1. Running requests first, in order.
+    # 1. Running requests first, in order; make room by preempting the policy's victim.
     i = 0
     while i < reps.nrun[r] and budget > 0:
         q = reps.run_list[off + i]
-        num_tokens = rq.prompt[q] + rq.generated[q]
-        new = num_tokens - rq.computed[q]
+        new = rq.prompt[q] + rq.generated[q] - rq.computed[q]
         if 0 < threshold < new:
             new = threshold
         if new > budget:
@@ -508,26 +583,25 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         target = rq.computed[q] + new
         scheduled = True
         while (target + bs - 1) // bs - rq.nblocks[q] > reps.nfree[r]:
-            victim = reps.run_list[off + reps.nrun[r] - 1]  # FCFS: the tail of running
+            vi = pick_victim(rq, reps, pools, p, off, reps.nrun[r])
+            victim = reps.run_list[off + vi]
+            for k in range(vi, reps.nrun[r] - 1):
+                reps.run_list[off + k] = reps.run_list[off + k + 1]
             reps.nrun[r] -= 1
+            budget += rq.sched_new[victim]  # a victim scheduled earlier in this step gives its tokens back
+            rq.sched_new[victim] = 0
             preempt(rq, blocks, reps, ev, th, tbs, bs, r, victim, t)
             preempted = True
             if victim == q:
                 scheduled = False
                 break
+            if vi < i:
+                i -= 1
         if not scheduled:
             break
         grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, target)
         rq.sched_new[q] = new
         budget -= new
-        num_seqs += 1
-        if rq.generated[q] > 0 and rq.computed[q] == num_tokens - 1:
-            decode_seqs += 1
-            decode_ctx += rq.computed[q] + 1
-        else:
-            prefill_tokens += new
-            prefill_pairs += new * rq.computed[q] + new * (new + 1) / 2.0
-            prefill_ctx += rq.computed[q]
         i += 1
 
     # 2. Waiting requests, only if nothing was preempted; admission never preempts.
@@ -535,27 +609,24 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         hoff = reps.htab_off[r]
         hmask = reps.htab_mask[r]
         while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
-            q = reps.wait_head[r]  # FCFS
+            q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r)
             num_tokens = rq.prompt[q] + rq.generated[q]
-            nhit = 0
+            nhit = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if caching else 0
             evictable = 0
-            if caching:
-                # Hits are capped so that at least one token is computed (vLLM: num_tokens - 1).
-                for j in range((num_tokens - 1) // bs):
-                    b = ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs))
-                    if b < 0:
-                        break
-                    nhit += 1
-                    if blocks.ref[b] == 0:
-                        evictable += 1
+            for j in range(nhit):
+                if blocks.ref[ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs))] == 0:
+                    evictable += 1
             computed = nhit * bs
             new = num_tokens - computed
             if 0 < threshold < new:
                 new = threshold
             if new > budget:
                 new = budget
-            need = (computed + new + bs - 1) // bs - nhit
-            if need + evictable > reps.nfree[r]:
+            # The chunk must fit; with the whole-prompt gate, everything still to compute must;
+            # the watermark keeps some blocks free for running requests to grow into.
+            upto = num_tokens if pools.whole_prompt[p] != 0 else computed + new
+            need = (upto + bs - 1) // bs - nhit
+            if need + evictable > reps.nfree[r] - pools.watermark_blocks[p]:
                 break
             for j in range(nhit):
                 touch_block(blocks, reps, r, ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs)))
@@ -578,11 +649,27 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             if detailed:
                 record(ev, t, EV_SCHEDULE, r, q, computed)
             budget -= new
-            num_seqs += 1
-            prefill_tokens += new
-            prefill_pairs += new * computed + new * (new + 1) / 2.0
-            prefill_ctx += computed
 
+    # 3. What the step computes, for the step model.
+    prefill_tokens = 0
+    prefill_pairs = 0.0
+    prefill_ctx = 0
+    decode_seqs = 0
+    decode_ctx = 0
+    num_seqs = 0
+    for k in range(reps.nrun[r]):
+        q = reps.run_list[off + k]
+        new = rq.sched_new[q]
+        if new == 0:
+            continue
+        num_seqs += 1
+        if is_decoding(rq, q):
+            decode_seqs += 1
+            decode_ctx += rq.computed[q] + 1
+        else:
+            prefill_tokens += new
+            prefill_pairs += new * rq.computed[q] + new * (new + 1) / 2.0
+            prefill_ctx += rq.computed[q]
     if num_seqs == 0:
         return np.int64(0), preempted
     dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, prefill_ctx, decode_seqs, decode_ctx,
@@ -604,7 +691,7 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
         if new > 0:
             rq.sched_new[q] = 0
             num_tokens = rq.prompt[q] + rq.generated[q]
-            if not (rq.generated[q] > 0 and rq.computed[q] == num_tokens - 1):
+            if not is_decoding(rq, q):
                 reps.counters[r, C_PREFILL] += new
             rq.computed[q] += new
             if rq.computed[q] >= num_tokens:
@@ -681,9 +768,13 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             reps.step_start[r] = best_t
             reps.busy_until[r] = best_t + dur
             reps.counters[r, C_STEPS] += 1
-        elif reps.nwait[r] > 0 or preempted:
-            # Cannot happen: a request too big for an empty replica is rejected at arrival, so the
-            # head of running always fits once the rest is preempted. Report it, do not spin.
+        elif preempted:
+            # A victim policy other than FCFS can preempt the request it was making room for and
+            # leave nothing to run; as vLLM, schedule again (the queue is admitted then).
+            reps.wake[r] = best_t
+        elif reps.nwait[r] > 0:
+            # Cannot happen: a request too big for an empty replica is rejected at arrival.
+            # Report it, do not spin.
             ev.clock[4] = r
             ev.clock[5] = best_t
             return STATUS_STUCK

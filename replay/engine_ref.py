@@ -29,6 +29,12 @@ from replay.engine_common import (
     REJECT_KV,
     REJECT_NO_REPLICA,
     REJECTED,
+    LPM_MAX_QUEUE,
+    QUEUE_EDF,
+    QUEUE_FCFS,
+    QUEUE_LONGEST_PREFIX,
+    QUEUE_PRIORITY,
+    QUEUE_SHORTEST_PROMPT,
     ROUTER_KV_COST,
     ROUTER_LEAST_KV,
     ROUTER_POWER_OF_TWO,
@@ -37,6 +43,9 @@ from replay.engine_common import (
     ROUTER_ROUND_ROBIN,
     ROUTER_VLLM_DP,
     ROUTERS_WITH_VIEW,
+    VICTIM_FCFS,
+    VICTIM_LEAST_PROGRESS,
+    VICTIM_PRIORITY,
     rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
@@ -65,6 +74,7 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     keys: list[int]  # hash of every block the request can ever fill
+    priority: int = 0
     state: int = PENDING
     replica: int = -1
     computed: int = 0
@@ -185,7 +195,7 @@ class ReferenceEngine:
                           max(1, inp.trace_block_tokens), prompt, i, j, bs)
             for j in range(max_blocks)
         ] if inp.pool_enable_prefix_caching[pool] else []
-        return Request(i, int(inp.arrival_us[i]), prompt, output, keys)
+        return Request(i, int(inp.arrival_us[i]), prompt, output, keys, int(inp.priority[i]))
 
     # --- the event loop ---------------------------------------------------------------------
 
@@ -221,7 +231,7 @@ class ReferenceEngine:
         reason = 0
         if total > self.inp.pool_max_model_len[p]:
             reason = REJECT_CONTEXT
-        elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p]:
+        elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p] - self.inp.per_pool("watermark_blocks", 0)[p]:
             reason = REJECT_KV
         r = self._route(p, req, t) if not reason else None
         if r is None and not reason:
@@ -328,7 +338,6 @@ class ReferenceEngine:
         bs = int(inp.pool_block_size[p])
         threshold = int(inp.pool_long_prefill_token_threshold[p])
         budget = int(inp.pool_max_num_batched_tokens[p])
-        batch = []  # (request, new tokens, was decoding, computed before)
         preempted = False
 
         def chunk(new: int) -> int:
@@ -336,20 +345,24 @@ class ReferenceEngine:
                 new = threshold
             return min(new, budget)
 
-        # 1. Running requests first, in order; make room by preempting the tail.
+        # 1. Running requests first, in order; make room by preempting the policy's victim.
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
             new = chunk(req.num_tokens - req.computed)
             while self._blocks_needed(req, req.computed + new, bs) > rep.kv.num_free:
-                victim = rep.running.pop()
+                vi = self._victim(rep)
+                victim = rep.running.pop(vi)
+                budget += victim.scheduled  # a victim scheduled earlier in this step gives its tokens back
+                victim.scheduled = 0
                 self._preempt(rep, victim, t)
                 preempted = True
                 if victim is req:
                     break
+                i -= vi < i
             else:
-                batch.append((req, new, req.is_decoding, req.computed))
                 self._grow(rep, req, req.computed + new, bs)
+                req.scheduled = new
                 budget -= new
                 i += 1
                 continue
@@ -357,17 +370,16 @@ class ReferenceEngine:
 
         # 2. Waiting requests, unless this step preempted; admission never preempts.
         while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
-            req = rep.waiting[0]
-            hits = []
-            for key in req.keys[: (req.num_tokens - 1) // bs]:
-                block = rep.kv.lookup(key)
-                if block is None:
-                    break
-                hits.append(block)
+            req = self._next_waiting(rep, bs)
+            hits = self._cached_prefix(rep, req, bs)
             computed = len(hits) * bs
             new = chunk(req.num_tokens - computed)
             evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
-            if math.ceil((computed + new) / bs) - len(hits) + evictable > rep.kv.num_free:
+            # The chunk must fit; with the whole-prompt gate, everything still to compute must; the
+            # watermark keeps blocks free for running requests to grow into.
+            upto = req.num_tokens if inp.per_pool("whole_prompt", 0)[p] else computed + new
+            watermark = int(inp.per_pool("watermark_blocks", 0)[p])
+            if math.ceil(upto / bs) - len(hits) + evictable > rep.kv.num_free - watermark:
                 break
             for block in hits:
                 rep.kv.touch(block)
@@ -375,9 +387,10 @@ class ReferenceEngine:
             req.num_cached_blocks = len(hits)
             req.computed = computed
             self._grow(rep, req, computed + new, bs)
-            rep.waiting.popleft()
+            rep.waiting.remove(req)
             rep.running.append(req)
             req.state = RUNNING
+            req.scheduled = new
             if req.first_scheduled_us < 0:
                 req.first_scheduled_us, req.cached_tokens = t, computed
                 rep.counters["hit_tokens"] += computed
@@ -385,18 +398,19 @@ class ReferenceEngine:
             rep.counters["admitted"] += 1
             if inp.detailed_events:
                 self._record(t, EV_SCHEDULE, rep.index, req.index, computed)
-            batch.append((req, new, False, computed))
             budget -= new
 
+        # 3. What the step computes, for the step model.
+        batch = [req for req in rep.running if req.scheduled]
         if not batch:
-            if rep.waiting or preempted:  # impossible: see engine_nb.advance_nb
+            if preempted:  # the victim was the request itself: schedule again, as vLLM
+                self._wake(rep, t)
+            elif rep.waiting:  # impossible: see engine_nb.advance_nb
                 raise InvariantViolation(f"replica {rep.index} has {len(rep.waiting)} waiting requests but cannot "
                                          f"schedule any at t_us={t}")
             return
-        for req, new, _, _ in batch:
-            req.scheduled = new
-        prefill = [(new, before) for req, new, decoding, before in batch if not decoding]
-        decodes = [before for req, new, decoding, before in batch if decoding]
+        prefill = [(req.scheduled, req.computed) for req in batch if not req.is_decoding]
+        decodes = [req.computed for req in batch if req.is_decoding]
         duration = int(step_time_us_nb(
             inp.pool_step_params[p],
             sum(new for new, _ in prefill),
@@ -409,6 +423,48 @@ class ReferenceEngine:
         rep.step_start, rep.busy_until = t, t + duration
         rep.counters["steps"] += 1
         heapq.heappush(self.heap, (rep.busy_until, STEP_END, rep.index))
+
+    def _victim(self, rep: Replica) -> int:
+        """Index in the running list of the request to preempt."""
+        policy = self.inp.per_pool("victim", VICTIM_FCFS)[rep.pool]
+        run = rep.running
+        if policy == VICTIM_FCFS:  # vLLM FCFS: the tail of running
+            return len(run) - 1
+        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival), the first such
+            return max(range(len(run)), key=lambda i: (run[i].priority, run[i].arrival_us))
+        if policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated, the newest such
+            return min(range(len(run)), key=lambda i: (run[i].generated, -i))
+        return max(range(len(run)), key=lambda i: (len(run[i].blocks), i))  # most KV, the newest such
+
+    def _cached_prefix(self, rep: Replica, req: Request, bs: int) -> list[int]:
+        """Blocks of the request's leading full blocks found in the cache, capped at num_tokens - 1."""
+        hits = []
+        for key in req.keys[: (req.num_tokens - 1) // bs]:
+            block = rep.kv.lookup(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def _next_waiting(self, rep: Replica, bs: int) -> Request:
+        """The queue order's pick; ties go to the earlier arrival, then the lower index."""
+        policy = self.inp.per_pool("queue", QUEUE_FCFS)[rep.pool]
+        if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and len(rep.waiting) > LPM_MAX_QUEUE):
+            return rep.waiting[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
+        budget = int(self.inp.per_pool("ttft_budget_us", 2_000_000)[rep.pool])
+
+        def key(req: Request) -> tuple:
+            if policy == QUEUE_PRIORITY:
+                k = float(req.priority)
+            elif policy == QUEUE_SHORTEST_PROMPT:
+                k = float(req.prompt_tokens)
+            elif policy == QUEUE_EDF:
+                k = float(req.arrival_us + budget)
+            else:  # longest prefix first
+                k = -float(len(self._cached_prefix(rep, req, bs)))
+            return (k, req.arrival_us, req.index)
+
+        return min(rep.waiting, key=key)
 
     def _blocks_needed(self, req: Request, num_tokens: int, bs: int) -> int:
         return math.ceil(num_tokens / bs) - len(req.blocks)

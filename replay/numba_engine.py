@@ -159,6 +159,11 @@ class NumbaEngine:
             refresh_us=inputs.refresh_us.astype(i64),
             next_refresh=np.where(np.isin(inputs.pool_router, ROUTERS_WITH_VIEW), 0, NO_EVENT).astype(i64),
             rng=np.array([rng_seed(int(x)) for x in inputs.seeds], dtype=np.uint64),
+            queue=inputs.per_pool("queue", 0),
+            victim=inputs.per_pool("victim", 0),
+            watermark_blocks=inputs.per_pool("watermark_blocks", 0),
+            whole_prompt=inputs.per_pool("whole_prompt", 0),
+            ttft_budget_us=inputs.per_pool("ttft_budget_us", 2_000_000),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

@@ -21,6 +21,7 @@ def make_inputs(
     arrival_us, prompt, output, *, families=None, trace_block_tokens=32, replicas=(1,), kv_blocks=(64,),
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
+    queue=None, victim=None, watermark_blocks=None, whole_prompt=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -56,6 +57,10 @@ def make_inputs(
         pool_router=np.asarray(router, np.int64),
         pool_step_params=np.stack([STEP] * npool),
         detailed_events=detailed_events,
+        pool_queue=None if queue is None else np.asarray(queue, np.int64),
+        pool_victim=None if victim is None else np.asarray(victim, np.int64),
+        pool_watermark_blocks=None if watermark_blocks is None else np.asarray(watermark_blocks, np.int64),
+        pool_whole_prompt=None if whole_prompt is None else np.asarray(whole_prompt, np.int64),
     )
 
 
@@ -73,6 +78,7 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
     families = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
     npool = draw(st.integers(1, 2))
     pool = draw(st.lists(st.integers(0, npool - 1), min_size=n, max_size=n))
+    priority = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
 
     def per_pool(strategy):
         return tuple(draw(strategy) for _ in range(npool))
@@ -93,6 +99,11 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
         max_model_len=per_pool(st.sampled_from([300, 4096])),
         router=per_pool(st.integers(0, 7)),
         pool=pool,
+        priority=priority,
+        queue=per_pool(st.integers(0, 4)),
+        victim=per_pool(st.integers(0, 3)),
+        watermark_blocks=per_pool(st.sampled_from([0, 0, 1, 3])),
+        whole_prompt=per_pool(st.sampled_from([0, 0, 1])),
     )
 
 
