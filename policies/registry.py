@@ -73,6 +73,53 @@ ROUTERS: dict[str, PolicySpec] = {
 }
 
 
+QUEUE_ORDERS: dict[str, PolicySpec] = {
+    spec.name: spec
+    for spec in (
+        PolicySpec("queue order", "fcfs", 0, "arrival order; a preempted request goes back to the head",
+                   "vLLM scheduling_policy=fcfs (vllm/v1/core/sched/request_queue.py FCFSRequestQueue)"),
+        PolicySpec("queue order", "priority", 1, "lower priority value first, then arrival",
+                   "vLLM scheduling_policy=priority (PriorityRequestQueue)"),
+        PolicySpec("queue order", "shortest-prompt", 2, "shortest prompt first, then arrival",
+                   "shortest-job-first on known prompt length (e.g. SGLang/vLLM SJF proposals)"),
+        PolicySpec("queue order", "edf", 3, "earliest TTFT deadline (arrival + the SLO's TTFT) first",
+                   "earliest-deadline-first, as in SLO-aware schedulers (QLM, Andes)"),
+        PolicySpec("queue order", "longest-prefix", 4,
+                   "most prompt blocks already in the prefix cache first; FCFS above 128 waiting",
+                   "SGLang schedule_policy.py lpm (longest prefix match)"),
+    )
+}
+
+VICTIMS: dict[str, PolicySpec] = {
+    spec.name: spec
+    for spec in (
+        PolicySpec("preemption victim", "vllm-fcfs", 0, "the last request of the running list",
+                   "vLLM v1 scheduler.py: self.running.pop() under fcfs"),
+        PolicySpec("preemption victim", "vllm-priority", 1, "the running request with max (priority, arrival)",
+                   "vLLM v1 scheduler.py: max(self.running, key=(priority, arrival_time))"),
+        PolicySpec("preemption victim", "least-progress", 2, "the running request with the fewest tokens generated",
+                   "least-attained-service preemption (FastServe's MLFQ intuition)"),
+        PolicySpec("preemption victim", "most-kv", 3, "the running request holding the most KV blocks",
+                   "frees the most memory per preemption (largest-first eviction)"),
+    )
+}
+
+
+def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
+    try:
+        return table[name].numba_id
+    except KeyError:
+        raise ConfigError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+
+
+def queue_order_id(name: str) -> int:
+    return _lookup(QUEUE_ORDERS, "queue order", name)
+
+
+def victim_id(name: str) -> int:
+    return _lookup(VICTIMS, "preemption victim", name)
+
+
 def router_id(name: str) -> int:
     try:
         return ROUTERS[name].numba_id
@@ -186,8 +233,9 @@ def policy_rows() -> list[dict[str, Any]]:
         return {f.name: f.default for f in dataclasses.fields(cls)}
 
     rows = [
-        {"family": "router", "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
-        for s in ROUTERS.values()
+        {"family": s.family, "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
+        for table in (ROUTERS, QUEUE_ORDERS, VICTIMS)
+        for s in table.values()
     ]
     rows += [
         {"family": "autoscaler", "name": s.name, "params": params(s.params_cls), "summary": s.summary,

@@ -16,7 +16,7 @@ import polars as pl
 
 from replay.config import FleetConfig, PoolConfig
 from policies.api import ReplicaModel
-from policies.registry import router_id
+from policies.registry import queue_order_id, router_id, victim_id
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
@@ -134,7 +134,7 @@ def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "con
 
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
-    detailed_events: bool = False, seed: int = 0,
+    detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
 ) -> EngineInputs:
     hashes = frame["prefix_hashes"]
     hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
@@ -168,6 +168,12 @@ def build_inputs(
         detailed_events=detailed_events,
         pool_refresh_us=np.array([max(1, round(p.config.router_refresh_ms * 1000)) for p in plans], np.int64),
         pool_seed=np.array([seed * 1000 + p.index for p in plans], np.int64),
+        pool_queue=np.array([queue_order_id(e.scheduling_policy) for e in engines], np.int64),
+        pool_victim=np.array([victim_id(_victim(p.config)) for p in plans], np.int64),
+        pool_watermark_blocks=np.array(
+            [int(p.config.preemption.watermark * (p.capacity.kv_blocks - 1)) for p in plans], np.int64),
+        pool_whole_prompt=np.array([int(p.config.preemption.whole_prompt_gate) for p in plans], np.int64),
+        pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
     )
 
 
@@ -186,6 +192,13 @@ def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
         points.append((seqs, seqs / step_us * 1e6, step_us / 1000.0))
     return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
                         kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)
+
+
+def _victim(pool: PoolConfig) -> str:
+    """`auto` is what vLLM does: the priority victim under the priority scheduling policy."""
+    if pool.preemption.victim != "auto":
+        return pool.preemption.victim
+    return "vllm-priority" if pool.engine.scheduling_policy == "priority" else "vllm-fcfs"
 
 
 def replica_slots(pool: PoolConfig) -> int:
@@ -238,7 +251,7 @@ def simulate(
     started = time.perf_counter()
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = assign_pools(frame["workload"], plans, config_source)
-    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed)
+    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms)
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from policies.registry import ROUTERS
+from policies.registry import QUEUE_ORDERS, ROUTERS, VICTIMS
 from traces import TraceConfig
 from traces.configtools import from_dict
 from traces.errors import ConfigError
@@ -41,6 +41,8 @@ class EngineArgs:
     long_prefill_token_threshold: int = 0
     # None: the model's own context length.
     max_model_len: int | None = None
+    # Which waiting request is admitted next (vLLM: fcfs | priority; llm-replay adds more).
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         _positive("max_num_seqs", self.max_num_seqs)
@@ -59,6 +61,31 @@ class EngineArgs:
             )
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
+        if self.scheduling_policy not in QUEUE_ORDERS:
+            raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}; "
+                             f"known: {', '.join(sorted(QUEUE_ORDERS))}")
+
+
+@dataclass(frozen=True)
+class PreemptionConfig:
+    """When KV blocks run out: which running request is preempted (recompute), and the admission
+    gates that keep it from happening. `victim: auto` is vLLM's: vllm-priority under the priority
+    scheduling policy, else vllm-fcfs."""
+
+    victim: str = "auto"
+    mode: str = "recompute"
+    watermark: float = 0.0  # share of KV blocks admission leaves free (vLLM V0's default was 0.01)
+    whole_prompt_gate: bool = False  # admit only if every remaining prompt token fits, not the chunk
+
+    def __post_init__(self) -> None:
+        if self.victim != "auto" and self.victim not in VICTIMS:
+            raise ValueError(f"victim: unknown preemption victim {self.victim!r}; known: auto, "
+                             f"{', '.join(sorted(VICTIMS))}")
+        if self.mode != "recompute":
+            raise ValueError(f"mode: got {self.mode!r}; only 'recompute' is modelled (vLLM V1 has no swap; "
+                             "swap to host memory is not built yet)")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark: got {self.watermark}, expected a share in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -132,6 +159,7 @@ class PoolConfig:
     # How stale the replica metrics are that scraping routers see (vllm-dp, least-kv, ...).
     router_refresh_ms: float = 50.0
     engine: EngineArgs = field(default_factory=EngineArgs)
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     step_model: StepModelArgs = field(default_factory=StepModelArgs)
     # None: a fixed pool of `replicas`; else `replicas` is the initial count.
     autoscaler: AutoscalerConfig | None = None

@@ -1,0 +1,59 @@
+"""Policies by name from the config and the CLI: queue orders, victims, routers, the listing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policies.registry import policy_rows
+from tests.e2e.conftest import read_run
+
+FLEET = """
+model: llama-3.1-8b
+trace: {{path: mooncake-synthetic, window: {{end_s: 120}}}}
+pools:
+  - name: a
+    replicas: 2
+    router: {router}
+    engine: {{scheduling_policy: {queue}, num_gpu_blocks_override: 6000, max_model_len: 60000}}
+    preemption: {{victim: {victim}, watermark: 0.01}}
+"""
+
+
+@pytest.mark.parametrize("router, queue, victim", [
+    ("prefix-aware", "longest-prefix", "most-kv"),
+    ("kv-cost", "priority", "auto"),
+    ("power-of-two", "shortest-prompt", "least-progress"),
+    ("vllm-dp", "edf", "vllm-priority"),
+])
+def test_policies_run_by_name(cli, write, tmp_path, router, queue, victim):
+    write("f.yaml", FLEET.format(router=router, queue=queue, victim=victim))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "o")
+    assert run.summary["finished"] + run.summary["rejected"] + run.summary["unfinished"] == run.summary["requests"]
+
+
+@pytest.mark.parametrize("pool_extra, fragments", [
+    ("engine: {scheduling_policy: lifo}", ["pools[0].engine.scheduling_policy", "'lifo'", "fcfs", "priority"]),
+    ("preemption: {victim: oldest}", ["pools[0].preemption.victim", "'oldest'", "most-kv"]),
+    ("preemption: {mode: swap}", ["pools[0].preemption.mode", "'swap'", "recompute"]),
+    ("router_refresh_ms: 0", ["pools[0].router_refresh_ms", "got 0"]),
+])
+def test_unknown_policy_names_list_the_known_ones(cli, write, tmp_path, pool_extra, fragments):
+    write("f.yaml", f"model: llama-3.1-8b\npools:\n  - name: a\n    {pool_extra}\n")
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 2 and res.err.count("\n") == 1
+    for fragment in fragments:
+        assert fragment in res.err, (fragment, res.err)
+
+
+def test_policies_lists_every_family(cli):
+    res = cli("policies", "--json")
+    assert res.code == 0
+    rows = json.loads(res.out)
+    assert {r["name"] for r in rows} == {r["name"] for r in policy_rows()}
+    assert {"router", "queue order", "preemption victim", "autoscaler"} <= {r["family"] for r in rows}
+    text = cli("policies")
+    assert "prefix-aware" in text.out and "kpa" in text.out

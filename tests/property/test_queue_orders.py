@@ -1,0 +1,48 @@
+"""Queue orders and preemption, replayed from the event log: the admitted request is always the
+policy's first among those waiting on that replica, and preemption keeps KV within capacity."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replay.engine_common import EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, FINISHED, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, REJECTED
+from replay.numba_engine import NumbaEngine
+from tests.strategies import engine_inputs, run_to_end
+
+
+@given(engine_inputs(), st.sampled_from([QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT]))
+def test_admission_follows_the_queue_order(inputs, order):
+    inputs = dataclasses.replace(inputs, pool_queue=np.full(len(inputs.pool_replicas), order))
+    engine = NumbaEngine(inputs)
+    run_to_end(engine, limit_us=10**10)
+    ev = engine.take_events()
+    key = inputs.priority if order == QUEUE_PRIORITY else inputs.prompt_tokens
+    waiting: dict[int, set[int]] = {}
+    for kind, replica, q in zip(ev["kind"].tolist(), ev["replica"].tolist(), ev["request"].tolist()):
+        if kind in (EV_ARRIVE, EV_PREEMPT):
+            waiting.setdefault(replica, set()).add(q)
+        elif kind == EV_SCHEDULE:
+            queue = waiting[replica]
+            first = min(queue, key=lambda x: (key[x], inputs.arrival_us[x], x))
+            assert q == first, f"admitted {q} while {first} came first in the {order} order"
+            queue.remove(q)
+
+
+@given(engine_inputs())
+def test_preemption_keeps_kv_within_capacity_and_every_preempted_request_finishes(inputs):
+    engine = NumbaEngine(inputs)
+    t = 0
+    while not engine.done and t < 10**10:
+        t += 50_000
+        engine.advance(t)
+        st_ = engine.replica_state()
+        assert np.all(st_["kv_used_blocks"] <= st_["kv_total_blocks"])
+    cols = engine.request_columns()
+    assert engine.done
+    preempted = cols["preemptions"] > 0
+    assert np.all(cols["state"][preempted] == FINISHED)
+    assert np.all((cols["state"] == FINISHED) | (cols["state"] == REJECTED))
