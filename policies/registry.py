@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from policies import admission
 from policies.api import Decision, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import ratio_state
@@ -103,6 +104,45 @@ VICTIMS: dict[str, PolicySpec] = {
                    "frees the most memory per preemption (largest-first eviction)"),
     )
 }
+
+
+@dataclass(frozen=True)
+class AdmissionSpec:
+    name: str
+    numba_id: int
+    params_cls: type
+    summary: str
+    source: str
+    family: str = "admission"
+
+
+ADMISSIONS: dict[str, AdmissionSpec] = {
+    spec.name: spec
+    for spec in (
+        AdmissionSpec("always", 0, admission.AlwaysParams, "admit every request that fits the context",
+                      "vLLM (no admission control of its own)"),
+        AdmissionSpec("queue-limit", 1, admission.QueueLimitParams,
+                      "reject while the pool's waiting requests or waiting prompt tokens are at a cap",
+                      "gateway queue caps (Envoy max_pending_requests, llm-d queue threshold)"),
+        AdmissionSpec("token-bucket", 2, admission.TokenBucketParams,
+                      "per-tenant token bucket; a request costs prompt + output tokens",
+                      "API gateway token-rate limits (OpenAI-style TPM quotas)"),
+        AdmissionSpec("priority-shed", 3, admission.PriorityShedParams,
+                      "when saturated, reject the low-priority classes",
+                      "load shedding by criticality (llm-d / Gateway API inference extension criticality)"),
+        AdmissionSpec("slo-aware", 4, admission.SloAwareParams,
+                      "reject when the predicted TTFT exceeds a multiple of the SLO",
+                      "SLO-aware admission (e.g. DistServe / QLM style TTFT prediction)"),
+    )
+}
+
+
+def admission_spec(name: str, key: str | None = None) -> AdmissionSpec:
+    try:
+        return ADMISSIONS[name]
+    except KeyError:
+        where = f"{key}: " if key else ""
+        raise ConfigError(f"{where}unknown admission policy {name!r}; known: {', '.join(sorted(ADMISSIONS))}") from None
 
 
 def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
@@ -236,6 +276,11 @@ def policy_rows() -> list[dict[str, Any]]:
         {"family": s.family, "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
         for table in (ROUTERS, QUEUE_ORDERS, VICTIMS)
         for s in table.values()
+    ]
+    rows += [
+        {"family": "admission", "name": s.name, "params": params(s.params_cls), "summary": s.summary,
+         "source": s.source}
+        for s in ADMISSIONS.values()
     ]
     rows += [
         {"family": "autoscaler", "name": s.name, "params": params(s.params_cls), "summary": s.summary,

@@ -10,18 +10,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from replay.config import FleetConfig, PoolConfig
+from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
-from policies.registry import queue_order_id, router_id, victim_id
+from policies.registry import admission_spec, queue_order_id, router_id, victim_id
+from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import StepShape, step_params, step_time_us_nb
+from traces.configtools import from_dict
 from traces.errors import ConfigError
 
 ENGINES = ("numba", "reference")
@@ -29,7 +32,8 @@ ENGINES = ("numba", "reference")
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """A pool with everything resolved: specs, KV capacity, step-model parameters, price."""
+    """A pool with everything resolved: specs, KV capacity, step-model parameters, price, and its
+    admission policy's parameters (validated)."""
 
     index: int
     config: PoolConfig
@@ -39,6 +43,7 @@ class PoolPlan:
     max_model_len: int
     price_usd_per_gpu_hour: float
     step_params: np.ndarray
+    admission: Any = None
 
     @property
     def name(self) -> str:
@@ -113,7 +118,9 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         price = pool.price_usd_per_gpu_hour
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
-        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params))
+        spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
+        adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm))
     return plans
 
 
@@ -136,6 +143,7 @@ def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
 ) -> EngineInputs:
+    tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
     hashes = frame["prefix_hashes"]
     hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
     hash_off = np.concatenate(([0], np.cumsum(hash_len)[:-1])).astype(np.int64)
@@ -174,6 +182,9 @@ def build_inputs(
             [int(p.config.preemption.watermark * (p.capacity.kv_blocks - 1)) for p in plans], np.int64),
         pool_whole_prompt=np.array([int(p.config.preemption.whole_prompt_gate) for p in plans], np.int64),
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
+        tenant=tenant_ids,
+        num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
+        **admission_inputs(plans),
     )
 
 
@@ -192,6 +203,28 @@ def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
         points.append((seqs, seqs / step_us * 1e6, step_us / 1000.0))
     return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
                         kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)
+
+
+def admission_inputs(plans: list[PoolPlan]) -> dict[str, np.ndarray]:
+    """Each pool's admission policy as the engines' integer columns (0 = limit off)."""
+    cols = {name: np.zeros(len(plans), np.int64) for name in (
+        "pool_admission", "pool_max_waiting", "pool_max_waiting_tokens", "pool_bucket_tokens",
+        "pool_bucket_refill_per_s", "pool_shed_waiting_per_replica", "pool_shed_priority_from",
+        "pool_slo_multiple_milli", "pool_prefill_tokens_per_s")}
+    for plan in plans:
+        i, a = plan.index, plan.admission
+        cols["pool_admission"][i] = admission_spec(plan.config.admission.policy).numba_id
+        if isinstance(a, QueueLimitParams):
+            cols["pool_max_waiting"][i], cols["pool_max_waiting_tokens"][i] = a.max_waiting, a.max_waiting_tokens
+        elif isinstance(a, TokenBucketParams):
+            cols["pool_bucket_tokens"][i], cols["pool_bucket_refill_per_s"][i] = a.capacity_tokens, a.refill_tokens_per_s
+        elif isinstance(a, PriorityShedParams):
+            cols["pool_shed_waiting_per_replica"][i] = a.waiting_per_replica
+            cols["pool_shed_priority_from"][i] = a.shed_priority_from
+        elif isinstance(a, SloAwareParams):
+            cols["pool_slo_multiple_milli"][i] = round(a.ttft_multiple * 1000)
+            cols["pool_prefill_tokens_per_s"][i] = round(replica_model(plan).prefill_tokens_per_s)
+    return cols
 
 
 def _victim(pool: PoolConfig) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from policies.registry import QUEUE_ORDERS, ROUTERS, VICTIMS
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, VICTIMS
 from traces import TraceConfig
 from traces.configtools import from_dict
 from traces.errors import ConfigError
@@ -144,6 +144,18 @@ class AutoscalerConfig:
 
 
 @dataclass(frozen=True)
+class AdmissionConfig:
+    """At arrival, admit or reject with a reason (llm-replay policies lists them)."""
+
+    policy: str = "always"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.policy not in ADMISSIONS:
+            raise ValueError(f"policy: unknown admission policy {self.policy!r}; known: {', '.join(sorted(ADMISSIONS))}")
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     name: str = "default"
     replicas: int = 1
@@ -160,6 +172,7 @@ class PoolConfig:
     router_refresh_ms: float = 50.0
     engine: EngineArgs = field(default_factory=EngineArgs)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     step_model: StepModelArgs = field(default_factory=StepModelArgs)
     # None: a fixed pool of `replicas`; else `replicas` is the initial count.
     autoscaler: AutoscalerConfig | None = None

@@ -27,7 +27,12 @@ EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish
 
 # Why a request was rejected at arrival (REJECT_NONE = it was not).
 REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
-REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica")
+REJECT_QUEUE_LIMIT, REJECT_RATE_LIMIT, REJECT_SHED, REJECT_SLO = 4, 5, 6, 7
+REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queue_limit", "rate_limit",
+                "shed_low_priority", "predicted_ttft_over_slo")
+
+# Admission policies at arrival, by numba id.
+ADMIT_ALWAYS, ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, ADMIT_PRIORITY_SHED, ADMIT_SLO_AWARE = 0, 1, 2, 3, 4
 
 # Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
 ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_VLLM_DP = 0, 1, 2, 3
@@ -91,6 +96,20 @@ class EngineInputs:
     pool_watermark_blocks: np.ndarray | None = None  # int64[P] (default 0)
     pool_whole_prompt: np.ndarray | None = None  # int64[P] 0/1 (default 0)
     pool_ttft_budget_us: np.ndarray | None = None  # int64[P] (default 2 s)
+    tenant: np.ndarray | None = None  # int64[N] tenant index (default 0)
+    num_tenants: int = 1
+    pool_admission: np.ndarray | None = None  # int64[P] admission ids (default always)
+    # Admission parameters per pool (0 = that limit is off): queue-limit's caps, the token bucket
+    # (capacity in tokens, refill in tokens/s), priority-shed's saturation point and first shed
+    # priority, slo-aware's multiple of the TTFT target (in thousandths) and prefill tokens/s.
+    pool_max_waiting: np.ndarray | None = None
+    pool_max_waiting_tokens: np.ndarray | None = None
+    pool_bucket_tokens: np.ndarray | None = None
+    pool_bucket_refill_per_s: np.ndarray | None = None
+    pool_shed_waiting_per_replica: np.ndarray | None = None
+    pool_shed_priority_from: np.ndarray | None = None
+    pool_slo_multiple_milli: np.ndarray | None = None
+    pool_prefill_tokens_per_s: np.ndarray | None = None
 
     def per_pool(self, name: str, default: int) -> np.ndarray:
         """An optional per-pool column, or its default for every pool."""
@@ -102,6 +121,10 @@ class EngineInputs:
     @property
     def num_requests(self) -> int:
         return int(self.arrival_us.shape[0])
+
+    @property
+    def tenants(self) -> np.ndarray:
+        return np.zeros(self.num_requests, np.int64) if self.tenant is None else self.tenant.astype(np.int64)
 
     @property
     def refresh_us(self) -> np.ndarray:

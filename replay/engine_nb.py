@@ -21,6 +21,11 @@ import numpy as np
 from numba import njit
 
 from replay.engine_common import (
+    ADMIT_ALWAYS,
+    ADMIT_PRIORITY_SHED,
+    ADMIT_QUEUE_LIMIT,
+    ADMIT_SLO_AWARE,
+    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -33,6 +38,10 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
+    REJECT_QUEUE_LIMIT,
+    REJECT_RATE_LIMIT,
+    REJECT_SHED,
+    REJECT_SLO,
     REJECTED,
     LPM_MAX_QUEUE,
     QUEUE_EDF,
@@ -73,6 +82,7 @@ class Requests(NamedTuple):
     prompt: np.ndarray
     output: np.ndarray
     priority: np.ndarray
+    tenant: np.ndarray
     pool: np.ndarray
     hash_off: np.ndarray
     hash_len: np.ndarray
@@ -125,6 +135,7 @@ class Replicas(NamedTuple):
     view_wait: np.ndarray
     view_run: np.ndarray
     view_kv: np.ndarray  # used KV blocks
+    wait_tokens: np.ndarray  # tokens of the requests waiting (for slo-aware admission)
 
 
 class Pools(NamedTuple):
@@ -150,6 +161,10 @@ class Pools(NamedTuple):
     watermark_blocks: np.ndarray  # blocks admission leaves free
     whole_prompt: np.ndarray  # 1: admit only when every remaining prompt token fits
     ttft_budget_us: np.ndarray  # TTFT target, for earliest-deadline-first
+    admission: np.ndarray  # admission policy id
+    adm: np.ndarray  # int64[P, 8]: the admission parameters (EngineInputs.pool_max_waiting, ...)
+    bucket: np.ndarray  # int64[P * tenants] token bucket level, in millionths of a token
+    bucket_at: np.ndarray  # int64[P * tenants] time of the last refill
 
 
 class Events(NamedTuple):
@@ -190,6 +205,7 @@ def record(ev, t, kind, replica, request, value):
 
 @njit(cache=True, _nrt=False, inline="always")
 def wq_push_back(rq, reps, r, q):
+    reps.wait_tokens[r] += rq.prompt[q] + rq.generated[q]
     tail = reps.wait_tail[r]
     rq.qprev[q] = tail
     rq.qnext[q] = -1
@@ -203,6 +219,7 @@ def wq_push_back(rq, reps, r, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def wq_push_front(rq, reps, r, q):
+    reps.wait_tokens[r] += rq.prompt[q] + rq.generated[q]
     head = reps.wait_head[r]
     rq.qnext[q] = head
     rq.qprev[q] = -1
@@ -216,6 +233,7 @@ def wq_push_front(rq, reps, r, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def wq_remove(rq, reps, r, q):
+    reps.wait_tokens[r] -= rq.prompt[q] + rq.generated[q]
     p = rq.qprev[q]
     n = rq.qnext[q]
     if p >= 0:
@@ -441,6 +459,48 @@ def route_starting(pools, reps, p):
     return best
 
 
+A_MAX_WAITING, A_MAX_WAITING_TOKENS, A_BUCKET, A_REFILL, A_SHED_AT, A_SHED_FROM, A_SLO_MILLI, A_PREFILL = range(8)
+
+
+@njit(cache=True, _nrt=False)
+def admit(rq, reps, pools, p, r, q, t):
+    """The pool's admission policy on request q routed to replica r: 0 or a reject reason."""
+    policy = pools.admission[p]
+    if policy == ADMIT_ALWAYS:
+        return 0
+    first = pools.first_replica[p]
+    waiting = 0
+    waiting_tokens = 0
+    active = 0
+    for x in range(first, first + pools.num_replicas[p]):
+        waiting += reps.nwait[x]
+        waiting_tokens += reps.wait_tokens[x]
+        if reps.state[x] == R_ACTIVE:
+            active += 1
+    a = pools.adm[p]
+    if policy == ADMIT_QUEUE_LIMIT:  # caps on the pool's queue
+        if (a[A_MAX_WAITING] > 0 and waiting >= a[A_MAX_WAITING]) or (
+                a[A_MAX_WAITING_TOKENS] > 0 and waiting_tokens + rq.prompt[q] > a[A_MAX_WAITING_TOKENS]):
+            return REJECT_QUEUE_LIMIT
+    elif policy == ADMIT_TOKEN_BUCKET:  # per tenant; a request costs its prompt + output tokens
+        k = p * (pools.bucket.shape[0] // pools.admission.shape[0]) + rq.tenant[q]
+        full = a[A_BUCKET] * 1_000_000
+        pools.bucket[k] = min(full, pools.bucket[k] + (t - pools.bucket_at[k]) * a[A_REFILL])
+        pools.bucket_at[k] = t
+        cost = (rq.prompt[q] + rq.output[q]) * 1_000_000
+        if pools.bucket[k] < cost:
+            return REJECT_RATE_LIMIT
+        pools.bucket[k] -= cost
+    elif policy == ADMIT_PRIORITY_SHED:  # saturated pool: shed the low-priority classes
+        if waiting >= a[A_SHED_AT] * max(active, 1) and rq.priority[q] >= a[A_SHED_FROM]:
+            return REJECT_SHED
+    elif policy == ADMIT_SLO_AWARE:  # the replica's queue ahead, prefilled at the step model's rate
+        predicted_us = (reps.wait_tokens[r] + rq.prompt[q]) * 1_000_000 // max(a[A_PREFILL], 1)
+        if predicted_us > a[A_SLO_MILLI] * pools.ttft_budget_us[p] // 1000:
+            return REJECT_SLO
+    return 0
+
+
 @njit(cache=True, _nrt=False)
 def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
@@ -460,6 +520,8 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
             r = route_starting(pools, reps, p)
         if r < 0:
             reason = REJECT_NO_REPLICA
+        else:
+            reason = admit(rq, reps, pools, p, r, q, t)
     if reason != 0:
         rq.state[q] = REJECTED
         rq.reject[q] = reason

@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.engine_common import (
+    ADMIT_ALWAYS,
+    ADMIT_PRIORITY_SHED,
+    ADMIT_QUEUE_LIMIT,
+    ADMIT_SLO_AWARE,
+    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -28,6 +33,10 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
+    REJECT_QUEUE_LIMIT,
+    REJECT_RATE_LIMIT,
+    REJECT_SHED,
+    REJECT_SLO,
     REJECTED,
     LPM_MAX_QUEUE,
     QUEUE_EDF,
@@ -171,6 +180,7 @@ class ReferenceEngine:
                 self.replicas[r].state = R_OFF
         self.rr_next = [0] * len(self.pool_members)
         self.rng = [rng_seed(int(x)) for x in inputs.seeds]
+        self.buckets: dict[tuple[int, int], tuple[int, int]] = {}  # (pool, tenant) -> (level, last refill)
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
@@ -238,6 +248,8 @@ class ReferenceEngine:
             r = self._route_starting(p)
         if r is None and not reason:
             reason = REJECT_NO_REPLICA
+        if not reason:
+            reason = self._admit(p, self.replicas[r], req, t)
         if reason:
             req.state, req.reject = REJECTED, reason
             self.rejected[p] += 1
@@ -251,6 +263,43 @@ class ReferenceEngine:
         rep.waiting.append(req)
         if rep.busy_until < 0:
             self._wake(rep, max(t, rep.active_at))  # a starting replica schedules once it is ready
+
+    def _admit(self, p: int, rep: Replica, req: Request, t: int) -> int:
+        """The pool's admission policy on a request routed to `rep`: 0 or a reject reason."""
+        inp = self.inp
+        policy = inp.per_pool("admission", ADMIT_ALWAYS)[p]
+        if policy == ADMIT_ALWAYS:
+            return 0
+
+        def param(name: str) -> int:
+            return int(inp.per_pool(name, 0)[p])
+
+        members = [self.replicas[x] for x in self.pool_members[p]]
+        waiting = sum(len(m.waiting) for m in members)
+        waiting_tokens = sum(x.num_tokens for m in members for x in m.waiting)
+        active = sum(m.state == R_ACTIVE for m in members)
+        if policy == ADMIT_QUEUE_LIMIT:
+            if (param("max_waiting") and waiting >= param("max_waiting")) or (
+                    param("max_waiting_tokens") and waiting_tokens + req.prompt_tokens > param("max_waiting_tokens")):
+                return REJECT_QUEUE_LIMIT
+        elif policy == ADMIT_TOKEN_BUCKET:  # millionths of a token; a request costs prompt + output
+            k = (p, int(inp.tenants[req.index]))
+            level, at = self.buckets.get(k, (param("bucket_tokens") * 1_000_000, 0))
+            level = min(param("bucket_tokens") * 1_000_000, level + (t - at) * param("bucket_refill_per_s"))
+            cost = (req.prompt_tokens + req.output_tokens) * 1_000_000
+            if level < cost:
+                self.buckets[k] = (level, t)
+                return REJECT_RATE_LIMIT
+            self.buckets[k] = (level - cost, t)
+        elif policy == ADMIT_PRIORITY_SHED:
+            if waiting >= param("shed_waiting_per_replica") * max(active, 1) and req.priority >= param("shed_priority_from"):
+                return REJECT_SHED
+        elif policy == ADMIT_SLO_AWARE:
+            queued = sum(x.num_tokens for x in rep.waiting)
+            predicted_us = (queued + req.prompt_tokens) * 1_000_000 // max(param("prefill_tokens_per_s"), 1)
+            if predicted_us > param("slo_multiple_milli") * int(inp.per_pool("ttft_budget_us", 2_000_000)[p]) // 1000:
+                return REJECT_SLO
+        return 0
 
     def _routable(self, rep: Replica, t: int) -> bool:
         if rep.state == R_STARTING and rep.active_at <= t:

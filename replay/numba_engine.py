@@ -36,6 +36,13 @@ from replay.engine_nb import (
 from replay.kvblocks import Blocks, table_size
 
 
+def admission_params(inputs: EngineInputs) -> np.ndarray:
+    """The admission parameters as one int64[P, 8] array, in engine_nb.A_* order."""
+    names = ("max_waiting", "max_waiting_tokens", "bucket_tokens", "bucket_refill_per_s",
+             "shed_waiting_per_replica", "shed_priority_from", "slo_multiple_milli", "prefill_tokens_per_s")
+    return np.stack([inputs.per_pool(name, 0) for name in names], axis=1).astype(np.int64)
+
+
 def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
     """Index of every replica within its pool (0, 1, ... per pool)."""
     firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
@@ -72,6 +79,7 @@ class NumbaEngine:
             prompt=inputs.prompt_tokens.astype(i64),
             output=inputs.output_tokens.astype(i64),
             priority=inputs.priority.astype(i64),
+            tenant=inputs.tenants,
             pool=inputs.pool.astype(i64),
             hash_off=inputs.hash_off.astype(i64),
             hash_len=inputs.hash_len.astype(i64),
@@ -139,6 +147,7 @@ class NumbaEngine:
             view_wait=full(nrep, 0),
             view_run=full(nrep, 0),
             view_kv=full(nrep, 0),
+            wait_tokens=full(nrep, 0),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -164,6 +173,10 @@ class NumbaEngine:
             watermark_blocks=inputs.per_pool("watermark_blocks", 0),
             whole_prompt=inputs.per_pool("whole_prompt", 0),
             ttft_budget_us=inputs.per_pool("ttft_budget_us", 2_000_000),
+            admission=inputs.per_pool("admission", 0),
+            adm=admission_params(inputs),
+            bucket=np.repeat(inputs.per_pool("bucket_tokens", 0) * 1_000_000, inputs.num_tenants).astype(i64),
+            bucket_at=full(npool * inputs.num_tenants, 0),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

@@ -21,7 +21,8 @@ def make_inputs(
     arrival_us, prompt, output, *, families=None, trace_block_tokens=32, replicas=(1,), kv_blocks=(64,),
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
-    queue=None, victim=None, watermark_blocks=None, whole_prompt=None,
+    queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
+    adm=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -61,6 +62,10 @@ def make_inputs(
         pool_victim=None if victim is None else np.asarray(victim, np.int64),
         pool_watermark_blocks=None if watermark_blocks is None else np.asarray(watermark_blocks, np.int64),
         pool_whole_prompt=None if whole_prompt is None else np.asarray(whole_prompt, np.int64),
+        tenant=None if tenant is None else np.asarray(tenant, np.int64),
+        num_tenants=1 if tenant is None else int(max(tenant)) + 1,
+        pool_admission=None if admission is None else np.asarray(admission, np.int64),
+        **({} if adm is None else {f"pool_{k}": np.asarray(v, np.int64) for k, v in adm.items()}),
     )
 
 
@@ -79,6 +84,7 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
     npool = draw(st.integers(1, 2))
     pool = draw(st.lists(st.integers(0, npool - 1), min_size=n, max_size=n))
     priority = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    tenant = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
 
     def per_pool(strategy):
         return tuple(draw(strategy) for _ in range(npool))
@@ -104,6 +110,18 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
         victim=per_pool(st.integers(0, 3)),
         watermark_blocks=per_pool(st.sampled_from([0, 0, 1, 3])),
         whole_prompt=per_pool(st.sampled_from([0, 0, 1])),
+        tenant=tenant,
+        admission=per_pool(st.integers(0, 4)),
+        adm={
+            "max_waiting": per_pool(st.integers(0, 6)),
+            "max_waiting_tokens": per_pool(st.sampled_from([0, 300, 2000])),
+            "bucket_tokens": per_pool(st.sampled_from([500, 2000])),
+            "bucket_refill_per_s": per_pool(st.sampled_from([100, 1000])),
+            "shed_waiting_per_replica": per_pool(st.integers(1, 4)),
+            "shed_priority_from": per_pool(st.integers(0, 2)),
+            "slo_multiple_milli": per_pool(st.sampled_from([500, 1000, 3000])),
+            "prefill_tokens_per_s": per_pool(st.sampled_from([2000, 20000])),
+        },
     )
 
 

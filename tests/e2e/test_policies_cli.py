@@ -57,3 +57,28 @@ def test_policies_lists_every_family(cli):
     assert {"router", "queue order", "preemption victim", "autoscaler"} <= {r["family"] for r in rows}
     text = cli("policies")
     assert "prefix-aware" in text.out and "kpa" in text.out
+
+
+@pytest.mark.parametrize("admission, fragments", [
+    ("{policy: bouncer}", ["pools[0].admission.policy", "'bouncer'", "token-bucket"]),
+    ("{policy: queue-limit}", ["pools[0].admission.params.max_waiting", "set max_waiting"]),
+    ("{policy: token-bucket, params: {capacity: 5}}", ["pools[0].admission.params.capacity", "known keys"]),
+])
+def test_admission_config_errors(cli, write, tmp_path, admission, fragments):
+    write("f.yaml", f"model: llama-3.1-8b\npools:\n  - {{name: a, admission: {admission}}}\n")
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    for fragment in fragments:
+        assert fragment in res.err, (fragment, res.err)
+
+
+def test_token_bucket_rejects_with_a_reason_per_tenant(cli, write, tmp_path):
+    write("f.yaml", "model: llama-3.1-8b\ntrace: {path: azure-conv-2023, window: {end_s: 120}}\n"
+                    "pools:\n  - {name: a, admission: {policy: token-bucket, params: {capacity_tokens: 20000, "
+                    "refill_tokens_per_s: 2000}}}\n")
+    assert cli("run", "--config", "f.yaml", "--out", "o", "-q").code == 0
+    req = read_run(tmp_path / "o").requests
+    reasons = set(req["reject_reason"].drop_nulls().to_list())
+    assert reasons == {"rate_limit"}
+    admitted = req.filter(req["status"] != "rejected")
+    assert (admitted["prompt_tokens"] + admitted["output_tokens"]).sum() <= 20_000 + 2_000 * 121

@@ -1,0 +1,64 @@
+"""Admission policies never admit past their limits, reject only with a reason, lose nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replay.engine_common import (
+    ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, FINISHED, REJECT_NAMES, REJECTED,
+)
+from replay.numba_engine import NumbaEngine
+from tests.strategies import engine_inputs, run_to_end
+
+
+def _run(inputs):
+    engine = NumbaEngine(inputs)
+    run_to_end(engine, limit_us=10**10)
+    return engine.take_events(), engine.request_columns()
+
+
+@given(engine_inputs(), st.integers(1, 4))
+def test_queue_limit_never_admits_into_a_full_queue(inputs, limit):
+    npool = len(inputs.pool_replicas)
+    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMIT_QUEUE_LIMIT),
+                                 pool_max_waiting=np.full(npool, limit), pool_max_waiting_tokens=np.zeros(npool))
+    ev, cols = _run(inputs)
+    waiting = np.zeros(npool, np.int64)
+    for kind, q in zip(ev["kind"].tolist(), ev["request"].tolist()):
+        p = inputs.pool[q]
+        if kind == EV_ARRIVE:
+            assert waiting[p] < limit
+            waiting[p] += 1
+        elif kind == EV_PREEMPT:
+            waiting[p] += 1
+        elif kind == EV_SCHEDULE:
+            waiting[p] -= 1
+    _conserved(cols)
+
+
+@given(engine_inputs(), st.sampled_from([300, 1000, 5000]), st.sampled_from([10, 200, 1000]))
+def test_token_bucket_admits_at_most_capacity_plus_refill(inputs, capacity, refill):
+    npool = len(inputs.pool_replicas)
+    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMIT_TOKEN_BUCKET),
+                                 pool_bucket_tokens=np.full(npool, capacity),
+                                 pool_bucket_refill_per_s=np.full(npool, refill))
+    ev, cols = _run(inputs)
+    cost = inputs.prompt_tokens + inputs.output_tokens
+    admitted = np.zeros((npool, inputs.num_tenants))
+    for kind, t, q in zip(ev["kind"].tolist(), ev["t_us"].tolist(), ev["request"].tolist()):
+        if kind == EV_ARRIVE:
+            key = (inputs.pool[q], inputs.tenants[q])
+            admitted[key] += cost[q]
+            assert admitted[key] <= capacity + refill * t / 1e6 + 1e-6
+    _conserved(cols)
+
+
+def _conserved(cols):
+    state = cols["state"]
+    assert np.all((state == FINISHED) | (state == REJECTED))
+    reasons = cols["reject"][state == REJECTED]
+    assert np.all((reasons > 0) & (reasons < len(REJECT_NAMES)))
