@@ -7,6 +7,8 @@ Autoscalers are plain Python, called once per control tick through `AutoscalerSp
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -183,6 +185,7 @@ class AutoscalerSpec:
     source: str
     summary: str
     observe: Callable[..., Any] | None = None
+    raw_params: bool = False  # a user's policy gets the config's params as a plain dict
 
     def initial_state(self, params: Any) -> GuardState:
         return GuardState(self.state_factory(params))
@@ -253,13 +256,47 @@ AUTOSCALERS: dict[str, AutoscalerSpec] = {
 }
 
 
+ENTRY_POINT_GROUP = "llm_replay.policies"
+
+
 def autoscaler_spec(name: str, key: str | None = None) -> AutoscalerSpec:
-    """The spec named `name`; `key` (a config key path) prefixes the error when given."""
-    try:
+    """The spec named `name`: a built-in, a `"package.module:function"`, or an installed plugin's
+    entry point in the `llm_replay.policies` group. `key` (a config key path) prefixes errors."""
+    where = f"config: {key}: " if key else ""
+    if name in AUTOSCALERS:
         return AUTOSCALERS[name]
-    except KeyError:
-        where = f"config: {key}: " if key else ""
-        raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}") from None
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{where}cannot load autoscaler {name!r}: {exc}") from None
+        return _user_spec(name, obj, where)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _user_spec(name, ep.load(), where)
+    raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}, "
+                      "or 'package.module:function', or a plugin's llm_replay.policies entry point")
+
+
+class UserParams(dict):
+    """A user's policy parameters: the config's mapping, plus the decision interval the shared
+    guard reads (`decision_interval_s` in the params, else every tick)."""
+
+    @property
+    def decision_interval_s(self) -> float:
+        return float(self.get("decision_interval_s", 0.0))
+
+
+def _user_spec(name: str, obj: Any, where: str) -> AutoscalerSpec:
+    """A user's autoscaler: an AutoscalerSpec, or a function `fn(ctx, params: dict, state) ->
+    Decision` whose state starts as None."""
+    if isinstance(obj, AutoscalerSpec):
+        return obj
+    if not callable(obj):
+        raise ConfigError(f"{where}autoscaler {name!r} is not a function or an AutoscalerSpec")
+    doc = (obj.__doc__ or "a user's autoscaler").strip().splitlines()[0]
+    return AutoscalerSpec(name, UserParams, lambda params: None, obj, f"user policy {name}", doc, raw_params=True)
 
 
 def policy_rows() -> list[dict[str, Any]]:

@@ -205,7 +205,7 @@ def make_decider(cfg, tick_us: int, key: str) -> tuple[Decider, int]:
     from traces.configtools import from_dict
 
     spec = autoscaler_spec(cfg.policy, key=f"{key}.policy")
-    params = from_dict(spec.params_cls, cfg.params, f"{key}.params")
+    params = spec.params_cls(cfg.params) if spec.raw_params else from_dict(spec.params_cls, cfg.params, f"{key}.params")
     guard = from_dict(GuardParams, cfg.guard, f"{key}.guard")
     state = spec.initial_state(params)
 

@@ -560,23 +560,30 @@ def is_decoding(rq, q):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def pick_victim(rq, reps, pools, p, off, nrun):
-    """Index in the running list of the request to preempt (ids in policies.registry)."""
+def pick_victim(rq, reps, pools, p, off, nrun, i):
+    """Index in the running list of the request to preempt while scheduling index i (ids in
+    policies.registry). vLLM's priority victim is chosen among every running request, with the
+    request index as the last tie-break so the choice never flips between two equals. The
+    dynamic-key victims are chosen among the requests from i on (those not yet scheduled in this
+    step, as vLLM's FCFS tail is): the head of running then always makes progress, which keeps
+    two large requests from preempting each other forever."""
     policy = pools.victim[p]
     if policy == VICTIM_FCFS:
         return nrun - 1  # vLLM FCFS: the tail of running
-    best = 0
-    for i in range(1, nrun):
-        q = reps.run_list[off + i]
+    lo = 0 if policy == VICTIM_PRIORITY else i
+    best = lo
+    for k in range(lo + 1, nrun):
+        q = reps.run_list[off + k]
         b = reps.run_list[off + best]
-        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival); the first such on ties
-            worse = rq.priority[q] > rq.priority[b] or (rq.priority[q] == rq.priority[b] and rq.arrival[q] > rq.arrival[b])
+        if policy == VICTIM_PRIORITY:  # max (priority, arrival, index)
+            worse = rq.priority[q] > rq.priority[b] or (rq.priority[q] == rq.priority[b] and (
+                rq.arrival[q] > rq.arrival[b] or (rq.arrival[q] == rq.arrival[b] and q > b)))
         elif policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated; the newest on ties
             worse = rq.generated[q] <= rq.generated[b]
         else:  # VICTIM_MOST_KV: most blocks held; the newest on ties
             worse = rq.nblocks[q] >= rq.nblocks[b]
         if worse:
-            best = i
+            best = k
     return best
 
 
@@ -645,7 +652,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         target = rq.computed[q] + new
         scheduled = True
         while (target + bs - 1) // bs - rq.nblocks[q] > reps.nfree[r]:
-            vi = pick_victim(rq, reps, pools, p, off, reps.nrun[r])
+            vi = pick_victim(rq, reps, pools, p, off, reps.nrun[r], i)
             victim = reps.run_list[off + vi]
             for k in range(vi, reps.nrun[r] - 1):
                 reps.run_list[off + k] = reps.run_list[off + k + 1]

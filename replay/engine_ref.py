@@ -400,7 +400,7 @@ class ReferenceEngine:
             req = rep.running[i]
             new = chunk(req.num_tokens - req.computed)
             while self._blocks_needed(req, req.computed + new, bs) > rep.kv.num_free:
-                vi = self._victim(rep)
+                vi = self._victim(rep, i)
                 victim = rep.running.pop(vi)
                 budget += victim.scheduled  # a victim scheduled earlier in this step gives its tokens back
                 victim.scheduled = 0
@@ -473,17 +473,18 @@ class ReferenceEngine:
         rep.counters["steps"] += 1
         heapq.heappush(self.heap, (rep.busy_until, STEP_END, rep.index))
 
-    def _victim(self, rep: Replica) -> int:
-        """Index in the running list of the request to preempt."""
+    def _victim(self, rep: Replica, i: int) -> int:
+        """Index in the running list of the request to preempt while scheduling index i (see
+        engine_nb.pick_victim for why the dynamic-key victims are chosen from i on)."""
         policy = self.inp.per_pool("victim", VICTIM_FCFS)[rep.pool]
         run = rep.running
         if policy == VICTIM_FCFS:  # vLLM FCFS: the tail of running
             return len(run) - 1
-        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival), the first such
-            return max(range(len(run)), key=lambda i: (run[i].priority, run[i].arrival_us))
+        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival), then the index
+            return max(range(len(run)), key=lambda k: (run[k].priority, run[k].arrival_us, run[k].index))
         if policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated, the newest such
-            return min(range(len(run)), key=lambda i: (run[i].generated, -i))
-        return max(range(len(run)), key=lambda i: (len(run[i].blocks), i))  # most KV, the newest such
+            return min(range(i, len(run)), key=lambda k: (run[k].generated, -k))
+        return max(range(i, len(run)), key=lambda k: (len(run[k].blocks), k))  # most KV, the newest such
 
     def _cached_prefix(self, rep: Replica, req: Request, bs: int) -> list[int]:
         """Blocks of the request's leading full blocks found in the cache, capped at num_tokens - 1."""

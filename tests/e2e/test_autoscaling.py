@@ -103,3 +103,23 @@ def test_summary_of_a_scaled_run_is_consistent(cli, write, tmp_path):
     run = read_run(tmp_path / "o")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["gpu_hours"] == pytest.approx(run.ticks["gpus"].sum() / 3600, rel=1e-3)
+
+
+def test_a_users_autoscaler_loads_from_module_function(cli, write, tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
+    write("f.yaml", SCALED.format(policy="'my_scaler:by_queue'").replace(
+        "max_replicas: 4}", "max_replicas: 4, params: {per_replica: 3}}"))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    ups = read_run(tmp_path / "o").events.filter(pl.col("kind") == "scale_up")
+    assert ups.height >= 1 and ups["detail"][0].startswith("my_scaler:by_queue: 1 -> ")
+    sys.modules.pop("my_scaler", None)
+
+
+def test_a_missing_user_autoscaler_is_a_config_error(cli, write, tmp_path):
+    write("f.yaml", SCALED.format(policy="'nowhere.mod:fn'"))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 2 and "pools[0].autoscaler.policy" in res.err and "nowhere" in res.err
