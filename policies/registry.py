@@ -147,6 +147,19 @@ def admission_spec(name: str, key: str | None = None) -> AdmissionSpec:
         raise ConfigError(f"{where}unknown admission policy {name!r}; known: {', '.join(sorted(ADMISSIONS))}") from None
 
 
+SPLITS: dict[str, PolicySpec] = {
+    spec.name: spec
+    for spec in (
+        PolicySpec("pool split", "by-workload", 0,
+                   "the pool that lists the request's workload label, else the pool with no list",
+                   "workload pools of the reference lesson's fix (chat, documents, batch)"),
+        PolicySpec("pool split", "by-prompt-length", 1,
+                   "pools in order by prompt-length thresholds (split.prompt_thresholds)",
+                   "length-based routing to short- and long-context pools (e.g. llm-d / AIBrix)"),
+    )
+}
+
+
 def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
     try:
         return table[name].numba_id
@@ -311,7 +324,7 @@ def policy_rows() -> list[dict[str, Any]]:
 
     rows = [
         {"family": s.family, "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
-        for table in (ROUTERS, QUEUE_ORDERS, VICTIMS)
+        for table in (ROUTERS, QUEUE_ORDERS, VICTIMS, SPLITS)
         for s in table.values()
     ]
     rows += [

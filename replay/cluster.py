@@ -124,6 +124,14 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
     return plans
 
 
+def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
+    """Pool index of every request, by the fleet's split policy."""
+    if cfg.split.policy == "by-prompt-length":
+        thresholds = np.asarray(cfg.split.prompt_thresholds, np.int64)
+        return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
+    return assign_pools(frame["workload"], plans, source)
+
+
 def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
     """Pool index of every request: the pool that lists its workload, else the catch-all pool."""
     by_label = {label: p.index for p in plans for label in p.config.workloads}
@@ -283,7 +291,7 @@ def simulate(
     `plans` are `plan_pools(cfg)`, when the caller has already made them."""
     started = time.perf_counter()
     plans = plans if plans is not None else plan_pools(cfg, config_source)
-    pool_index = assign_pools(frame["workload"], plans, config_source)
+    pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms)
     eng = make_engine(engine, inputs)
 

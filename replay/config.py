@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, VICTIMS
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, SPLITS, VICTIMS
 from traces import TraceConfig
 from traces.configtools import from_dict
 from traces.errors import ConfigError
@@ -215,6 +215,24 @@ class SloConfig:
 
 
 @dataclass(frozen=True)
+class SplitConfig:
+    """How requests are split over the pools. `by-workload`: the pool whose `workloads` lists the
+    request's label, else the pool with no list; `by-prompt-length`: pools in order, a request
+    going to the first pool whose threshold its prompt is below (the last pool takes the rest)."""
+
+    policy: str = "by-workload"
+    prompt_thresholds: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.policy not in SPLITS:
+            raise ValueError(f"policy: unknown pool split {self.policy!r}; known: {', '.join(sorted(SPLITS))}")
+        if list(self.prompt_thresholds) != sorted(set(self.prompt_thresholds)) or any(
+                t <= 0 for t in self.prompt_thresholds):
+            raise ValueError(f"prompt_thresholds: got {list(self.prompt_thresholds)}, expected increasing "
+                             "token counts > 0")
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     model: str = "llama-3.1-70b"
     gpu: str = "h100-sxm-80gb"
@@ -229,6 +247,7 @@ class FleetConfig:
     # After the last arrival, keep replaying at most this long; what is still in flight is "unfinished".
     max_drain_s: float = 3600.0
     trace: TraceConfig | None = None
+    split: SplitConfig = field(default_factory=SplitConfig)
     # The lesson's fleet: llama-3.1-70b BF16, TP4 on H100; 2 replicas is the fewest that serve the
     # bundled Azure conversation trace within the 2 s TTFT / 100 ms TPOT SLO (99.97% attained).
     pools: tuple[PoolConfig, ...] = (PoolConfig(replicas=2, tensor_parallel_size=4),)
@@ -250,6 +269,13 @@ class FleetConfig:
                 raise ValueError(f"pools: pool name {name!r} appears twice")
         if sum(p.max_replicas for p in self.pools) == 0:
             raise ValueError("pools: every pool has 0 replicas; nothing would serve the trace")
+        if self.split.policy == "by-prompt-length" and len(self.split.prompt_thresholds) != len(self.pools) - 1:
+            raise ValueError(f"split: by-prompt-length needs one threshold fewer than pools: got "
+                             f"{len(self.split.prompt_thresholds)} prompt_thresholds for {len(self.pools)} pools")
+        if self.split.policy == "by-workload" and len(self.pools) > 1 \
+                and sum(1 for p in self.pools if not p.workloads) > 1:
+            raise ValueError("pools: more than one pool lists no workloads, so the by-workload split cannot tell "
+                             "which of them takes the unlisted labels; list workloads or use split.policy")
         claimed: dict[str, str] = {}
         for pool in self.pools:
             for label in pool.workloads:

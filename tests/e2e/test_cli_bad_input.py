@@ -255,7 +255,7 @@ def test_mixed_type_unknown_keys(cli, write, tmp_path):
 
 
 def test_unknown_pool_model_names_the_key(cli, write, tmp_path):
-    write("fleet.yaml", "model: llama-3.1-8b\npools:\n  - {name: a}\n  - {name: b, model: llama-9}\n")
+    write("fleet.yaml", "model: llama-3.1-8b\npools:\n  - {name: a, workloads: [chat]}\n  - {name: b, model: llama-9}\n")
     write("ok.csv", AZ + ROW)
     before = _listing(tmp_path)
     res = cli("run", "ok.csv", "--config", "fleet.yaml", "--out", "runs/bad", "-q")

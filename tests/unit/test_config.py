@@ -270,7 +270,7 @@ def test_every_pool_with_zero_replicas(error):
 
 
 def test_some_pools_with_zero_replicas_are_fine(load):
-    cfg = load("pools: [{name: a, replicas: 0}, {name: b, replicas: 1}]\n")
+    cfg = load("pools: [{name: a, replicas: 0, workloads: [x]}, {name: b, replicas: 1}]\n")
     assert [p.replicas for p in cfg.pools] == [0, 1]
 
 
@@ -308,3 +308,19 @@ def test_value_errors_give_one_key_path(error):
 
 def test_unknown_keys_of_mixed_types(error):
     assert "unknown key" in error("modle: x\n1: 2\n")
+
+
+def test_two_catch_all_pools_are_refused(load):
+    with pytest.raises(ConfigError, match="more than one pool lists no workloads"):
+        load("pools: [{name: a}, {name: b}]\n")
+
+
+def test_prompt_length_split_needs_one_threshold_fewer_than_pools(load):
+    cfg = load("split: {policy: by-prompt-length, prompt_thresholds: [2048]}\npools: [{name: a}, {name: b}]\n")
+    assert cfg.split.prompt_thresholds == (2048,)
+    with pytest.raises(ConfigError, match="one threshold fewer than pools"):
+        load("split: {policy: by-prompt-length, prompt_thresholds: [1, 2]}\npools: [{name: a}, {name: b}]\n")
+    with pytest.raises(ConfigError, match="split.prompt_thresholds"):
+        load("split: {policy: by-prompt-length, prompt_thresholds: [9, 3]}\npools: [{name: a}, {name: b}, {name: c}]\n")
+    with pytest.raises(ConfigError, match="unknown pool split 'random'"):
+        load("split: {policy: random}\n")
