@@ -204,7 +204,7 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
-class SloConfig:
+class ClassSlo:
     ttft_ms: float = 2000.0
     tpot_ms: float = 100.0
 
@@ -212,6 +212,16 @@ class SloConfig:
         if self.ttft_ms <= 0 or self.tpot_ms <= 0:
             name = "ttft_ms" if self.ttft_ms <= 0 else "tpot_ms"
             raise ValueError(f"{name}: got {getattr(self, name)}, expected > 0")
+
+
+@dataclass(frozen=True)
+class SloConfig(ClassSlo):
+    """The fleet's TTFT and TPOT targets; `by_workload` gives a class its own (batch jobs, say)."""
+
+    by_workload: dict[str, ClassSlo] = field(default_factory=dict)
+
+    def for_workload(self, workload: str) -> ClassSlo:
+        return self.by_workload.get(workload, self)
 
 
 @dataclass(frozen=True)

@@ -70,10 +70,15 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
         ),
         e2e_us=pl.col("finished_us") - pl.col("arrival_us"),
     )
+    # Each request against its class's targets (slo.by_workload), else the fleet's.
+    ttft_target = pl.col("workload").replace_strict(
+        {w: c.ttft_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.ttft_ms * 1000, return_dtype=pl.Float64)
+    tpot_target = pl.col("workload").replace_strict(
+        {w: c.tpot_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.tpot_ms * 1000, return_dtype=pl.Float64)
     met = (
         (pl.col("status") == "finished")
-        & (pl.col("ttft_us") <= slo.ttft_ms * 1000)
-        & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= slo.tpot_ms * 1000))
+        & (pl.col("ttft_us") <= ttft_target)
+        & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= tpot_target))
     )
     return df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
 

@@ -82,3 +82,22 @@ def test_token_bucket_rejects_with_a_reason_per_tenant(cli, write, tmp_path):
     assert reasons == {"rate_limit"}
     admitted = req.filter(req["status"] != "rejected")
     assert (admitted["prompt_tokens"] + admitted["output_tokens"]).sum() <= 20_000 + 2_000 * 121
+
+
+def test_a_workload_can_have_its_own_slo(cli, write, tmp_path):
+    base = ("model: llama-3.1-8b\ntrace: {path: azure-conv-2023, workload: chat, window: {end_s: 300}, rate_scale: 6, "
+            "merge: [{path: azure-code-2023, workload: batch, window: {end_s: 300}, rate_scale: 6}]}\n"
+            "pools: [{name: a, replicas: 1}]\n")
+    write("strict.yaml", base)
+    write("loose.yaml", "slo: {ttft_ms: 2000, tpot_ms: 100, by_workload: {batch: {ttft_ms: 600000, tpot_ms: 1000}}}\n" + base)
+    assert cli("run", "--config", "strict.yaml", "--out", "s", "-q").code == 0
+    assert cli("run", "--config", "loose.yaml", "--out", "l", "-q").code == 0
+    strict, loose = read_run(tmp_path / "s").requests, read_run(tmp_path / "l").requests
+
+    def met(req, workload):
+        return req.filter(req["workload"] == workload)["slo_met"].mean()
+
+    assert met(loose, "chat") == met(strict, "chat")
+    assert met(loose, "batch") > met(strict, "batch")
+    finished_batch = loose.filter((loose["workload"] == "batch") & (loose["status"] == "finished"))
+    assert finished_batch["slo_met"].all() or finished_batch["ttft_us"].max() > 600_000_000
