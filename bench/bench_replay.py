@@ -17,14 +17,17 @@ import sys
 import time
 
 from replay.cluster import assign_pools, build_inputs, make_engine, plan_pools
-from replay.config import EngineArgs, FleetConfig, PoolConfig
+from replay.config import AutoscalerConfig, EngineArgs, FleetConfig, PoolConfig
 from replay.run import replay_trace
 from traces import load_trace
 from traces.synthetic import poisson_trace
 
 
-def fleet(model: str, replicas: int, tp: int = 1) -> FleetConfig:
-    pool = PoolConfig(name="default", replicas=replicas, tensor_parallel_size=tp, engine=EngineArgs())
+def fleet(model: str, replicas: int, tp: int = 1, autoscaler: str | None = None) -> FleetConfig:
+    """A one-pool fleet; with `autoscaler`, `replicas` is its maximum and it starts at one."""
+    scaler = None if autoscaler is None else AutoscalerConfig(policy=autoscaler, min_replicas=1, max_replicas=replicas)
+    pool = PoolConfig(name="default", replicas=1 if scaler else replicas, tensor_parallel_size=tp,
+                      engine=EngineArgs(), autoscaler=scaler)
     return FleetConfig(model=model, gpu="h100-sxm-80gb", pools=(pool,))
 
 
@@ -61,9 +64,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--only-million", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--autoscaler", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only_million:
-        return million(args.requests)
+        return million(args.requests, args.autoscaler)
 
     conv = load_trace("azure-conv-2023")
     cfg = fleet("llama-3.1-8b", replicas=4)
@@ -80,6 +84,11 @@ def main() -> int:
         {k: ref_summary[k] for k in ("finished", "ttft_p99_ms", "tpot_p99_ms")}
     print(f"  whole replay with the reference engine {ref_wall:.2f} s: numba {ref_wall / wall:.0f}x faster "
           f"(same summary: {same})")
+    scaled = fleet("llama-3.1-8b", replicas=4, autoscaler="kpa")
+    replay_trace(conv, scaled)
+    scaled_wall, scaled_summary = timed(conv, scaled, "numba", args.repeats)
+    print(f"  with KPA autoscaling (1 to 4 replicas): wall {scaled_wall:.3f} s median of {args.repeats}; "
+          f"GPU-hours {scaled_summary['gpu_hours']}")
     nb = statistics.median(engine_only(conv, cfg, "numba") for _ in range(args.repeats))
     ref = engine_only(conv, cfg, "reference")
     print(f"  engines alone: numba {nb:.3f} s (median of {args.repeats}), reference {ref:.2f} s: "
@@ -87,19 +96,22 @@ def main() -> int:
 
     if not args.quick:
         # In its own process, so its peak RSS is its own.
-        subprocess.run([sys.executable, __file__, "--only-million", "--requests", str(args.requests)], check=True)
+        for extra in ([], ["--autoscaler", "kpa"]):
+            subprocess.run([sys.executable, __file__, "--only-million", "--requests", str(args.requests), *extra],
+                           check=True)
     return 0
 
 
-def million(requests: int) -> int:
+def million(requests: int, autoscaler: str | None = None) -> int:
     conv = load_trace("azure-conv-2023")
-    big = fleet("llama-3.1-8b", replicas=64)
+    big = fleet("llama-3.1-8b", replicas=64, autoscaler=autoscaler)
     replay_trace(poisson_trace(conv, requests=1000, rate_rps=250.0, seed=1), big)  # kernels: not timed
     synth = poisson_trace(conv, requests=requests, rate_rps=250.0, seed=1)
     started = time.perf_counter()
     s = replay_trace(synth, big).summary
     wall = time.perf_counter() - started
-    print(f"{requests:,} Poisson requests at 250 req/s (Azure conv lengths) on 64 x llama-3.1-8b:")
+    how = "KPA-autoscaled 1 to 64 x" if autoscaler else "64 x"
+    print(f"{requests:,} Poisson requests at 250 req/s (Azure conv lengths) on {how} llama-3.1-8b:")
     print(f"  wall {wall:.1f} s for {s['sim_span_s']:,.0f} s simulated; finished {s['finished']:,}; "
           f"peak RSS of that process {peak_rss_mb():,.0f} MB")
     return 0
