@@ -7,6 +7,7 @@ Autoscalers (issue 3) plug in here: they read the same snapshot and change repli
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,6 +190,11 @@ def build_inputs(
         pool_watermark_blocks=np.array(
             [int(p.config.preemption.watermark * (p.capacity.kv_blocks - 1)) for p in plans], np.int64),
         pool_whole_prompt=np.array([int(p.config.preemption.whole_prompt_gate) for p in plans], np.int64),
+        pool_swap=np.array([int(p.config.preemption.mode == "swap") for p in plans], np.int64),
+        pool_host_blocks=np.array([int(p.config.preemption.swap_space_gib * 2**30 // _block_bytes(p)) for p in plans],
+                                  np.int64),
+        pool_swap_us_per_block=np.array(
+            [math.ceil(_block_bytes(p) / p.config.preemption.host_link_bytes_per_s * 1e6) for p in plans], np.int64),
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
         tenant=tenant_ids,
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
@@ -233,6 +239,11 @@ def admission_inputs(plans: list[PoolPlan]) -> dict[str, np.ndarray]:
             cols["pool_slo_multiple_milli"][i] = round(a.ttft_multiple * 1000)
             cols["pool_prefill_tokens_per_s"][i] = round(replica_model(plan).prefill_tokens_per_s)
     return cols
+
+
+def _block_bytes(plan: PoolPlan) -> int:
+    """Bytes of one KV block on each GPU (each GPU copies its own shard over its own link)."""
+    return plan.capacity.block_bytes_per_gpu
 
 
 def _victim(pool: PoolConfig) -> str:

@@ -73,7 +73,11 @@ class PreemptionConfig:
     scheduling policy, else vllm-fcfs."""
 
     victim: str = "auto"
+    # recompute (vLLM V1's only mode) or swap: the victim's KV goes to host memory at the host
+    # link's bandwidth while `swap_space_gib` per GPU lasts (vLLM V0's --swap-space, default 4).
     mode: str = "recompute"
+    swap_space_gib: float = 4.0
+    host_link_bytes_per_s: float = 64e9  # PCIe Gen5 x16, one direction
     watermark: float = 0.0  # share of KV blocks admission leaves free (vLLM V0's default was 0.01)
     whole_prompt_gate: bool = False  # admit only if every remaining prompt token fits, not the chunk
 
@@ -81,9 +85,12 @@ class PreemptionConfig:
         if self.victim != "auto" and self.victim not in VICTIMS:
             raise ValueError(f"victim: unknown preemption victim {self.victim!r}; known: auto, "
                              f"{', '.join(sorted(VICTIMS))}")
-        if self.mode != "recompute":
-            raise ValueError(f"mode: got {self.mode!r}; only 'recompute' is modelled (vLLM V1 has no swap; "
-                             "swap to host memory is not built yet)")
+        if self.mode not in ("recompute", "swap"):
+            raise ValueError(f"mode: got {self.mode!r}, expected recompute or swap")
+        if self.swap_space_gib < 0:
+            raise ValueError(f"swap_space_gib: got {self.swap_space_gib}, expected >= 0")
+        if not self.host_link_bytes_per_s > 0:
+            raise ValueError(f"host_link_bytes_per_s: got {self.host_link_bytes_per_s}, expected > 0")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark: got {self.watermark}, expected a share in [0, 1)")
 

@@ -22,8 +22,8 @@ R_OFF, R_STARTING, R_ACTIVE, R_DRAINING = 0, 1, 2, 3
 REPLICA_STATE_NAMES = ("off", "starting", "active", "draining")
 
 # Event kinds. REJECT and PREEMPT are always recorded; the others only with detailed events.
-EV_ARRIVE, EV_REJECT, EV_SCHEDULE, EV_PREEMPT, EV_FIRST_TOKEN, EV_FINISH = 0, 1, 2, 3, 4, 5
-EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish")
+EV_ARRIVE, EV_REJECT, EV_SCHEDULE, EV_PREEMPT, EV_FIRST_TOKEN, EV_FINISH, EV_SWAP_OUT = 0, 1, 2, 3, 4, 5, 6
+EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish", "preempt_swap")
 
 # Why a request was rejected at arrival (REJECT_NONE = it was not).
 REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
@@ -110,6 +110,9 @@ class EngineInputs:
     pool_shed_priority_from: np.ndarray | None = None
     pool_slo_multiple_milli: np.ndarray | None = None
     pool_prefill_tokens_per_s: np.ndarray | None = None
+    pool_swap: np.ndarray | None = None  # int64[P] 1: swap preemption (default recompute)
+    pool_host_blocks: np.ndarray | None = None  # int64[P] CPU swap space per replica, in blocks
+    pool_swap_us_per_block: np.ndarray | None = None  # int64[P] host-link copy time of one block
 
     def per_pool(self, name: str, default: int) -> np.ndarray:
         """An optional per-pool column, or its default for every pool."""

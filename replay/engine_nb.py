@@ -33,6 +33,7 @@ from replay.engine_common import (
     EV_PREEMPT,
     EV_REJECT,
     EV_SCHEDULE,
+    EV_SWAP_OUT,
     FINISHED,
     NO_EVENT,
     REJECT_CONTEXT,
@@ -103,6 +104,7 @@ class Requests(NamedTuple):
     nhit: np.ndarray  # leading blocks taken from the prefix cache
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
     ncached: np.ndarray  # leading blocks already offered to the cache
+    swapped: np.ndarray  # tokens of KV swapped out to host memory (0: none)
 
 
 class Replicas(NamedTuple):
@@ -136,6 +138,7 @@ class Replicas(NamedTuple):
     view_run: np.ndarray
     view_kv: np.ndarray  # used KV blocks
     wait_tokens: np.ndarray  # tokens of the requests waiting (for slo-aware admission)
+    host_free: np.ndarray  # blocks of CPU swap space left
 
 
 class Pools(NamedTuple):
@@ -165,6 +168,8 @@ class Pools(NamedTuple):
     adm: np.ndarray  # int64[P, 8]: the admission parameters (EngineInputs.pool_max_waiting, ...)
     bucket: np.ndarray  # int64[P * tenants] token bucket level, in millionths of a token
     bucket_at: np.ndarray  # int64[P * tenants] time of the last refill
+    swap: np.ndarray  # 1: preempt by swapping to host memory while swap space lasts
+    swap_us_per_block: np.ndarray  # time to copy one block over the host link
 
 
 class Events(NamedTuple):
@@ -542,15 +547,23 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def preempt(rq, blocks, reps, ev, th, tbs, bs, r, q, t):
-    """Recompute preemption: free the blocks, forget progress, back to the head of the queue."""
+def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
+    """Free the request's blocks and put it back at the head of the queue. Swap mode copies its KV
+    to host memory while the swap space lasts (progress kept; returns the blocks copied, which
+    the step pays for); otherwise recompute (progress forgotten; returns 0)."""
+    held = rq.nblocks[q]
+    swapped = pools.swap[reps.pool[r]] != 0 and held <= reps.host_free[r]
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+    if swapped:
+        reps.host_free[r] -= held
+        rq.swapped[q] = rq.computed[q]
     rq.computed[q] = 0
     rq.state[q] = WAITING
     rq.preemptions[q] += 1
     reps.counters[r, C_PREEMPT] += 1
     wq_push_front(rq, reps, r, q)
-    record(ev, t, EV_PREEMPT, r, q, rq.generated[q])
+    record(ev, t, EV_SWAP_OUT if swapped else EV_PREEMPT, r, q, rq.generated[q])
+    return held if swapped else 0
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -639,6 +652,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     off = reps.run_off[r]
     detailed = ev.clock[2] != 0
     preempted = False
+    swap_blocks = 0  # copied to or from host memory in this step
 
     # 1. Running requests first, in order; make room by preempting the policy's victim.
     i = 0
@@ -659,7 +673,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             reps.nrun[r] -= 1
             budget += rq.sched_new[victim]  # a victim scheduled earlier in this step gives its tokens back
             rq.sched_new[victim] = 0
-            preempt(rq, blocks, reps, ev, th, tbs, bs, r, victim, t)
+            swap_blocks += preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, victim, t)
             preempted = True
             if victim == q:
                 scheduled = False
@@ -680,12 +694,13 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
             q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r)
             num_tokens = rq.prompt[q] + rq.generated[q]
-            nhit = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if caching else 0
+            resumed = rq.swapped[q]  # KV tokens coming back from host memory
+            nhit = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if caching and resumed == 0 else 0
             evictable = 0
             for j in range(nhit):
                 if blocks.ref[ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs))] == 0:
                     evictable += 1
-            computed = nhit * bs
+            computed = nhit * bs if resumed == 0 else resumed
             new = num_tokens - computed
             if 0 < threshold < new:
                 new = threshold
@@ -704,6 +719,11 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             rq.ncached[q] = nhit
             rq.computed[q] = computed
             grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, computed + new)
+            if resumed > 0:  # swap in: the host copy is released
+                back = (resumed + bs - 1) // bs
+                reps.host_free[r] += back
+                swap_blocks += back
+                rq.swapped[q] = 0
             wq_remove(rq, reps, r, q)
             reps.run_list[off + reps.nrun[r]] = q
             reps.nrun[r] += 1
@@ -742,7 +762,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     if num_seqs == 0:
         return np.int64(0), preempted
     dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, prefill_ctx, decode_seqs, decode_ctx,
-                          num_seqs)
+                          num_seqs) + swap_blocks * pools.swap_us_per_block[p]
     return dur, preempted
 
 

@@ -28,6 +28,7 @@ from replay.engine_common import (
     EV_PREEMPT,
     EV_REJECT,
     EV_SCHEDULE,
+    EV_SWAP_OUT,
     FINISHED,
     PENDING,
     REJECT_CONTEXT,
@@ -84,6 +85,7 @@ class Request:
     output_tokens: int
     keys: list[int]  # hash of every block the request can ever fill
     priority: int = 0
+    swapped: int = 0  # tokens of KV in host memory after a swap preemption
     state: int = PENDING
     replica: int = -1
     computed: int = 0
@@ -156,6 +158,7 @@ class Replica:
     state: int = R_ACTIVE
     active_at: int = 0
     view: tuple[int, int, int] = (0, 0, 0)  # (waiting, running, KV blocks used) at the last refresh
+    host_free: int = 0  # blocks of CPU swap space left
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     busy_until: int = -1
@@ -175,6 +178,8 @@ class ReferenceEngine:
         ]
         firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
         self.pool_members = [list(range(int(f), int(f + n))) for f, n in zip(firsts, inputs.pool_replicas)]
+        for rep in self.replicas:
+            rep.host_free = int(inputs.per_pool("host_blocks", 0)[rep.pool])
         for members, initial in zip(self.pool_members, inputs.initial_replicas):
             for r in members[int(initial):]:
                 self.replicas[r].state = R_OFF
@@ -388,6 +393,7 @@ class ReferenceEngine:
         threshold = int(inp.pool_long_prefill_token_threshold[p])
         budget = int(inp.pool_max_num_batched_tokens[p])
         preempted = False
+        swap_blocks = 0  # copied to or from host memory in this step
 
         def chunk(new: int) -> int:
             if 0 < threshold < new:
@@ -404,7 +410,7 @@ class ReferenceEngine:
                 victim = rep.running.pop(vi)
                 budget += victim.scheduled  # a victim scheduled earlier in this step gives its tokens back
                 victim.scheduled = 0
-                self._preempt(rep, victim, t)
+                swap_blocks += self._preempt(rep, victim, t)
                 preempted = True
                 if victim is req:
                     break
@@ -420,8 +426,9 @@ class ReferenceEngine:
         # 2. Waiting requests, unless this step preempted; admission never preempts.
         while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
             req = self._next_waiting(rep, bs)
-            hits = self._cached_prefix(rep, req, bs)
-            computed = len(hits) * bs
+            resumed = req.swapped  # KV tokens coming back from host memory
+            hits = [] if resumed else self._cached_prefix(rep, req, bs)
+            computed = resumed or len(hits) * bs
             new = chunk(req.num_tokens - computed)
             evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
             # The chunk must fit; with the whole-prompt gate, everything still to compute must; the
@@ -436,6 +443,11 @@ class ReferenceEngine:
             req.num_cached_blocks = len(hits)
             req.computed = computed
             self._grow(rep, req, computed + new, bs)
+            if resumed:  # swap in: the host copy is released
+                back = math.ceil(resumed / bs)
+                rep.host_free += back
+                swap_blocks += back
+                req.swapped = 0
             rep.waiting.remove(req)
             rep.running.append(req)
             req.state = RUNNING
@@ -468,7 +480,7 @@ class ReferenceEngine:
             len(decodes),
             sum(before + 1 for before in decodes),
             len(batch),
-        ))
+        )) + swap_blocks * int(inp.per_pool("swap_us_per_block", 0)[p])
         rep.step_start, rep.busy_until = t, t + duration
         rep.counters["steps"] += 1
         heapq.heappush(self.heap, (rep.busy_until, STEP_END, rep.index))
@@ -535,14 +547,22 @@ class ReferenceEngine:
         req.blocks = []
         req.num_cached_blocks = 0
 
-    def _preempt(self, rep: Replica, req: Request, t: int) -> None:
+    def _preempt(self, rep: Replica, req: Request, t: int) -> int:
+        """Back to the head of the queue; swap mode keeps the KV in host memory while the swap
+        space lasts (returns the blocks copied, which the step pays for), else recompute."""
+        held = len(req.blocks)
+        swap = self.inp.per_pool("swap", 0)[rep.pool] and held <= rep.host_free
         self._free(rep, req)
+        if swap:
+            rep.host_free -= held
+            req.swapped = req.computed
         req.computed = 0
         req.state = WAITING
         req.preemptions += 1
         rep.counters["preemptions"] += 1
         rep.waiting.appendleft(req)
-        self._record(t, EV_PREEMPT, rep.index, req.index, req.generated)
+        self._record(t, EV_SWAP_OUT if swap else EV_PREEMPT, rep.index, req.index, req.generated)
+        return held if swap else 0
 
     def _finish_step(self, rep: Replica, t: int) -> None:
         still_running = []

@@ -220,6 +220,8 @@ def _detail(kind: int, request: int, value: int) -> str:
         return f"request {request}: {REJECT_NAMES[value]}"
     if name == "preempt":
         return f"request {request}: recompute after {value} output tokens"
+    if name == "preempt_swap":
+        return f"request {request}: KV swapped to host memory after {value} output tokens"
     if name == "schedule":
         return f"request {request}: admitted with {value} cached tokens"
     return f"request {request}"

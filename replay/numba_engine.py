@@ -100,6 +100,7 @@ class NumbaEngine:
             nhit=full(n, 0),
             nblocks=full(n, 0),
             ncached=full(n, 0),
+            swapped=full(n, 0),
         )
         blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
         block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
@@ -148,6 +149,7 @@ class NumbaEngine:
             view_run=full(nrep, 0),
             view_kv=full(nrep, 0),
             wait_tokens=full(nrep, 0),
+            host_free=inputs.per_pool("host_blocks", 0)[rep_pool],
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -177,6 +179,8 @@ class NumbaEngine:
             adm=admission_params(inputs),
             bucket=np.repeat(inputs.per_pool("bucket_tokens", 0) * 1_000_000, inputs.num_tenants).astype(i64),
             bucket_at=full(npool * inputs.num_tenants, 0),
+            swap=inputs.per_pool("swap", 0),
+            swap_us_per_block=inputs.per_pool("swap_us_per_block", 0),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

@@ -22,7 +22,7 @@ def make_inputs(
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
     queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
-    adm=None,
+    adm=None, swap=None, host_blocks=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -66,6 +66,9 @@ def make_inputs(
         num_tenants=1 if tenant is None else int(max(tenant)) + 1,
         pool_admission=None if admission is None else np.asarray(admission, np.int64),
         **({} if adm is None else {f"pool_{k}": np.asarray(v, np.int64) for k, v in adm.items()}),
+        pool_swap=None if swap is None else np.asarray(swap, np.int64),
+        pool_host_blocks=None if host_blocks is None else np.asarray(host_blocks, np.int64),
+        pool_swap_us_per_block=None if swap is None else np.full(len(replicas), 40, np.int64),
     )
 
 
@@ -110,6 +113,8 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
         victim=per_pool(st.integers(0, 3)),
         watermark_blocks=per_pool(st.sampled_from([0, 0, 1, 3])),
         whole_prompt=per_pool(st.sampled_from([0, 0, 1])),
+        swap=per_pool(st.sampled_from([0, 1])),
+        host_blocks=per_pool(st.sampled_from([0, 10, 1000])),
         tenant=tenant,
         admission=per_pool(st.integers(0, 4)),
         adm={

@@ -38,7 +38,7 @@ def test_policies_run_by_name(cli, write, tmp_path, router, queue, victim):
 @pytest.mark.parametrize("pool_extra, fragments", [
     ("engine: {scheduling_policy: lifo}", ["pools[0].engine.scheduling_policy", "'lifo'", "fcfs", "priority"]),
     ("preemption: {victim: oldest}", ["pools[0].preemption.victim", "'oldest'", "most-kv"]),
-    ("preemption: {mode: swap}", ["pools[0].preemption.mode", "'swap'", "recompute"]),
+    ("preemption: {mode: teleport}", ["pools[0].preemption.mode", "'teleport'", "recompute or swap"]),
     ("router_refresh_ms: 0", ["pools[0].router_refresh_ms", "got 0"]),
 ])
 def test_unknown_policy_names_list_the_known_ones(cli, write, tmp_path, pool_extra, fragments):
@@ -101,3 +101,17 @@ def test_a_workload_can_have_its_own_slo(cli, write, tmp_path):
     assert met(loose, "batch") > met(strict, "batch")
     finished_batch = loose.filter((loose["workload"] == "batch") & (loose["status"] == "finished"))
     assert finished_batch["slo_met"].all() or finished_batch["ttft_us"].max() > 600_000_000
+
+
+def test_swap_preemption_from_the_config(cli, write, tmp_path):
+    fleet = ("model: llama-3.1-8b\ntrace: {path: mooncake-synthetic, window: {end_s: 120}}\n"
+             "pools:\n  - name: a\n    replicas: 1\n"
+             "    engine: {num_gpu_blocks_override: 3000, max_model_len: 40000}\n"
+             "    preemption: {mode: MODE, swap_space_gib: 64}\n")
+    write("swap.yaml", fleet.replace("MODE", "swap"))
+    write("recompute.yaml", fleet.replace("MODE", "recompute"))
+    assert cli("run", "--config", "swap.yaml", "--out", "s", "-q").code == 0
+    assert cli("run", "--config", "recompute.yaml", "--out", "r", "-q").code == 0
+    swap, recompute = read_run(tmp_path / "s").events, read_run(tmp_path / "r").events
+    assert (swap["kind"] == "preempt_swap").sum() > 0 and (swap["kind"] == "preempt").sum() == 0
+    assert (recompute["kind"] == "preempt").sum() > 0

@@ -132,3 +132,26 @@ def test_vllm_dp_sees_load_only_at_refreshes(cls):
     assert stale["replica"].tolist() == [0, 0, 0, 0]
     live = finish(cls, dataclasses.replace(inputs, pool_refresh_us=np.array([1])))
     assert sorted(live["replica"].tolist()) == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("cls", ENGINES)
+def test_swap_preemption_keeps_progress_and_pays_the_copy(cls):
+    """Two requests that cannot both finish at once: recompute redoes the victim's prefill, swap
+    copies its KV out and back at the host link's cost and keeps its progress."""
+    import dataclasses
+
+    from replay.engine_common import EV_PREEMPT, EV_SWAP_OUT
+
+    base = make_inputs([0, 0], [150, 150], [90, 90], kv_blocks=(20,), max_batched=(512,))
+    swap = dataclasses.replace(base, pool_swap=np.array([1]), pool_host_blocks=np.array([100]),
+                               pool_swap_us_per_block=np.array([40]))
+    no_room = dataclasses.replace(swap, pool_host_blocks=np.array([0]))
+    kinds = {}
+    for name, inputs in (("recompute", base), ("swap", swap), ("no_room", no_room)):
+        engine = cls(inputs)
+        run_to_end(engine)
+        kinds[name] = engine.take_events()["kind"].tolist()
+        assert np.all(engine.request_columns()["state"] == FINISHED)
+    assert EV_SWAP_OUT in kinds["swap"] and EV_PREEMPT not in kinds["swap"]
+    assert EV_PREEMPT in kinds["recompute"] and EV_SWAP_OUT not in kinds["recompute"]
+    assert EV_SWAP_OUT not in kinds["no_room"]  # no swap space left: recompute
