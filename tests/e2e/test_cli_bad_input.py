@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import FIXTURES, RUN_FILES, small_fleet
+from tests.e2e.conftest import FIXTURES, RUN_FILES
 
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"

@@ -143,7 +143,7 @@ def test_load_from_config_relative_paths_and_overrides(tmp_path):
 
 
 def test_load_from_config_merge_then_transforms_in_order(tmp_path):
-    text = f"""
+    text = """
 path: azure-code-2023
 merge:
   - {{path: azure-conv-2023, offset_s: 10}}
