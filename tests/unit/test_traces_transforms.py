@@ -146,11 +146,11 @@ def test_load_from_config_merge_then_transforms_in_order(tmp_path):
     text = """
 path: azure-code-2023
 merge:
-  - {{path: azure-conv-2023, offset_s: 10}}
-filter: {{min_prompt_tokens: 10, workloads: [conv, code]}}
-window: {{start_s: 600, end_s: 1800}}
+  - {path: azure-conv-2023, offset_s: 10}
+filter: {min_prompt_tokens: 10, workloads: [conv, code]}
+window: {start_s: 600, end_s: 1800}
 rate_scale: 2
-sample: {{fraction: 0.5, seed: 3}}
+sample: {fraction: 0.5, seed: 3}
 """
     cfg = from_dict(TraceConfig, yaml.safe_load(text), "trace", source="run.yaml")
     assert cfg.merge == (MergeSource(path="azure-conv-2023", offset_s=10.0),)
