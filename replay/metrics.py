@@ -234,31 +234,39 @@ def _pct(series: pl.Series, q: float, scale: float) -> float | None:
     return round(float(values.quantile(q, interpolation="linear")) / scale, 3)
 
 
+def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
+    """What the users of a set of requests saw: counts, latency percentiles, SLO attainment."""
+    finished = reqs.filter(pl.col("status") == "finished")
+    served = reqs.filter(pl.col("first_token_us").is_not_null())
+    met = int(reqs["slo_met"].sum())
+    return {
+        "requests": reqs.height,
+        "finished": finished.height,
+        "rejected": int((reqs["status"] == "rejected").sum()),
+        "unfinished": int((reqs["status"] == "unfinished").sum()),
+        "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
+        "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
+        "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),
+        "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
+        "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
+        "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
+        "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
+        "slo_attainment": round(met / reqs.height, 4) if reqs.height else None,
+        "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
+    }
+
+
 def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
-    """Fleet-level and per-pool figures of summary.json."""
+    """Fleet-level, per-pool and per-workload figures of summary.json (cost is per pool: a
+    workload sharing a pool has no cost of its own)."""
 
     def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
-        finished = reqs.filter(pl.col("status") == "finished")
-        n_fin = finished.height
-        met = int(reqs["slo_met"].sum())
         served = reqs.filter(pl.col("first_token_us").is_not_null())
         cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
         all_tokens = out_tokens + int(served["prompt_tokens"].sum())
         gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0
         return {
-            "requests": reqs.height,
-            "finished": n_fin,
-            "rejected": int((reqs["status"] == "rejected").sum()),
-            "unfinished": int((reqs["status"] == "unfinished").sum()),
-            "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
-            "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
-            "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),
-            "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
-            "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
-            "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
-            "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
-            "slo_attainment": round(met / reqs.height, 4) if reqs.height else None,
-            "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
+            **service_figures(reqs, span_s),
             "output_tokens_per_s": round(out_tokens / span_s, 2) if span_s > 0 else None,
             "gpu_hours": round(gpu_hours, 4),
             "cost_usd": round(cost, 4),
@@ -282,4 +290,8 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
             int(queries[plan.index]),
             int(outs[plan.index]),
         )
-    return {"fleet": fleet, "pools": pools}
+    workloads = {
+        str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
+        for name in sorted(requests["workload"].unique().to_list())
+    }
+    return {"fleet": fleet, "pools": pools, "workloads": workloads}

@@ -67,6 +67,7 @@ def replay_trace(
         "trace_reordered": trace.reordered,
         "version": tool_version(),
         "pools": summary["pools"],
+        "workloads": summary["workloads"],
         "pool_plans": {
             p.name: {
                 "model": p.model.id,

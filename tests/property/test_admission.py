@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay.engine_common import (
-    ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, FINISHED, REJECT_NAMES, REJECTED,
+    ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECT_NAMES,
+    REJECTED,
 )
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
@@ -33,7 +34,7 @@ def test_queue_limit_never_admits_into_a_full_queue(inputs, limit):
         if kind == EV_ARRIVE:
             assert waiting[p] < limit
             waiting[p] += 1
-        elif kind == EV_PREEMPT:
+        elif kind in (EV_PREEMPT, EV_SWAP_OUT):
             waiting[p] += 1
         elif kind == EV_SCHEDULE:
             waiting[p] -= 1

@@ -9,7 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.engine_common import EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, FINISHED, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, REJECTED
+from replay.engine_common import (
+    EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, REJECTED,
+)
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
@@ -23,7 +25,7 @@ def test_admission_follows_the_queue_order(inputs, order):
     key = inputs.priority if order == QUEUE_PRIORITY else inputs.prompt_tokens
     waiting: dict[int, set[int]] = {}
     for kind, replica, q in zip(ev["kind"].tolist(), ev["replica"].tolist(), ev["request"].tolist()):
-        if kind in (EV_ARRIVE, EV_PREEMPT):
+        if kind in (EV_ARRIVE, EV_PREEMPT, EV_SWAP_OUT):
             waiting.setdefault(replica, set()).add(q)
         elif kind == EV_SCHEDULE:
             queue = waiting[replica]
