@@ -8,7 +8,6 @@ Autoscalers (issue 3) plug in here: they read the same snapshot and change repli
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -284,7 +283,6 @@ class RawRun:
     requests: dict[str, np.ndarray]
     end_us: int
     tick_us: int
-    wall_s: float
 
 
 def simulate(
@@ -300,7 +298,6 @@ def simulate(
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them."""
-    started = time.perf_counter()
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms)
@@ -347,15 +344,15 @@ def simulate(
     ticks["gpus"] = np.stack(billed)
     ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
     return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
-                  tick_us, time.perf_counter() - started)
+                  tick_us)
 
 
 def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:
-    firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
     pools = []
     for plan in plans:
         pool = plan.config
-        slots = np.arange(firsts[plan.index], firsts[plan.index] + inputs.pool_replicas[plan.index])
+        first = inputs.pool_first_replica[plan.index]
+        slots = np.arange(first, first + inputs.pool_replicas[plan.index])
         weights = plan.capacity.weights_bytes_per_gpu * plan.gpus_per_replica
         startup_s = pool.lifecycle.pod_start_s + weights / pool.lifecycle.load_bytes_per_s
         pc = PoolControl(plan.index, plan.name, slots, plan.gpus_per_replica, round(startup_s * 1e6),

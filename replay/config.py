@@ -227,9 +227,6 @@ class SloConfig(ClassSlo):
 
     by_workload: dict[str, ClassSlo] = field(default_factory=dict)
 
-    def for_workload(self, workload: str) -> ClassSlo:
-        return self.by_workload.get(workload, self)
-
 
 @dataclass(frozen=True)
 class SplitConfig:

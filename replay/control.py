@@ -74,7 +74,6 @@ class FleetControl:
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
         self.prev_snap: np.ndarray | None = None
         # Per pool, cumulative prompt and output tokens of arrivals, to report mean request sizes.
-        self._arrival_us = arrivals
         self._cum = {}
         for pc in pools:
             mine = pool_of == pc.index

@@ -13,7 +13,6 @@ import numpy as np
 
 # Request states.
 PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
-STATE_NAMES = ("pending", "waiting", "running", "finished", "rejected")
 
 # Replica lifecycle states. STARTING covers provisioning and loading: the replica becomes ACTIVE
 # (routable) at its `active_at` time; a DRAINING replica takes no new requests and finishes its
@@ -142,6 +141,11 @@ class EngineInputs:
     @property
     def initial_replicas(self) -> np.ndarray:
         return self.pool_replicas if self.pool_initial_replicas is None else self.pool_initial_replicas
+
+    @property
+    def pool_first_replica(self) -> np.ndarray:
+        """Index of every pool's first replica (a pool's replicas are contiguous)."""
+        return (np.cumsum(self.pool_replicas) - self.pool_replicas).astype(np.int64)
 
     @property
     def replica_pool(self) -> np.ndarray:

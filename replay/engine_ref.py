@@ -176,8 +176,8 @@ class ReferenceEngine:
             Replica(r, int(p), BlockPool(int(inputs.pool_kv_blocks[p])))
             for r, p in enumerate(inputs.replica_pool)
         ]
-        firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
-        self.pool_members = [list(range(int(f), int(f + n))) for f, n in zip(firsts, inputs.pool_replicas)]
+        self.pool_members = [list(range(int(f), int(f + n)))
+                             for f, n in zip(inputs.pool_first_replica, inputs.pool_replicas)]
         for rep in self.replicas:
             rep.host_free = int(inputs.per_pool("host_blocks", 0)[rep.pool])
         for members, initial in zip(self.pool_members, inputs.initial_replicas):

@@ -45,8 +45,7 @@ def admission_params(inputs: EngineInputs) -> np.ndarray:
 
 def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
     """Index of every replica within its pool (0, 1, ... per pool)."""
-    firsts = np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1]))
-    return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(firsts, inputs.pool_replicas)
+    return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(inputs.pool_first_replica, inputs.pool_replicas)
 
 
 def _tree(nrep: int) -> np.ndarray:
@@ -153,7 +152,7 @@ class NumbaEngine:
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
-            first_replica=np.concatenate(([0], np.cumsum(inputs.pool_replicas)[:-1])).astype(i64),
+            first_replica=inputs.pool_first_replica,
             num_replicas=inputs.pool_replicas.astype(i64),
             kv_blocks=inputs.pool_kv_blocks.astype(i64),
             block_size=inputs.pool_block_size.astype(i64),

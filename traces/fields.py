@@ -188,14 +188,22 @@ def show(value: Any) -> str:
     return repr(text) if isinstance(value, str) else text
 
 
-def number_problem(value: Any) -> str:
+def _blank_problem(value: Any) -> str | None:
+    """What is wrong with a value before it is even read as a number, or None."""
     if value is None:
         return "is missing"
     if isinstance(value, bool):
         return "is not a number"
-    text = str(value).strip()
-    if text == "":
+    if str(value).strip() == "":
         return "is empty"
+    return None
+
+
+def number_problem(value: Any) -> str:
+    problem = _blank_problem(value)
+    if problem:
+        return problem
+    text = str(value).strip()
     try:
         number = float(text)
     except ValueError:
@@ -207,13 +215,10 @@ def number_problem(value: Any) -> str:
 
 def count_problem(value: Any, minimum: int) -> str:
     """Why `value` is not a whole number >= minimum and <= int32 max (the slow, readable twin)."""
-    if value is None:
-        return "is missing"
-    if isinstance(value, bool):
-        return "is not a number"
+    problem = _blank_problem(value)
+    if problem:
+        return problem
     text = str(value).strip()
-    if text == "":
-        return "is empty"
     if _INT.fullmatch(text):
         number = int(text)
     else:
