@@ -156,6 +156,11 @@ SPLITS: dict[str, PolicySpec] = {
         PolicySpec("pool split", "by-prompt-length", 1,
                    "pools in order by prompt-length thresholds (split.prompt_thresholds)",
                    "length-based routing to short- and long-context pools (e.g. llm-d / AIBrix)"),
+        PolicySpec("pool split", "prefill-decode", 2,
+                   "prefill pool, KV transfer over a link (nvlink4, pcie5x16, ib-ndr, eth-25g), decode pool "
+                   "that takes a request once it has free blocks; local prefill below a threshold",
+                   "vLLM NixlConnector (delayed block free, WAITING_FOR_REMOTE_KVS), Dynamo disaggregated "
+                   "serving (max_local_prefill_length), llm-d P/D threshold, DistServe / Splitwise"),
     )
 }
 

@@ -125,7 +125,11 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
 
 
 def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
-    """Pool index of every request, by the fleet's split policy."""
+    """Pool index of every request, by the fleet's split policy. Under prefill-decode every request
+    arrives at the decode pool, which sends its prefill to the prefill pool (see `pd_inputs`)."""
+    if cfg.split.policy == "prefill-decode":
+        _, decode = cfg.split.pd_pools([p.name for p in cfg.pools])
+        return np.full(frame.height, decode, np.int64)
     if cfg.split.policy == "by-prompt-length":
         thresholds = np.asarray(cfg.split.prompt_thresholds, np.int64)
         return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
@@ -147,9 +151,28 @@ def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "con
     return workloads.replace_strict(mapping, return_dtype=pl.Int64).to_numpy()
 
 
+def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
+    """The engine's prefill/decode parameters for a prefill-decode split (none otherwise). The
+    transfer moves the prompt's KV as the decode pool stores it (its KV dtype), over one link."""
+    split = cfg.split
+    if split.policy != "prefill-decode":
+        return {}
+    prefill, decode = split.pd_pools([p.name for p in cfg.pools])
+    kv_bytes = plans[decode].capacity.kv_bytes_per_token
+    return {
+        "pd_prefill_pool": prefill,
+        "pd_decode_pool": decode,
+        "pd_local_threshold": split.local_prefill_threshold,
+        "pd_us_per_token": kv_bytes / split.bytes_per_s * 1e6,
+        "pd_base_us": round(split.base_latency_ms * 1000),
+        "pd_layers": plans[prefill].model.num_layers if split.transfer == "layerwise" else 0,
+    }
+
+
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
+    pd: dict[str, Any] | None = None,
 ) -> EngineInputs:
     tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
     hashes = frame["prefix_hashes"]
@@ -198,6 +221,7 @@ def build_inputs(
         tenant=tenant_ids,
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
         **admission_inputs(plans),
+        **(pd or {}),
     )
 
 
@@ -300,7 +324,8 @@ def simulate(
     `plans` are `plan_pools(cfg)`, when the caller has already made them."""
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
-    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms)
+    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
+                          pd_inputs(cfg, plans))
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))

@@ -228,14 +228,38 @@ class SloConfig(ClassSlo):
     by_workload: dict[str, ClassSlo] = field(default_factory=dict)
 
 
+# KV-transfer links between a prefill and a decode replica, in bytes/s one way:
+# NVLink 4 (H100 SXM, 900 GB/s both ways), PCIe 5.0 x16 (64 GB/s), InfiniBand NDR 400 Gb/s
+# (ConnectX-7), 25 Gb Ethernet. NVIDIA's H100 and ConnectX-7 data sheets; PCI-SIG 5.0.
+LINK_PRESETS: dict[str, float] = {
+    "nvlink4": 450e9,
+    "pcie5x16": 64e9,
+    "ib-ndr": 50e9,
+    "eth-25g": 3.125e9,
+}
+
+
 @dataclass(frozen=True)
 class SplitConfig:
     """How requests are split over the pools. `by-workload`: the pool whose `workloads` lists the
     request's label, else the pool with no list; `by-prompt-length`: pools in order, a request
-    going to the first pool whose threshold its prompt is below (the last pool takes the rest)."""
+    going to the first pool whose threshold its prompt is below (the last pool takes the rest);
+    `prefill-decode`: two pools, prefill and decode, with a KV transfer between them of
+    `prompt_tokens * kv_bytes_per_token / link_bytes_per_s + base_latency_ms`."""
 
     policy: str = "by-workload"
     prompt_thresholds: tuple[int, ...] = ()
+    # prefill-decode: pool names (default: the first pool prefills, the second decodes).
+    prefill_pool: str | None = None
+    decode_pool: str | None = None
+    link: str = "ib-ndr"
+    link_bytes_per_s: float | None = None  # overrides the link preset
+    base_latency_ms: float = 1.0  # per transfer: connection, descriptors, completion (assumed)
+    transfer: str = "layerwise"  # overlapped with the prefill layer by layer, or "serial" after it
+    # The P/D decider: a request whose uncached prompt (after the decode replica's prefix cache)
+    # is below this many tokens is prefilled by its decode replica. 0: every request goes remote.
+    # (Dynamo's `max_local_prefill_length` defaults to 1000.)
+    local_prefill_threshold: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in SPLITS:
@@ -244,6 +268,33 @@ class SplitConfig:
                 t <= 0 for t in self.prompt_thresholds):
             raise ValueError(f"prompt_thresholds: got {list(self.prompt_thresholds)}, expected increasing "
                              "token counts > 0")
+        if self.link not in LINK_PRESETS:
+            raise ValueError(f"link: unknown link {self.link!r}; known: {', '.join(LINK_PRESETS)} "
+                             "(or set link_bytes_per_s)")
+        if self.link_bytes_per_s is not None and not self.link_bytes_per_s > 0:
+            raise ValueError(f"link_bytes_per_s: got {self.link_bytes_per_s}, expected > 0")
+        if not self.base_latency_ms >= 0:
+            raise ValueError(f"base_latency_ms: got {self.base_latency_ms}, expected >= 0")
+        if self.transfer not in ("layerwise", "serial"):
+            raise ValueError(f"transfer: got {self.transfer!r}, expected 'layerwise' or 'serial'")
+        if self.local_prefill_threshold < 0:
+            raise ValueError(f"local_prefill_threshold: got {self.local_prefill_threshold}, expected >= 0")
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.link_bytes_per_s if self.link_bytes_per_s is not None else LINK_PRESETS[self.link]
+
+    def pd_pools(self, names: list[str]) -> tuple[int, int]:
+        """Indices of the prefill and the decode pool among the pools named `names`."""
+        found = []
+        for key, name, default in (("prefill_pool", self.prefill_pool, 0), ("decode_pool", self.decode_pool, 1)):
+            if name is None:
+                found.append(default)
+            elif name in names:
+                found.append(names.index(name))
+            else:
+                raise ValueError(f"split.{key}: no pool is named {name!r}; pools: {', '.join(names)}")
+        return found[0], found[1]
 
 
 @dataclass(frozen=True)
@@ -286,6 +337,8 @@ class FleetConfig:
         if self.split.policy == "by-prompt-length" and len(self.split.prompt_thresholds) != len(self.pools) - 1:
             raise ValueError(f"split: by-prompt-length needs one threshold fewer than pools: got "
                              f"{len(self.split.prompt_thresholds)} prompt_thresholds for {len(self.pools)} pools")
+        if self.split.policy == "prefill-decode":
+            self._check_prefill_decode()
         if self.split.policy == "by-workload" and len(self.pools) > 1 \
                 and sum(1 for p in self.pools if not p.workloads) > 1:
             raise ValueError("pools: more than one pool lists no workloads, so the by-workload split cannot tell "
@@ -296,6 +349,22 @@ class FleetConfig:
                 if label in claimed:
                     raise ValueError(f"pools: workload {label!r} is listed by both {claimed[label]!r} and {pool.name!r}")
                 claimed[label] = pool.name
+
+    def _check_prefill_decode(self) -> None:
+        if len(self.pools) != 2:
+            raise ValueError(f"split: prefill-decode needs exactly two pools, a prefill and a decode pool; "
+                             f"got {len(self.pools)}")
+        prefill, decode = self.split.pd_pools([p.name for p in self.pools])
+        if prefill == decode:
+            raise ValueError(f"split: prefill_pool and decode_pool are both {self.pools[prefill].name!r}")
+        for i, pool in enumerate(self.pools):
+            if pool.workloads:
+                raise ValueError(f"pools[{i}].workloads: the prefill-decode split sends every request to both "
+                                 "pools; remove the list")
+        a, b = self.pools[prefill].engine.block_size, self.pools[decode].engine.block_size
+        if a != b:
+            raise ValueError(f"pools[{decode}].engine.block_size: got {b}, expected {a} as the prefill pool "
+                             "(KV moves block for block)")
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))

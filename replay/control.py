@@ -106,7 +106,7 @@ class FleetControl:
         for pc in self.pools:
             draining = pc.slots[states[pc.slots] == R_DRAINING]
             for r in draining:
-                if snap[r, COL["waiting"]] == 0 and snap[r, COL["running"]] == 0 and not eng.busy(int(r)):
+                if eng.idle(int(r)):
                     eng.retire_replica(int(r))
                     self.events.add(t, pc.name, r, "replica_gone", "drained")
             if pc.decide is not None:

@@ -11,8 +11,9 @@ from typing import Protocol
 
 import numpy as np
 
-# Request states.
-PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+# Request states. TRANSFERRING: prefilled on a prefill replica, its KV on the way to (or waiting
+# for room on) its decode replica (prefill/decode disaggregation).
+PENDING, WAITING, RUNNING, FINISHED, REJECTED, TRANSFERRING = 0, 1, 2, 3, 4, 5
 
 # Replica lifecycle states. STARTING covers provisioning and loading: the replica becomes ACTIVE
 # (routable) at its `active_at` time; a DRAINING replica takes no new requests and finishes its
@@ -20,7 +21,9 @@ PENDING, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 R_OFF, R_STARTING, R_ACTIVE, R_DRAINING = 0, 1, 2, 3
 REPLICA_STATE_NAMES = ("off", "starting", "active", "draining")
 
-# Event kinds. REJECT and PREEMPT are always recorded; the others only with detailed events.
+# Event kinds. REJECT, PREEMPT and SWAP_OUT are always recorded; the others only with detailed
+# events. (A request's KV transfer is in its row of requests.parquet; with detailed events, its
+# landing on the decode replica is an ARRIVE there whose value is 1 + the prefill replica.)
 EV_ARRIVE, EV_REJECT, EV_SCHEDULE, EV_PREEMPT, EV_FIRST_TOKEN, EV_FINISH, EV_SWAP_OUT = 0, 1, 2, 3, 4, 5, 6
 EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish", "preempt_swap")
 
@@ -112,6 +115,17 @@ class EngineInputs:
     pool_swap: np.ndarray | None = None  # int64[P] 1: swap preemption (default recompute)
     pool_host_blocks: np.ndarray | None = None  # int64[P] CPU swap space per replica, in blocks
     pool_swap_us_per_block: np.ndarray | None = None  # int64[P] host-link copy time of one block
+    # Prefill/decode disaggregation (off when pd_prefill_pool < 0). Every request arrives at the
+    # decode pool (`pool` is the decode pool); one whose uncached prompt is at least
+    # `pd_local_threshold` tokens is prefilled on the prefill pool, then its KV moves over a link
+    # in ceil(prompt * pd_us_per_token) + pd_base_us, overlapped with the prefill layer by layer
+    # over `pd_layers` layers (0 = serial).
+    pd_prefill_pool: int = -1
+    pd_decode_pool: int = -1
+    pd_local_threshold: int = 0
+    pd_us_per_token: float = 0.0
+    pd_base_us: int = 0
+    pd_layers: int = 0
 
     def per_pool(self, name: str, default: int) -> np.ndarray:
         """An optional per-pool column, or its default for every pool."""
@@ -199,9 +213,15 @@ class Engine(Protocol):
     def busy(self, r: int) -> bool:
         """Replica r is in the middle of a step."""
 
+    def idle(self, r: int) -> bool:
+        """Replica r holds nothing: no request waiting, running or in a step, no KV being sent
+        from it, no request on its way to it (prefill/decode)."""
+
     def retire_replica(self, r: int) -> None:
         """A DRAINING replica that holds nothing is gone (OFF)."""
 
     def request_columns(self) -> dict[str, np.ndarray]:
         """Per request: replica, state, computed and generated tokens, first_scheduled_us,
-        first_token_us, finished_us, preemptions, cached_tokens, reject."""
+        first_token_us, finished_us, preemptions, cached_tokens, reject, and for prefill/decode
+        prefill_replica, prefill_end_us, kv_transfer_start_us, kv_transfer_end_us (-1: none),
+        kv_transfers (how many were started)."""

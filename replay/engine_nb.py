@@ -15,6 +15,8 @@ arguments, and inlining took the bundled trace on 4 replicas from 0.52 s to 0.33
 
 from __future__ import annotations
 
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
 from typing import NamedTuple
 
 import numpy as np
@@ -44,6 +46,7 @@ from replay.engine_common import (
     REJECT_SHED,
     REJECT_SLO,
     REJECTED,
+    TRANSFERRING,
     LPM_MAX_QUEUE,
     QUEUE_EDF,
     QUEUE_FCFS,
@@ -105,6 +108,15 @@ class Requests(NamedTuple):
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
     ncached: np.ndarray  # leading blocks already offered to the cache
     swapped: np.ndarray  # tokens of KV swapped out to host memory (0: none)
+    # Prefill/decode disaggregation (-1 = none): the decode replica chosen at arrival, the
+    # prefill replica, when the prefill was (last) admitted and ended, and the KV transfer.
+    dreplica: np.ndarray
+    preplica: np.ndarray
+    pf_start: np.ndarray
+    pf_end: np.ndarray
+    xfer_start: np.ndarray
+    xfer_done: np.ndarray
+    xfers: np.ndarray  # KV transfers started (a property test holds it to one per remote prefill)
 
 
 class Replicas(NamedTuple):
@@ -139,6 +151,15 @@ class Replicas(NamedTuple):
     view_kv: np.ndarray  # used KV blocks
     wait_tokens: np.ndarray  # tokens of the requests waiting (for slo-aware admission)
     host_free: np.ndarray  # blocks of CPU swap space left
+    # Prefill/decode: blocks set aside for KV on its way in (already out of nfree), requests
+    # whose KV this replica holds until it is sent, requests routed here that are still being
+    # prefilled or transferred, and the FIFO of prefilled requests waiting for room (linked by
+    # Requests.qnext).
+    reserved: np.ndarray
+    outgoing: np.ndarray
+    incoming: np.ndarray
+    pend_head: np.ndarray
+    pend_tail: np.ndarray
 
 
 class Pools(NamedTuple):
@@ -170,6 +191,10 @@ class Pools(NamedTuple):
     bucket_at: np.ndarray  # int64[P * tenants] time of the last refill
     swap: np.ndarray  # 1: preempt by swapping to host memory while swap space lasts
     swap_us_per_block: np.ndarray  # time to copy one block over the host link
+    pd: np.ndarray  # int64[6], PD_* below; PD_PREFILL < 0: no prefill/decode disaggregation
+    pd_us_per_token: np.ndarray  # float64[1]: link time of one token's KV
+    xh_t: np.ndarray  # min-heap of KV transfers in flight, by (done time, request)
+    xh_q: np.ndarray
 
 
 class Events(NamedTuple):
@@ -192,6 +217,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
 )
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
+PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -507,8 +533,28 @@ def admit(rq, reps, pools, p, r, q, t):
 
 
 @njit(cache=True, _nrt=False)
+def remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
+    """The P/D decider, for request q routed to decode replica r: prefill it on the prefill pool
+    unless its uncached prompt is below the threshold (as Dynamo's `max_local_prefill_length`
+    and llm-d's P/D threshold) or it could never fit a prefill replica."""
+    pp = pools.pd[PD_PREFILL]
+    if pp < 0 or p != pools.pd[PD_DECODE]:
+        return False
+    bsp = pools.block_size[pp]
+    if (rq.prompt[q] + bsp - 1) // bsp > pools.kv_blocks[pp] - pools.watermark_blocks[pp]:
+        return False
+    threshold = pools.pd[PD_THRESHOLD]
+    if threshold <= 0:
+        return True
+    bs = pools.block_size[p]
+    hits = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) if pools.prefix_caching[p] != 0 else 0
+    return rq.prompt[q] - hits * bs >= threshold
+
+
+@njit(cache=True, _nrt=False)
 def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
+    home = p  # counts the arrival (and a rejection), as requests.parquet's `pool` column
     pools.arrivals[p] += 1
     detailed = ev.clock[2] != 0
     total = rq.prompt[q] + rq.output[q]
@@ -525,22 +571,178 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
             r = route_starting(pools, reps, p)
         if r < 0:
             reason = REJECT_NO_REPLICA
-        else:
-            reason = admit(rq, reps, pools, p, r, q, t)
+    d = -1
+    if reason == 0 and remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
+        pp = pools.pd[PD_PREFILL]
+        rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
+        if rp < 0:
+            rp = route_starting(pools, reps, pp)
+        if rp >= 0:  # else no prefill replica at all: the decode replica prefills it itself
+            d = r
+            r = rp
+            p = pp
+    if reason == 0:
+        reason = admit(rq, reps, pools, p, r, q, t)
     if reason != 0:
         rq.state[q] = REJECTED
         rq.reject[q] = reason
-        pools.rejected[p] += 1
+        pools.rejected[home] += 1
         record(ev, t, EV_REJECT, -1, q, reason)
         return
+    if d >= 0:
+        rq.dreplica[q] = d
+        reps.incoming[d] += 1
     rq.replica[q] = r
     rq.state[q] = WAITING
     if detailed:
         record(ev, t, EV_ARRIVE, r, q, 0)
     wq_push_back(rq, reps, r, q)
+    wake_idle(reps, r, t)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def wake_idle(reps, r, t):
+    """An idle replica that was given work schedules at t (a starting one once it is ready)."""
     if reps.busy_until[r] < 0 and reps.wake[r] == NO_EVENT:
-        reps.wake[r] = max(t, reps.active_at[r])  # a starting replica schedules once it is ready
+        reps.wake[r] = max(t, reps.active_at[r])
         update_event(reps, r)
+
+
+# --- prefill/decode disaggregation: the KV transfer --------------------------------------------
+# After its prefill the request leaves the prefill replica's batch but keeps its blocks there
+# until its KV has been read (vLLM's NixlConnector delays freeing them). The decode replica takes
+# it only once it has free blocks for the whole prompt (blocks are set aside then, as vLLM's
+# scheduler allocates them for WAITING_FOR_REMOTE_KVS); until then it waits in that replica's
+# FIFO. The transfer takes ceil(prompt * us_per_token) + base; overlapped layer by layer, only the
+# part that outlasts the prefill shows, and at least one layer's share (a transfer that starts
+# after the prefill ended, because the decode replica was full, overlaps nothing). Then the prefill
+# replica frees its copy and the request joins the decode replica's queue (it goes first: see
+# `pick_waiting`) with every prompt token but the last computed (vLLM recomputes the last one for its logits,
+# `Scheduler._update_waiting_for_remote_kv`).
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def transfer_blocks(rq, pools, q):
+    bs = pools.block_size[pools.pd[PD_DECODE]]
+    return (rq.prompt[q] + bs - 1) // bs
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def transfer_us(rq, pools, q, t):
+    x = np.int64(np.ceil(rq.prompt[q] * pools.pd_us_per_token[0]))
+    layers = pools.pd[PD_LAYERS]
+    if layers > 0 and t == rq.pf_end[q]:
+        x = max((x + layers - 1) // layers, x - (rq.pf_end[q] - rq.pf_start[q]))
+    return x + pools.pd[PD_BASE_US]
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def xheap_push(pools, t, q):
+    i = pools.pd[PD_INFLIGHT]
+    pools.pd[PD_INFLIGHT] = i + 1
+    while i > 0:
+        up = (i - 1) // 2
+        if pools.xh_t[up] < t or (pools.xh_t[up] == t and pools.xh_q[up] < q):
+            break
+        pools.xh_t[i] = pools.xh_t[up]
+        pools.xh_q[i] = pools.xh_q[up]
+        i = up
+    pools.xh_t[i] = t
+    pools.xh_q[i] = q
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def xheap_pop(pools):
+    """Remove the transfer that completes first; returns its request."""
+    top = pools.xh_q[0]
+    n = pools.pd[PD_INFLIGHT] - 1
+    pools.pd[PD_INFLIGHT] = n
+    t = pools.xh_t[n]
+    q = pools.xh_q[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (pools.xh_t[c + 1] < pools.xh_t[c] or (
+                pools.xh_t[c + 1] == pools.xh_t[c] and pools.xh_q[c + 1] < pools.xh_q[c])):
+            c += 1
+        if pools.xh_t[c] > t or (pools.xh_t[c] == t and pools.xh_q[c] > q):
+            break
+        pools.xh_t[i] = pools.xh_t[c]
+        pools.xh_q[i] = pools.xh_q[c]
+        i = c
+    pools.xh_t[i] = t
+    pools.xh_q[i] = q
+    return top
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def start_transfer(rq, reps, pools, q, d, t):
+    need = transfer_blocks(rq, pools, q)
+    reps.nfree[d] -= need
+    reps.reserved[d] += need
+    rq.xfer_start[q] = t
+    rq.xfer_done[q] = t + transfer_us(rq, pools, q, t)
+    rq.xfers[q] += 1
+    xheap_push(pools, rq.xfer_done[q], q)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def accept_pending(rq, reps, pools, d, t):
+    """Start the transfers of the decode replica's FIFO while their blocks fit, in order."""
+    room = reps.nfree[d] - pools.watermark_blocks[pools.pd[PD_DECODE]]
+    q = reps.pend_head[d]
+    while q >= 0 and transfer_blocks(rq, pools, q) <= room:
+        nxt = rq.qnext[q]
+        rq.qnext[q] = -1
+        start_transfer(rq, reps, pools, q, d, t)
+        room = reps.nfree[d] - pools.watermark_blocks[pools.pd[PD_DECODE]]
+        q = nxt
+    reps.pend_head[d] = q
+    if q < 0:
+        reps.pend_tail[d] = -1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def hand_off(rq, reps, pools, q, r, t):
+    """Request q finished its prefill on replica r: its KV goes to its decode replica."""
+    d = rq.dreplica[q]
+    rq.state[q] = TRANSFERRING
+    rq.preplica[q] = r
+    rq.pf_end[q] = t
+    reps.outgoing[r] += 1
+    rq.qnext[q] = -1
+    if reps.pend_tail[d] >= 0:
+        rq.qnext[reps.pend_tail[d]] = q
+    else:
+        reps.pend_head[d] = q
+    reps.pend_tail[d] = q
+    accept_pending(rq, reps, pools, d, t)
+
+
+@njit(cache=True, _nrt=False)
+def finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t):
+    q = xheap_pop(pools)
+    r = rq.preplica[q]
+    d = rq.dreplica[q]
+    free_request_blocks(rq, blocks, reps, th, tbs, pools.block_size[reps.pool[r]], r, q)
+    reps.outgoing[r] -= 1
+    if reps.nwait[r] > 0:
+        wake_idle(reps, r, t)
+    need = transfer_blocks(rq, pools, q)
+    reps.nfree[d] += need
+    reps.reserved[d] -= need
+    p = reps.pool[d]
+    grow_request(rq, blocks, reps, th, tbs, pools.block_size[p], pools.prefix_caching[p] != 0, d, q, rq.prompt[q])
+    rq.computed[q] = rq.prompt[q] - 1
+    rq.replica[q] = d
+    rq.state[q] = WAITING
+    reps.incoming[d] -= 1
+    wq_push_back(rq, reps, d, q)
+    if ev.clock[2] != 0:
+        record(ev, t, EV_ARRIVE, d, q, r + 1)  # value: 1 + the prefill replica (0: from the router)
+    wake_idle(reps, d, t)
 
 
 # --- one scheduler step ----------------------------------------------------------------------
@@ -616,8 +818,16 @@ def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
 @njit(cache=True, _nrt=False, inline="always")
 def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r):
     """The waiting request to admit next under the pool's queue order (ids in policies.registry).
-    Ties go to the earlier arrival, then the lower index."""
+    Ties go to the earlier arrival, then the lower index. On a decode replica, a request whose KV
+    has arrived goes first, the earliest arrived first: it holds its blocks already, and a request
+    that cannot fit must not keep it waiting on them."""
     policy = pools.queue[p]
+    if p == pools.pd[PD_DECODE]:
+        q = reps.wait_head[r]
+        while q >= 0:
+            if rq.nblocks[q] > 0:
+                return q
+            q = rq.qnext[q]
     q = reps.wait_head[r]
     if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and reps.nwait[r] > LPM_MAX_QUEUE):
         return q  # FCFS (SGLang's longest-prefix falls back to it on long queues)
@@ -694,13 +904,14 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
         while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
             q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r)
             num_tokens = rq.prompt[q] + rq.generated[q]
+            received = rq.nblocks[q]  # blocks it holds already: KV received from a prefill replica
             resumed = rq.swapped[q]  # KV tokens coming back from host memory
-            nhit = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if caching and resumed == 0 else 0
+            nhit = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if caching and resumed == 0 and received == 0 else 0
             evictable = 0
             for j in range(nhit):
                 if blocks.ref[ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs))] == 0:
                     evictable += 1
-            computed = nhit * bs if resumed == 0 else resumed
+            computed = rq.computed[q] if received > 0 else (nhit * bs if resumed == 0 else resumed)
             new = num_tokens - computed
             if 0 < threshold < new:
                 new = threshold
@@ -709,15 +920,16 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             # The chunk must fit; with the whole-prompt gate, everything still to compute must;
             # the watermark keeps some blocks free for running requests to grow into.
             upto = num_tokens if pools.whole_prompt[p] != 0 else computed + new
-            need = (upto + bs - 1) // bs - nhit
-            if need + evictable > reps.nfree[r] - pools.watermark_blocks[p]:
+            need = (upto + bs - 1) // bs - nhit - received
+            if need > 0 and need + evictable > reps.nfree[r] - pools.watermark_blocks[p]:
                 break
-            for j in range(nhit):
-                touch_block(blocks, reps, r, ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs)))
-            rq.nhit[q] = nhit
-            rq.nblocks[q] = nhit
-            rq.ncached[q] = nhit
-            rq.computed[q] = computed
+            if received == 0:
+                for j in range(nhit):
+                    touch_block(blocks, reps, r, ht_find(blocks, hoff, hmask, request_key(rq, th, tbs, q, j, bs)))
+                rq.nhit[q] = nhit
+                rq.nblocks[q] = nhit
+                rq.ncached[q] = nhit
+                rq.computed[q] = computed
             grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, computed + new)
             if resumed > 0:  # swap in: the host copy is released
                 back = (resumed + bs - 1) // bs
@@ -729,6 +941,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             reps.nrun[r] += 1
             rq.state[q] = RUNNING
             rq.sched_new[q] = new
+            rq.pf_start[q] = t
             if rq.first_sched[q] < 0:
                 rq.first_sched[q] = t
                 rq.cached[q] = computed
@@ -783,6 +996,9 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
             if not is_decoding(rq, q):
                 reps.counters[r, C_PREFILL] += new
             rq.computed[q] += new
+            if rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0 and r != rq.dreplica[q]:
+                hand_off(rq, reps, pools, q, r, t)  # prefilled: its KV goes to the decode replica
+                continue
             if rq.computed[q] >= num_tokens:
                 rq.generated[q] += 1
                 reps.counters[r, C_OUTPUT] += 1
@@ -801,6 +1017,8 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
         reps.run_list[off + kept] = q
         kept += 1
     reps.nrun[r] = kept
+    if reps.pend_head[r] >= 0:
+        accept_pending(rq, reps, pools, r, t)  # blocks may have been freed
     reps.counters[r, C_BUSY] += t - reps.step_start[r]
     reps.busy_until[r] = -1
     reps.wake[r] = t
@@ -832,8 +1050,16 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         for p in range(pools.next_refresh.shape[0]):
             if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
                 ref_p = p
+        t_ref = pools.next_refresh[ref_p] if ref_p >= 0 else NO_EVENT
+        # KV transfers that complete: after the steps that end at the same time, before the rest.
+        if pools.pd[PD_INFLIGHT] > 0:
+            t_x = pools.xh_t[0]
+            if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
+                if t_x > until:
+                    return STATUS_OK
+                finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
+                continue
         if ref_p >= 0:
-            t_ref = pools.next_refresh[ref_p]
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
                     return STATUS_OK
@@ -861,9 +1087,10 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             # A victim policy other than FCFS can preempt the request it was making room for and
             # leave nothing to run; as vLLM, schedule again (the queue is admitted then).
             reps.wake[r] = best_t
-        elif reps.nwait[r] > 0:
-            # Cannot happen: a request too big for an empty replica is rejected at arrival.
-            # Report it, do not spin.
+        elif reps.nwait[r] > 0 and reps.outgoing[r] == 0 and reps.reserved[r] == 0:
+            # Cannot happen: a request too big for an empty replica is rejected at arrival, and
+            # blocks held for KV transfers come back when a transfer completes (which wakes
+            # the replica). Report it, do not spin.
             ev.clock[4] = r
             ev.clock[5] = best_t
             return STATUS_STUCK
@@ -910,4 +1137,9 @@ def reset_replica_nb(blocks, reps, r):
     reps.nrun[r] = 0
     reps.busy_until[r] = -1
     reps.wake[r] = NO_EVENT
+    reps.reserved[r] = 0
+    reps.outgoing[r] = 0
+    reps.incoming[r] = 0
+    reps.pend_head[r] = -1
+    reps.pend_tail[r] = -1
     update_event(reps, r)

@@ -39,6 +39,7 @@ from replay.engine_common import (
     REJECT_SHED,
     REJECT_SLO,
     REJECTED,
+    TRANSFERRING,
     LPM_MAX_QUEUE,
     QUEUE_EDF,
     QUEUE_FCFS,
@@ -71,9 +72,9 @@ from replay.engine_common import (
 from replay.kvblocks import block_key_ref
 from replay.stepmodel import step_time_us_nb
 
-# Event kinds in tie-break order at equal times: a step ends, routers refresh their view of the
-# replicas, requests arrive, idle replicas wake up to schedule.
-STEP_END, REFRESH, ARRIVAL, WAKE = 0, 1, 2, 3
+# Event kinds in tie-break order at equal times: a step ends, a KV transfer completes, routers
+# refresh their view of the replicas, requests arrive, idle replicas wake up to schedule.
+STEP_END, TRANSFER_DONE, REFRESH, ARRIVAL, WAKE = 0, 1, 2, 3, 4
 MASK64 = (1 << 64) - 1
 
 
@@ -99,6 +100,15 @@ class Request:
     preemptions: int = 0
     cached_tokens: int = 0
     reject: int = 0
+    # Prefill/decode disaggregation (-1 = none): the decode replica chosen at arrival, the
+    # prefill replica, when the prefill was (last) admitted and ended, and the KV transfer.
+    decode_replica: int = -1
+    prefill_replica: int = -1
+    prefill_start_us: int = -1
+    prefill_end_us: int = -1
+    kv_transfer_start_us: int = -1
+    kv_transfer_end_us: int = -1
+    kv_transfers: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -164,6 +174,18 @@ class Replica:
     busy_until: int = -1
     step_start: int = 0
     counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    # Prefill/decode: blocks set aside for KV on its way in, requests whose KV this replica holds
+    # until it is sent, requests routed here still being prefilled or transferred, and the
+    # prefilled requests waiting for room here, in order.
+    reserved: int = 0
+    outgoing: int = 0
+    incoming: int = 0
+    pending: deque = field(default_factory=deque)
+
+    @property
+    def num_free(self) -> int:
+        """Free blocks, less those set aside for KV transfers on their way in."""
+        return self.kv.num_free - self.reserved
 
 
 class ReferenceEngine:
@@ -195,6 +217,7 @@ class ReferenceEngine:
         for p, router in enumerate(inputs.pool_router):
             if router in ROUTERS_WITH_VIEW:
                 heapq.heappush(self.heap, (0, REFRESH, p))
+        self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
         self.wake_pending = [False] * len(self.replicas)
         self.ended = 0  # requests finished or rejected
         self.now = 0
@@ -203,13 +226,14 @@ class ReferenceEngine:
         inp = self.inp
         prompt, output = int(inp.prompt_tokens[i]), int(inp.output_tokens[i])
         pool = int(inp.pool[i])
-        bs = int(inp.pool_block_size[pool])
+        bs = int(inp.pool_block_size[pool])  # the prefill pool of a P/D pair has the same block size
         max_blocks = (prompt + output) // bs
+        visits = [pool] + ([inp.pd_prefill_pool] if pool == inp.pd_decode_pool else [])
         keys = [
             block_key_ref(inp.trace_hashes, int(inp.hash_off[i]), int(inp.hash_len[i]),
                           max(1, inp.trace_block_tokens), prompt, i, j, bs)
             for j in range(max_blocks)
-        ] if inp.pool_enable_prefix_caching[pool] else []
+        ] if any(inp.pool_enable_prefix_caching[p] for p in visits) else []
         return Request(i, int(inp.arrival_us[i]), prompt, output, keys, int(inp.priority[i]))
 
     # --- the event loop ---------------------------------------------------------------------
@@ -224,6 +248,8 @@ class ReferenceEngine:
                 self._arrive(self.requests[who], t)
             elif kind == STEP_END:
                 self._finish_step(self.replicas[who], t)
+            elif kind == TRANSFER_DONE:
+                self._finish_transfer(self.requests[who], t)
             else:
                 self.wake_pending[who] = False
                 self._start_step(self.replicas[who], t)
@@ -239,7 +265,7 @@ class ReferenceEngine:
     # --- arrival and routing ----------------------------------------------------------------
 
     def _arrive(self, req: Request, t: int) -> None:
-        p = int(self.inp.pool[req.index])
+        p = home = int(self.inp.pool[req.index])  # home counts the arrival and a rejection
         self.arrivals[p] += 1
         total = req.prompt_tokens + req.output_tokens
         bs = int(self.inp.pool_block_size[p])
@@ -253,21 +279,99 @@ class ReferenceEngine:
             r = self._route_starting(p)
         if r is None and not reason:
             reason = REJECT_NO_REPLICA
+        decode = None
+        if not reason and self._remote_prefill(p, self.replicas[r], req):
+            pp = self.inp.pd_prefill_pool
+            rp = self._route(pp, req, t)
+            if rp is None:
+                rp = self._route_starting(pp)
+            if rp is not None:  # else no prefill replica at all: the decode replica prefills it
+                decode, r, p = self.replicas[r], rp, pp
         if not reason:
             reason = self._admit(p, self.replicas[r], req, t)
         if reason:
             req.state, req.reject = REJECTED, reason
-            self.rejected[p] += 1
+            self.rejected[home] += 1
             self.ended += 1
             self._record(t, EV_REJECT, -1, req.index, reason)
             return
+        if decode is not None:
+            req.decode_replica = decode.index
+            decode.incoming += 1
         rep = self.replicas[r]
         req.replica, req.state = rep.index, WAITING
         if self.inp.detailed_events:
             self._record(t, EV_ARRIVE, rep.index, req.index, 0)
         rep.waiting.append(req)
+        self._wake_idle(rep, t)
+
+    def _wake_idle(self, rep: Replica, t: int) -> None:
+        """An idle replica that was given work schedules at t (a starting one once it is ready)."""
         if rep.busy_until < 0:
-            self._wake(rep, max(t, rep.active_at))  # a starting replica schedules once it is ready
+            self._wake(rep, max(t, rep.active_at))
+
+    def _remote_prefill(self, p: int, decode: Replica, req: Request) -> bool:
+        """The P/D decider (see engine_nb.remote_prefill): prefill on the prefill pool unless the
+        uncached prompt is below the threshold or could never fit a prefill replica."""
+        inp = self.inp
+        pp = inp.pd_prefill_pool
+        if pp < 0 or p != inp.pd_decode_pool:
+            return False
+        if math.ceil(req.prompt_tokens / int(inp.pool_block_size[pp])) > (
+                inp.pool_kv_blocks[pp] - inp.per_pool("watermark_blocks", 0)[pp]):
+            return False
+        if inp.pd_local_threshold <= 0:
+            return True
+        bs = int(inp.pool_block_size[p])
+        hits = self._prefix_hits(decode, req, bs) if self.caching[p] else 0
+        return req.prompt_tokens - hits * bs >= inp.pd_local_threshold
+
+    # --- prefill/decode: the KV transfer (semantics in engine_nb, above `transfer_blocks`) -----
+
+    def _transfer_blocks(self, req: Request) -> int:
+        return math.ceil(req.prompt_tokens / int(self.inp.pool_block_size[self.inp.pd_decode_pool]))
+
+    def _transfer_us(self, req: Request, t: int) -> int:
+        inp = self.inp
+        x = math.ceil(req.prompt_tokens * inp.pd_us_per_token)
+        if inp.pd_layers > 0 and t == req.prefill_end_us:  # overlapped with the prefill, layer by layer
+            x = max(math.ceil(x / inp.pd_layers), x - (req.prefill_end_us - req.prefill_start_us))
+        return x + inp.pd_base_us
+
+    def _hand_off(self, rep: Replica, req: Request, t: int) -> None:
+        req.state, req.prefill_replica, req.prefill_end_us = TRANSFERRING, rep.index, t
+        rep.outgoing += 1
+        decode = self.replicas[req.decode_replica]
+        decode.pending.append(req)
+        self._accept_pending(decode, t)
+
+    def _accept_pending(self, decode: Replica, t: int) -> None:
+        """Start the transfers of the decode replica's queue while their blocks fit, in order."""
+        watermark = int(self.inp.per_pool("watermark_blocks", 0)[decode.pool])
+        while decode.pending and self._transfer_blocks(decode.pending[0]) <= decode.num_free - watermark:
+            req = decode.pending.popleft()
+            decode.reserved += self._transfer_blocks(req)
+            req.kv_transfer_start_us = t
+            req.kv_transfer_end_us = t + self._transfer_us(req, t)
+            req.kv_transfers += 1
+            heapq.heappush(self.heap, (req.kv_transfer_end_us, TRANSFER_DONE, req.index))
+
+    def _finish_transfer(self, req: Request, t: int) -> None:
+        prefill, decode = self.replicas[req.prefill_replica], self.replicas[req.decode_replica]
+        self._free(prefill, req)
+        prefill.outgoing -= 1
+        if prefill.waiting:
+            self._wake_idle(prefill, t)
+        decode.reserved -= self._transfer_blocks(req)
+        req.computed = 0
+        self._grow(decode, req, req.prompt_tokens, int(self.inp.pool_block_size[decode.pool]))
+        req.computed = req.prompt_tokens - 1  # vLLM recomputes the last prompt token for its logits
+        req.replica, req.state = decode.index, WAITING
+        decode.incoming -= 1
+        decode.waiting.append(req)
+        if self.inp.detailed_events:
+            self._record(t, EV_ARRIVE, decode.index, req.index, prefill.index + 1)
+        self._wake_idle(decode, t)
 
     def _admit(self, p: int, rep: Replica, req: Request, t: int) -> int:
         """The pool's admission policy on a request routed to `rep`: 0 or a reject reason."""
@@ -319,7 +423,7 @@ class ReferenceEngine:
     def _refresh(self, p: int, t: int) -> None:
         for r in self.pool_members[p]:
             rep = self.replicas[r]
-            rep.view = (len(rep.waiting), len(rep.running), rep.kv.num_blocks - rep.kv.num_free)
+            rep.view = (len(rep.waiting), len(rep.running), rep.kv.num_blocks - rep.num_free)
         heapq.heappush(self.heap, (t + int(self.inp.refresh_us[p]), REFRESH, p))
 
     def _rand_below(self, p: int, n: int) -> int:
@@ -405,7 +509,7 @@ class ReferenceEngine:
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
             new = chunk(req.num_tokens - req.computed)
-            while self._blocks_needed(req, req.computed + new, bs) > rep.kv.num_free:
+            while self._blocks_needed(req, req.computed + new, bs) > rep.num_free:
                 vi = self._victim(rep, i)
                 victim = rep.running.pop(vi)
                 budget += victim.scheduled  # a victim scheduled earlier in this step gives its tokens back
@@ -426,22 +530,25 @@ class ReferenceEngine:
         # 2. Waiting requests, unless this step preempted; admission never preempts.
         while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
             req = self._next_waiting(rep, bs)
+            received = len(req.blocks)  # blocks it holds already: KV received from a prefill replica
             resumed = req.swapped  # KV tokens coming back from host memory
-            hits = [] if resumed else self._cached_prefix(rep, req, bs)
-            computed = resumed or len(hits) * bs
+            hits = [] if resumed or received else self._cached_prefix(rep, req, bs)
+            computed = req.computed if received else (resumed or len(hits) * bs)
             new = chunk(req.num_tokens - computed)
             evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
             # The chunk must fit; with the whole-prompt gate, everything still to compute must; the
             # watermark keeps blocks free for running requests to grow into.
             upto = req.num_tokens if inp.per_pool("whole_prompt", 0)[p] else computed + new
             watermark = int(inp.per_pool("watermark_blocks", 0)[p])
-            if math.ceil(upto / bs) - len(hits) + evictable > rep.kv.num_free - watermark:
+            need = math.ceil(upto / bs) - len(hits) - received
+            if need > 0 and need + evictable > rep.num_free - watermark:
                 break
-            for block in hits:
-                rep.kv.touch(block)
-            req.blocks = hits
-            req.num_cached_blocks = len(hits)
-            req.computed = computed
+            if not received:
+                for block in hits:
+                    rep.kv.touch(block)
+                req.blocks = hits
+                req.num_cached_blocks = len(hits)
+                req.computed = computed
             self._grow(rep, req, computed + new, bs)
             if resumed:  # swap in: the host copy is released
                 back = math.ceil(resumed / bs)
@@ -452,6 +559,7 @@ class ReferenceEngine:
             rep.running.append(req)
             req.state = RUNNING
             req.scheduled = new
+            req.prefill_start_us = t
             if req.first_scheduled_us < 0:
                 req.first_scheduled_us, req.cached_tokens = t, computed
                 rep.counters["hit_tokens"] += computed
@@ -466,7 +574,7 @@ class ReferenceEngine:
         if not batch:
             if preempted:  # the victim was the request itself: schedule again, as vLLM
                 self._wake(rep, t)
-            elif rep.waiting:  # impossible: see engine_nb.advance_nb
+            elif rep.waiting and not rep.outgoing and not rep.reserved:  # impossible: see engine_nb.advance_nb
                 raise InvariantViolation(f"replica {rep.index} has {len(rep.waiting)} waiting requests but cannot "
                                          f"schedule any at t_us={t}")
             return
@@ -511,6 +619,9 @@ class ReferenceEngine:
     def _next_waiting(self, rep: Replica, bs: int) -> Request:
         """The queue order's pick; ties go to the earlier arrival, then the lower index."""
         policy = self.inp.per_pool("queue", QUEUE_FCFS)[rep.pool]
+        received = [req for req in rep.waiting if req.blocks]  # KV arrived: goes first (see engine_nb)
+        if received:
+            return received[0]
         if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and len(rep.waiting) > LPM_MAX_QUEUE):
             return rep.waiting[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
         budget = int(self.inp.per_pool("ttft_budget_us", 2_000_000)[rep.pool])
@@ -535,7 +646,7 @@ class ReferenceEngine:
         """Hold `num_tokens` tokens of KV; full blocks join the prefix cache as vLLM does at scheduling."""
         for _ in range(self._blocks_needed(req, num_tokens, bs)):
             req.blocks.append(rep.kv.allocate())
-        if req.keys:
+        if req.keys and self.caching[rep.pool]:
             full = num_tokens // bs
             for j in range(req.num_cached_blocks, full):
                 rep.kv.cache(req.blocks[j], req.keys[j])
@@ -572,6 +683,10 @@ class ReferenceEngine:
                 if not req.is_decoding:
                     rep.counters["prefill_tokens"] += new
                 req.computed += new
+                if req.computed >= req.num_tokens and req.decode_replica >= 0 and not req.generated \
+                        and rep.index != req.decode_replica:
+                    self._hand_off(rep, req, t)  # prefilled: its KV goes to the decode replica
+                    continue
                 if req.computed >= req.num_tokens:
                     req.generated += 1
                     rep.counters["output_tokens"] += 1
@@ -589,6 +704,8 @@ class ReferenceEngine:
                         continue
             still_running.append(req)
         rep.running = still_running
+        if rep.pending:
+            self._accept_pending(rep, t)  # blocks may have been freed
         rep.counters["busy_us"] += t - rep.step_start
         rep.busy_until = -1
         self._wake(rep, t)
@@ -606,7 +723,7 @@ class ReferenceEngine:
             if r.busy_until >= 0:
                 counters["busy_us"] += t_us - r.step_start
             serving = r.state in (R_ACTIVE, R_DRAINING) or (r.state == R_STARTING and r.active_at <= t_us)
-            rows.append([len(r.waiting), len(r.running), r.kv.num_blocks - r.kv.num_free,
+            rows.append([len(r.waiting), len(r.running), r.kv.num_blocks - r.num_free,
                          r.kv.num_blocks if serving else 0, *(counters[name] for name in COUNTERS)])
         return np.array(rows, np.int64).reshape(len(self.replicas), len(SNAPSHOT_COLUMNS))
 
@@ -637,12 +754,14 @@ class ReferenceEngine:
         rep.kv = BlockPool(rep.kv.num_blocks)
         rep.waiting.clear()
         rep.running = []
+        rep.pending.clear()
+        rep.reserved = rep.outgoing = rep.incoming = 0
         rep.busy_until = -1
         rep.state, rep.active_at = R_STARTING, active_at_us
 
     def drain_replica(self, r: int) -> None:
         rep = self.replicas[r]
-        if rep.state == R_STARTING and rep.active_at > self.now and not rep.waiting:
+        if rep.state == R_STARTING and rep.active_at > self.now and not rep.waiting and not rep.incoming:
             rep.state = R_OFF  # cancelled before it held anything
         elif rep.state in (R_STARTING, R_ACTIVE):
             rep.state = R_DRAINING
@@ -651,9 +770,13 @@ class ReferenceEngine:
         """Replica r is in the middle of a step."""
         return self.replicas[r].busy_until >= 0
 
+    def idle(self, r: int) -> bool:
+        rep = self.replicas[r]
+        return not (rep.waiting or rep.running or rep.busy_until >= 0 or rep.outgoing or rep.incoming)
+
     def retire_replica(self, r: int) -> None:
         rep = self.replicas[r]
-        if rep.state != R_DRAINING or rep.waiting or rep.running or rep.busy_until >= 0:
+        if rep.state != R_DRAINING or not self.idle(r):
             raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
         rep.state = R_OFF
 
@@ -674,4 +797,9 @@ class ReferenceEngine:
             "preemptions": col("preemptions"),
             "cached_tokens": col("cached_tokens"),
             "reject": col("reject", np.int8),
+            "prefill_replica": col("prefill_replica"),
+            "prefill_end_us": col("prefill_end_us"),
+            "kv_transfer_start_us": col("kv_transfer_start_us"),
+            "kv_transfer_end_us": col("kv_transfer_end_us"),
+            "kv_transfers": col("kv_transfers"),
         }

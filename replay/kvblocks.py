@@ -16,6 +16,8 @@ Two deliberate simplifications, both of which can only lower hit rates against v
 
 from __future__ import annotations
 
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
 from typing import NamedTuple
 
 import numpy as np

@@ -11,6 +11,8 @@ Percentiles interpolate linearly between ranks (numpy's and polars' default).
 
 from __future__ import annotations
 
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
 import numpy as np
 import polars as pl
 from numba import njit
@@ -23,6 +25,9 @@ REQUEST_COLUMNS = (
     "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens",
     "cached_tokens", "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "tpot_us",
     "e2e_us", "preemptions", "status", "reject_reason", "slo_met",
+    # added after the first contract (README "Migration notes"): prefill/decode disaggregation,
+    # null for a request prefilled where it decoded
+    "prefill_pool", "prefill_replica", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us",
 )
 TICK_COLUMNS = (
     "t_us", "pool", "replicas_active", "replicas_loading", "gpus", "waiting", "running", "kv_usage",
@@ -44,6 +49,10 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
 
     status = np.where(state == FINISHED, "finished", np.where(state == REJECTED, "rejected", "unfinished"))
     reasons = np.array(REJECT_NAMES, dtype=object)[cols["reject"]]
+    replica_pool = np.repeat(np.arange(len(raw.plans)), [int(n) for n in raw.replica_slots])
+    prefill = cols["prefill_replica"]
+    prefill_pool = np.where(prefill >= 0, pool_names[replica_pool[np.maximum(prefill, 0)]], None) \
+        if len(replica_pool) else np.full(len(prefill), None)
     df = pl.DataFrame(
         {
             "request_id": trace["request_id"],
@@ -60,6 +69,11 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
             "preemptions": pl.Series(cols["preemptions"]).cast(pl.Int32),
             "status": status.tolist(),
             "reject_reason": pl.Series(reasons.tolist(), dtype=pl.String).replace("", None),
+            "prefill_pool": pl.Series(prefill_pool.tolist(), dtype=pl.String),
+            "prefill_replica": when(prefill).cast(pl.Int32),
+            "prefill_end_us": when(cols["prefill_end_us"]),
+            "kv_transfer_start_us": when(cols["kv_transfer_start_us"]),
+            "kv_transfer_end_us": when(cols["kv_transfer_end_us"]),
         }
     )
     slo = cfg.slo
@@ -171,10 +185,15 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.Data
             "cost_usd": np.cumsum(cost_tick),
             "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
         }
-        pool_reqs = requests.filter(pl.col("pool") == plan.name)
+        pool_reqs = served_by(requests, plan.name)
         data.update(_window_stats(col("t_us"), pool_reqs, window_ticks * raw.tick_us))
         frames.append(pl.DataFrame(data).with_columns(pl.col(pl.Float64).fill_nan(None)))
     return pl.concat(frames).sort(["t_us", "pool"], maintain_order=True).select(TICK_COLUMNS)
+
+
+def served_by(requests: pl.DataFrame, pool: str) -> pl.DataFrame:
+    """The requests a pool served: those routed to it, and those it prefilled for another."""
+    return requests.filter((pl.col("pool") == pool) | (pl.col("prefill_pool") == pool).fill_null(False))
 
 
 def _trailing_sum(values: np.ndarray, window: int) -> np.ndarray:
@@ -222,6 +241,8 @@ def _detail(kind: int, request: int, value: int) -> str:
         return f"request {request}: recompute after {value} output tokens"
     if name == "preempt_swap":
         return f"request {request}: KV swapped to host memory after {value} output tokens"
+    if name == "arrive" and value > 0:
+        return f"request {request}: KV arrived from prefill replica {value - 1}"
     if name == "schedule":
         return f"request {request}: admitted with {value} cached tokens"
     return f"request {request}"
@@ -294,4 +315,25 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
         str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
         for name in sorted(requests["workload"].unique().to_list())
     }
+    if requests["prefill_pool"].null_count() < requests.height:
+        fleet["prefill_decode"] = transfer_figures(requests)
     return {"fleet": fleet, "pools": pools, "workloads": workloads}
+
+
+def transfer_figures(requests: pl.DataFrame) -> dict:
+    """Prefill/decode: how many requests were prefilled remotely, how long their KV took to move
+    and how long it waited for room on its decode replica first."""
+    remote = requests.filter(pl.col("prefill_pool").is_not_null())
+    moved = remote.filter(pl.col("kv_transfer_end_us").is_not_null())
+    took = moved["kv_transfer_end_us"] - moved["kv_transfer_start_us"]
+    waited = remote.filter(pl.col("prefill_end_us").is_not_null()).select(
+        pl.coalesce("kv_transfer_start_us", pl.lit(None, pl.Int64)) - pl.col("prefill_end_us")).to_series()
+    return {
+        "remote_prefills": remote.height,
+        "local_prefills": int(requests.filter(pl.col("prefill_pool").is_null() & pl.col("first_scheduled_us")
+                                              .is_not_null()).height),
+        "kv_transfer_p50_ms": _pct(took, 0.5, 1000),
+        "kv_transfer_p99_ms": _pct(took, 0.99, 1000),
+        "decode_wait_p50_ms": _pct(waited, 0.5, 1000),
+        "decode_wait_p99_ms": _pct(waited, 0.99, 1000),
+    }

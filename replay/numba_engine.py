@@ -100,6 +100,13 @@ class NumbaEngine:
             nblocks=full(n, 0),
             ncached=full(n, 0),
             swapped=full(n, 0),
+            dreplica=full(n, -1),
+            preplica=full(n, -1),
+            pf_start=full(n, -1),
+            pf_end=full(n, -1),
+            xfer_start=full(n, -1),
+            xfer_done=full(n, -1),
+            xfers=full(n, 0),
         )
         blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
         block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
@@ -149,6 +156,11 @@ class NumbaEngine:
             view_kv=full(nrep, 0),
             wait_tokens=full(nrep, 0),
             host_free=inputs.per_pool("host_blocks", 0)[rep_pool],
+            reserved=full(nrep, 0),
+            outgoing=full(nrep, 0),
+            incoming=full(nrep, 0),
+            pend_head=full(nrep, -1),
+            pend_tail=full(nrep, -1),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -180,6 +192,11 @@ class NumbaEngine:
             bucket_at=full(npool * inputs.num_tenants, 0),
             swap=inputs.per_pool("swap", 0),
             swap_us_per_block=inputs.per_pool("swap_us_per_block", 0),
+            pd=np.array([inputs.pd_prefill_pool, inputs.pd_decode_pool, inputs.pd_local_threshold,
+                         inputs.pd_base_us, inputs.pd_layers, 0], dtype=i64),
+            pd_us_per_token=np.array([inputs.pd_us_per_token], dtype=np.float64),
+            xh_t=full(max(n, 1), 0),
+            xh_q=full(max(n, 1), 0),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)
@@ -262,7 +279,8 @@ class NumbaEngine:
 
     def drain_replica(self, r: int) -> None:
         state = self.reps.state[r]
-        if state == R_STARTING and self.reps.active_at[r] > self.now and self.reps.nwait[r] == 0:
+        if (state == R_STARTING and self.reps.active_at[r] > self.now and self.reps.nwait[r] == 0
+                and self.reps.incoming[r] == 0):
             self.reps.state[r] = R_OFF  # cancelled before it held anything
         elif state in (R_STARTING, R_ACTIVE):
             self.reps.state[r] = R_DRAINING
@@ -271,9 +289,14 @@ class NumbaEngine:
         """Replica r is in the middle of a step."""
         return bool(self.reps.busy_until[r] >= 0)
 
+    def idle(self, r: int) -> bool:
+        reps = self.reps
+        return bool(reps.nwait[r] == 0 and reps.nrun[r] == 0 and reps.busy_until[r] < 0
+                    and reps.outgoing[r] == 0 and reps.incoming[r] == 0)
+
     def retire_replica(self, r: int) -> None:
         reps = self.reps
-        if reps.state[r] != R_DRAINING or reps.nwait[r] or reps.nrun[r] or reps.busy_until[r] >= 0:
+        if reps.state[r] != R_DRAINING or not self.idle(r):
             raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
         reps.state[r] = R_OFF
 
@@ -290,4 +313,9 @@ class NumbaEngine:
             "preemptions": rq.preemptions,
             "cached_tokens": rq.cached,
             "reject": rq.reject,
+            "prefill_replica": rq.preplica,
+            "prefill_end_us": rq.pf_end,
+            "kv_transfer_start_us": rq.xfer_start,
+            "kv_transfer_end_us": rq.xfer_done,
+            "kv_transfers": rq.xfers,
         }

@@ -7,6 +7,8 @@ Everything is per GPU: a TP replica's GPUs run the same step in lock-step.
 
 from __future__ import annotations
 
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
 import math
 from dataclasses import dataclass
 

@@ -22,7 +22,7 @@ def make_inputs(
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
     queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
-    adm=None, swap=None, host_blocks=None,
+    adm=None, swap=None, host_blocks=None, pd=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -69,6 +69,7 @@ def make_inputs(
         pool_swap=None if swap is None else np.asarray(swap, np.int64),
         pool_host_blocks=None if host_blocks is None else np.asarray(host_blocks, np.int64),
         pool_swap_us_per_block=None if swap is None else np.full(len(replicas), 40, np.int64),
+        **(pd or {}),
     )
 
 
@@ -77,15 +78,31 @@ def tiny_inputs() -> EngineInputs:
 
 
 @st.composite
-def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
+def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> EngineInputs:
     """A small fleet under pressure: few KV blocks, small budgets, shared prefixes."""
     n = draw(st.integers(1, max_requests))
     gaps = draw(st.lists(st.integers(0, 60_000), min_size=n, max_size=n))
     prompt = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
     output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
     families = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
-    npool = draw(st.integers(1, 2))
+    npool = 2 if pd else draw(st.integers(1, 2))
     pool = draw(st.lists(st.integers(0, npool - 1), min_size=n, max_size=n))
+    # Prefill/decode disaggregation (pd: True always, False never, None drawn): pool 0 prefills,
+    # pool 1 decodes; every request arrives at 1.
+    if pd is None:
+        pd = npool == 2 and draw(st.booleans())
+    if pd:
+        pool = [1] * n
+        pd = {
+            "pd_prefill_pool": 0,
+            "pd_decode_pool": 1,
+            "pd_local_threshold": draw(st.sampled_from([0, 0, 50, 200])),
+            "pd_us_per_token": draw(st.sampled_from([0.0, 0.37, 2.6, 41.9])),
+            "pd_base_us": draw(st.sampled_from([0, 1000])),
+            "pd_layers": draw(st.sampled_from([0, 4, 32])),
+        }
+    else:
+        pd = None
     priority = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
     tenant = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
 
@@ -100,7 +117,7 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
         trace_block_tokens=draw(st.sampled_from([16, 32, 48, 512])),
         replicas=per_pool(st.integers(1, 3)),
         kv_blocks=per_pool(st.integers(4, 80)),
-        block_size=per_pool(st.sampled_from([4, 16, 32])),
+        block_size=(draw(st.sampled_from([4, 16, 32])),) * npool if pd else per_pool(st.sampled_from([4, 16, 32])),
         max_num_seqs=per_pool(st.integers(1, 8)),
         max_batched=per_pool(st.integers(8, 512)),
         long_prefill=per_pool(st.sampled_from([0, 0, 16, 100])),
@@ -127,6 +144,7 @@ def engine_inputs(draw, max_requests: int = 40) -> EngineInputs:
             "slo_multiple_milli": per_pool(st.sampled_from([500, 1000, 3000])),
             "prefill_tokens_per_s": per_pool(st.sampled_from([2000, 20000])),
         },
+        pd=pd,
     )
 
 

@@ -68,8 +68,7 @@ def _run_with_lifecycle(cls, inputs, ops, tick_us=200_000):
                 engine.drain_replica(r)
             states, _ = engine.replica_lifecycle()
         for r in np.nonzero(states == R_DRAINING)[0]:
-            st = engine.replica_state()
-            if st["waiting"][r] == 0 and st["running"][r] == 0 and not engine.busy(r):
+            if engine.idle(int(r)):
                 engine.retire_replica(int(r))
         if engine.done:
             break

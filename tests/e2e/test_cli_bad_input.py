@@ -136,6 +136,36 @@ CONFIG_CASES = {
     "not valid YAML": (
         "model: [unclosed\n",
         ["fleet.yaml line 2", "not valid YAML"]),
+    "prefill-decode with one pool": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode}\npools: [{name: a}]\n",
+        ["fleet.yaml", "split", "prefill-decode needs exactly two pools", "got 1"]),
+    "prefill-decode naming a pool that is not there": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode, decode_pool: dec}\npools: [{name: p}, {name: d}]\n",
+        ["fleet.yaml", "split.decode_pool", "'dec'", "pools: p, d"]),
+    "prefill-decode with one pool for both": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode, prefill_pool: d, decode_pool: d}\n"
+        "pools: [{name: p}, {name: d}]\n",
+        ["fleet.yaml", "prefill_pool and decode_pool are both 'd'"]),
+    "prefill-decode with different block sizes": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode}\n"
+        "pools: [{name: p}, {name: d, engine: {block_size: 32}}]\n",
+        ["fleet.yaml", "pools[1].engine.block_size", "32", "expected 16"]),
+    "prefill-decode with workload lists": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode}\npools: [{name: p, workloads: [azure]}, {name: d}]\n",
+        ["fleet.yaml", "pools[0].workloads", "remove the list"]),
+    "unknown link": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode, link: carrier-pigeon}\npools: [{name: p}, {name: d}]\n",
+        ["fleet.yaml", "split.link", "'carrier-pigeon'", "nvlink4", "pcie5x16", "ib-ndr", "eth-25g"]),
+    "negative transfer latency": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode, base_latency_ms: -1}\npools: [{name: p}, {name: d}]\n",
+        ["fleet.yaml", "split.base_latency_ms", "-1", "expected >= 0"]),
+    "unknown transfer mode": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode, transfer: pipelined}\npools: [{name: p}, {name: d}]\n",
+        ["fleet.yaml", "split.transfer", "'pipelined'", "layerwise", "serial"]),
+    "decode pool smaller than one request's KV": (
+        "model: llama-3.1-8b\nsplit: {policy: prefill-decode}\n"
+        "pools: [{name: p}, {name: d, engine: {num_gpu_blocks_override: 100}}]\n",
+        ["fleet.yaml", "pools[1]", "max_model_len", "cannot fit"]),
 }
 
 

@@ -42,7 +42,7 @@ def check_contract(run, trace: pl.DataFrame) -> None:
     leftovers = [p.name for p in run.path.parent.iterdir() if p.name.startswith(f".{run.path.name}.")]
     assert leftovers == []
     req, ticks, events, summary = run.requests, run.ticks, run.events, run.summary
-    assert tuple(req.columns) == ISSUE_REQUEST_COLUMNS
+    assert tuple(req.columns)[: len(ISSUE_REQUEST_COLUMNS)] == ISSUE_REQUEST_COLUMNS
     assert tuple(ticks.columns)[: len(ISSUE_TICK_COLUMNS)] == ISSUE_TICK_COLUMNS
     assert tuple(events.columns)[: len(EVENT_COLUMNS)] == EVENT_COLUMNS
 
@@ -467,3 +467,32 @@ def test_unsorted_trace_is_sorted_with_a_note_or_refused_with_strict(cli, write,
     strict = cli("run", "unsorted.csv", "--config", cfg, "--out", "o2", "-q", "--strict")
     assert strict.code == 2 and strict.err.startswith("llm-replay: error: unsorted.csv line 4")
     assert not (tmp_path / "o2").exists()
+
+
+def test_prefill_decode_fleet_moves_every_prompt_once(cli, write, tmp_path):
+    """A P/D fleet on the bundled trace: every request prefilled on the prefill pool, its KV moved
+    once in the link formula's time (serial: nothing overlaps), decoded on the decode pool."""
+    config = write("pd.yaml", """
+        model: llama-3.1-8b
+        trace: {window: {end_s: 120}}
+        split: {policy: prefill-decode, link: pcie5x16, transfer: serial, base_latency_ms: 2}
+        pools:
+          - {name: prefill, replicas: 1}
+          - {name: decode, replicas: 2}
+    """)
+    res = cli("run", "--config", str(config), "--out", str(tmp_path / "pd"), "--quiet")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "pd")
+    reqs = run.requests.filter(pl.col("status") == "finished")
+    assert reqs.height > 0 and (reqs["pool"] == "decode").all() and (reqs["prefill_pool"] == "prefill").all()
+    kv_bytes = 131_072  # llama-3.1-8b, BF16 KV
+    expected = reqs["prompt_tokens"].cast(pl.Float64) * kv_bytes / 64e9 * 1e6 + 2000
+    took = reqs["kv_transfer_end_us"] - reqs["kv_transfer_start_us"]
+    assert ((took.cast(pl.Float64) - expected).abs() <= 1).all(), "whole microseconds, rounded up"
+    assert (reqs["kv_transfer_end_us"] < reqs["first_token_us"]).all()
+    check_contract(run, expected_trace(config))
+    pd = run.summary["prefill_decode"]
+    assert pd["remote_prefills"] == run.requests.height and pd["local_prefills"] == 0
+    prefill = run.ticks.filter(pl.col("pool") == "prefill")
+    assert prefill["prompt_tokens_per_s"].sum() > 0 and prefill["output_tokens_per_s"].sum() == 0
+    assert prefill["ttft_p99_ms"].drop_nulls().len() > 0, "windowed TTFT of the requests it prefilled"

@@ -29,10 +29,13 @@ def test_queue_limit_never_admits_into_a_full_queue(inputs, limit):
                                  pool_max_waiting=np.full(npool, limit), pool_max_waiting_tokens=np.zeros(npool))
     ev, cols = _run(inputs)
     waiting = np.zeros(npool, np.int64)
-    for kind, q in zip(ev["kind"].tolist(), ev["request"].tolist()):
-        p = inputs.pool[q]
+    pool_of = inputs.replica_pool
+    for kind, q, r, value in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["replica"].tolist(),
+                                 ev["value"].tolist()):
+        p = pool_of[r] if r >= 0 else inputs.pool[q]
         if kind == EV_ARRIVE:
-            assert waiting[p] < limit
+            if value == 0:  # admitted by the policy (value > 0: its KV landed from a prefill replica)
+                assert waiting[p] < limit
             waiting[p] += 1
         elif kind in (EV_PREEMPT, EV_SWAP_OUT):
             waiting[p] += 1
@@ -50,9 +53,10 @@ def test_token_bucket_admits_at_most_capacity_plus_refill(inputs, capacity, refi
     ev, cols = _run(inputs)
     cost = inputs.prompt_tokens + inputs.output_tokens
     admitted = np.zeros((npool, inputs.num_tenants))
-    for kind, t, q in zip(ev["kind"].tolist(), ev["t_us"].tolist(), ev["request"].tolist()):
-        if kind == EV_ARRIVE:
-            key = (inputs.pool[q], inputs.tenants[q])
+    for kind, t, q, r, value in zip(ev["kind"].tolist(), ev["t_us"].tolist(), ev["request"].tolist(),
+                                    ev["replica"].tolist(), ev["value"].tolist()):
+        if kind == EV_ARRIVE and value == 0:  # admitted at the pool of the replica it joined
+            key = (inputs.replica_pool[r], inputs.tenants[q])
             admitted[key] += cost[q]
             assert admitted[key] <= capacity + refill * t / 1e6 + 1e-6
     _conserved(cols)

@@ -24,13 +24,21 @@ def test_admission_follows_the_queue_order(inputs, order):
     ev = engine.take_events()
     key = inputs.priority if order == QUEUE_PRIORITY else inputs.prompt_tokens
     waiting: dict[int, set[int]] = {}
-    for kind, replica, q in zip(ev["kind"].tolist(), ev["replica"].tolist(), ev["request"].tolist()):
+    received: set[int] = set()  # prefill/decode: KV landed, blocks held; these go first
+    for kind, replica, q, value in zip(ev["kind"].tolist(), ev["replica"].tolist(), ev["request"].tolist(),
+                                       ev["value"].tolist()):
         if kind in (EV_ARRIVE, EV_PREEMPT, EV_SWAP_OUT):
             waiting.setdefault(replica, set()).add(q)
+            if kind == EV_ARRIVE and value > 0:
+                received.add(q)
         elif kind == EV_SCHEDULE:
             queue = waiting[replica]
-            first = min(queue, key=lambda x: (key[x], inputs.arrival_us[x], x))
-            assert q == first, f"admitted {q} while {first} came first in the {order} order"
+            if q in received:
+                received.discard(q)
+            else:
+                assert not received & queue, "a request holding its received KV goes first"
+                first = min(queue, key=lambda x: (key[x], inputs.arrival_us[x], x))
+                assert q == first, f"admitted {q} while {first} came first in the {order} order"
             queue.remove(q)
 
 
