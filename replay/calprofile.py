@@ -1,5 +1,5 @@
 """Step-model profiles: what `llm-replay calibrate` writes, what `step_model: {profile: ...}` reads,
-and the shipped per-GPU defaults (replay/profiles/, calibrated on measured data).
+and the shipped per-GPU calibrations (replay/profiles/, from measured data; `profile: splitwise`).
 
 A profile holds one fit per tensor-parallel size for one (model, GPU), each with its coefficients,
 its cross-validated error and the data it came from. Overheads are microseconds.
@@ -24,7 +24,7 @@ from traces.errors import ConfigError
 FORMAT = "llm-replay-step-profile/1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
-# Shipped defaults: Splitwise's measured Llama-2-70B profile (replay/profiles/README.md). GPUs
+# Shipped calibrations: Splitwise's measured Llama-2-70B profile (replay/profiles/README.md). GPUs
 # without measurements borrow the nearest measured part's coefficients (same software era).
 DEFAULT_PROFILES = {
     "a100-sxm-80gb": "splitwise-llama-2-70b-a100-sxm-80gb.yaml",
@@ -126,17 +126,25 @@ def gpu_defaults(gpu_id: str, tp: int) -> dict[str, float] | None:
     return dict(fits[nearest])
 
 
+# `step_model: {profile: splitwise}` selects the shipped calibration of the pool's GPU (any model).
+SHIPPED = "splitwise"
+
+
 def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str) -> dict[str, float | None]:
     """Keyword arguments of `stepmodel.step_params` for a pool: keys set in its `step_model` win,
-    then its profile's fit for the pool's TP, then the GPU's shipped defaults.
+    then its profile (a calibrated file for this model, GPU and TP, or `splitwise`: the shipped
+    calibration of the pool's GPU at the nearest measured TP), then stepmodel's fallbacks.
 
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
     base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us"))
-    defaults = gpu_defaults(gpu_id, tp)
-    if defaults:
+    if args.profile == SHIPPED:
+        defaults = gpu_defaults(gpu_id, tp)
+        if defaults is None:
+            raise ConfigError(f"{where}.profile: no shipped calibration for {gpu_id}; known: "
+                              f"{', '.join(sorted([*DEFAULT_PROFILES, *BORROWED_DEFAULTS]))}")
         base.update(defaults)
-    if args.profile is not None:
+    elif args.profile is not None:
         prof = read_profile(args.profile, f"{where}.profile")
         if prof.model != model_id or prof.gpu != gpu_id or tp not in prof.fits:
             raise ConfigError(

@@ -98,8 +98,8 @@ class PreemptionConfig:
 @dataclass(frozen=True)
 class StepModelArgs:
     """Roofline efficiencies and overheads (see replay/stepmodel.py). Keys set here win over
-    `profile` (a file `llm-replay calibrate` wrote, relative to the config file), which wins over
-    the GPU's calibrated defaults (replay/profiles/)."""
+    `profile`: a file `llm-replay calibrate` wrote (relative to the config file), or `splitwise`,
+    the shipped calibration of the pool's GPU (replay/profiles/). Unset: stepmodel's defaults."""
 
     mfu: float | None = None
     mbu: float | None = None
@@ -379,7 +379,7 @@ def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
     pools = []
     for pool in cfg.pools:
         prof = pool.step_model.profile
-        if prof is not None and not Path(prof).is_absolute():
+        if prof is not None and prof != "splitwise" and not Path(prof).is_absolute():
             pool = replace(pool, step_model=replace(pool.step_model, profile=str((base_dir / prof).resolve())))
         pools.append(pool)
     return replace(cfg, pools=tuple(pools))

@@ -31,8 +31,10 @@ SEQ_OVERHEAD_US = 10  # per sequence in the batch (input prep, detokenise)
 PREFILL_OVERHEAD_US = 11
 NUM_PARAMS = 12
 
-# Fallbacks for a StepShape with no GPU behind it (unit tests, hand-built shapes). A pool gets
-# its GPU's calibrated defaults instead (replay/calprofile.py, replay/profiles/).
+# Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
+# decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
+# alternative is `step_model: {profile: splitwise}` (replay/profiles/README.md says what
+# switching the default to it would change).
 DEFAULT_MFU = 0.5
 DEFAULT_MBU = 0.65
 DEFAULT_STEP_OVERHEAD_US = 1000.0
