@@ -1,4 +1,4 @@
-"""`llm-replay`: run, capacity, trace inspect, catalog.
+"""`llm-replay`: run, capacity, trace inspect, catalog, calibrate.
 
 A user mistake (a `UserError`) prints one line on stderr and exits with code 2, no traceback and
 no output directory; anything else is a bug and keeps its traceback.
@@ -19,6 +19,7 @@ EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
+    from replay import cli_calibrate
     from replay.cli_trace import add_trace_options
     from traces import DEFAULT_TRACE
 
@@ -75,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--json", action="store_true")
+
+    cli_calibrate.add_parser(sub)
     return p
 
 
@@ -93,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_demo(args)
         if args.command == "policies":
             return _cmd_policies(args)
+        if args.command == "calibrate":
+            from replay import cli_calibrate
+
+            return cli_calibrate.run(args)
     except UserError as exc:
         print(f"llm-replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -18,6 +18,7 @@ import polars as pl
 from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_id, victim_id
+from replay.calprofile import step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
@@ -107,14 +108,7 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
             link_bytes_per_s=gpu.interconnect_bytes_per_s,
         )
-        params = step_params(
-            shape,
-            mfu=sm.mfu,
-            mbu=sm.mbu,
-            per_step_overhead_us=sm.per_step_overhead_us,
-            per_seq_overhead_us=sm.per_seq_overhead_us,
-            allreduce_latency_us=sm.allreduce_latency_us,
-        )
+        params = step_params(shape, **step_coefficients(sm, model.id, gpu.id, tp, f"{source}: {key}.step_model"))
         price = pool.price_usd_per_gpu_hour
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour

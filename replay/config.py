@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +97,24 @@ class PreemptionConfig:
 
 @dataclass(frozen=True)
 class StepModelArgs:
-    """Roofline efficiencies and overheads (see replay/stepmodel.py); None = the GPU's default."""
+    """Roofline efficiencies and overheads (see replay/stepmodel.py). Keys set here win over
+    `profile`: a file `llm-replay calibrate` wrote (relative to the config file), or `splitwise`,
+    the shipped calibration of the pool's GPU (replay/profiles/). Unset: stepmodel's defaults."""
 
     mfu: float | None = None
     mbu: float | None = None
     per_step_overhead_us: float | None = None
     per_seq_overhead_us: float | None = None
+    prefill_overhead_us: float | None = None
     allreduce_latency_us: float | None = None
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("mfu", "mbu"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name}: got {value}, expected a value in (0, 1]")
-        for name in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us"):
+        for name in ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name}: got {value}, expected >= 0")
@@ -435,4 +439,16 @@ def load_config(path: str | Path | None) -> FleetConfig:
         raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from None
     if data is None:
         raise ConfigError(f"{path}: config file is empty (expected a mapping with 'pools', 'model', ...)")
-    return from_dict(FleetConfig, data, "", source=str(path))
+    cfg = from_dict(FleetConfig, data, "", source=str(path))
+    return _resolve_profiles(cfg, path.parent)
+
+
+def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
+    """Step-model profile paths are relative to the config file; make them absolute."""
+    pools = []
+    for pool in cfg.pools:
+        prof = pool.step_model.profile
+        if prof is not None and prof != "splitwise" and not Path(prof).is_absolute():
+            pool = replace(pool, step_model=replace(pool.step_model, profile=str((base_dir / prof).resolve())))
+        pools.append(pool)
+    return replace(cfg, pools=tuple(pools))

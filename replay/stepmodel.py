@@ -1,7 +1,8 @@
 """Roofline step model: how long one engine step takes, in integer microseconds.
 
 `step_time_us = max(FLOPs / (peak_flops * mfu), bytes / (hbm_bw * mbu)) + tp_allreduce
-               + per_step_overhead + per_seq_overhead * seqs`   (DESIGN.md, "The step model").
+               + per_step_overhead + per_seq_overhead * seqs
+               + prefill_overhead (steps that compute prompt tokens)`   (DESIGN.md, "The step model").
 Everything is per GPU: a TP replica's GPUs run the same step in lock-step.
 """
 
@@ -27,16 +28,21 @@ LINK_BYTES_RATE = 7  # interconnect bytes/s per GPU, one direction
 ALLREDUCE_FIXED_US = 8  # latency of the step's all-reduces (2 per layer), 0 when tp == 1
 STEP_OVERHEAD_US = 9  # scheduler, sampling, launch: never zero
 SEQ_OVERHEAD_US = 10  # per sequence in the batch (input prep, detokenise)
-NUM_PARAMS = 11
+# Extra fixed cost of a step that computes prompt tokens: engines that capture CUDA graphs for
+# decode only run prefill eagerly (kernel launches, attention metadata); calibration measures it.
+PREFILL_OVERHEAD_US = 11
+NUM_PARAMS = 12
 
-# Defaults until issue 5 calibrates them per GPU from measured profiles. Chosen so that
-# llama-2-70b TP2 on A100-80GB decodes at batch 1 in ~55 ms per token, as the Splitwise
-# profile in shared/profiles measures (70 GB/GPU / 2.04 TB/s / 0.65 + overheads).
+# Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
+# decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
+# alternative is `step_model: {profile: splitwise}` (replay/profiles/README.md says what
+# switching the default to it would change).
 DEFAULT_MFU = 0.5
 DEFAULT_MBU = 0.65
 DEFAULT_STEP_OVERHEAD_US = 1000.0
 DEFAULT_SEQ_OVERHEAD_US = 10.0
 DEFAULT_ALLREDUCE_LATENCY_US = 6.0
+DEFAULT_PREFILL_OVERHEAD_US = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ def step_params(
     per_step_overhead_us: float | None = None,
     per_seq_overhead_us: float | None = None,
     allreduce_latency_us: float | None = None,
+    prefill_overhead_us: float | None = None,
 ) -> np.ndarray:
     """The parameter vector of `step_time_us_nb` for one pool."""
     tp = shape.tp
@@ -85,6 +92,7 @@ def step_params(
     p[LINK_BYTES_RATE] = max(shape.link_bytes_per_s, 1.0)
     p[STEP_OVERHEAD_US] = DEFAULT_STEP_OVERHEAD_US if per_step_overhead_us is None else per_step_overhead_us
     p[SEQ_OVERHEAD_US] = DEFAULT_SEQ_OVERHEAD_US if per_seq_overhead_us is None else per_seq_overhead_us
+    p[PREFILL_OVERHEAD_US] = DEFAULT_PREFILL_OVERHEAD_US if prefill_overhead_us is None else prefill_overhead_us
     return p
 
 
@@ -106,4 +114,6 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     memory_us = nbytes / p[BYTES_RATE] * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]
     total = max(compute_us, memory_us) + comm_us + p[STEP_OVERHEAD_US] + p[SEQ_OVERHEAD_US] * num_seqs
+    if prefill_tokens > 0:
+        total += p[PREFILL_OVERHEAD_US]
     return max(np.int64(1), np.int64(math.ceil(total)))

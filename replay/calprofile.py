@@ -1,0 +1,159 @@
+"""Step-model profiles: what `llm-replay calibrate` writes, what `step_model: {profile: ...}` reads,
+and the shipped per-GPU calibrations (replay/profiles/, from measured data; `profile: splitwise`).
+
+A profile holds one fit per tensor-parallel size for one (model, GPU), each with its coefficients,
+its cross-validated error and the data it came from. Overheads are microseconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from replay.calibrate import COEFFICIENTS
+from traces.errors import ConfigError
+
+FORMAT = "llm-replay-step-profile/1"
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+# Shipped calibrations: Splitwise's measured Llama-2-70B profile (replay/profiles/README.md). GPUs
+# without measurements borrow the nearest measured part's coefficients (same software era).
+DEFAULT_PROFILES = {
+    "a100-sxm-80gb": "splitwise-llama-2-70b-a100-sxm-80gb.yaml",
+    "h100-sxm-80gb": "splitwise-llama-2-70b-h100-sxm-80gb.yaml",
+}
+BORROWED_DEFAULTS = {
+    "a100-sxm-40gb": "a100-sxm-80gb",
+    "h100-pcie-80gb": "h100-sxm-80gb",
+    "h200-sxm-141gb": "h100-sxm-80gb",
+    "b200-sxm-180gb": "h100-sxm-80gb",
+    "l40s-48gb": "h100-sxm-80gb",
+    "mi300x-192gb": "h100-sxm-80gb",
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: str
+    model: str
+    gpu: str
+    # tp -> {coefficient: value}; allreduce_latency_us rides along (the value the fit assumed).
+    fits: dict[int, dict[str, float]]
+
+
+def tool_version() -> str:
+    try:
+        return metadata.version("llm-replay")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def profile_document(model: str, gpu: str, fits: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str, Any]:
+    """The YAML document of a profile; `fits` entries: tensor_parallel_size, step_model, error, points."""
+    return {
+        "format": FORMAT,
+        "model": model,
+        "gpu": gpu,
+        "fits": fits,
+        "provenance": {"date": datetime.date.today().isoformat(), "tool_version": tool_version(), **provenance},
+    }
+
+
+def write_profile(path: str | Path, document: dict[str, Any]) -> None:
+    """Write atomically (temp file then rename): a failed run leaves no partial profile."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "# Step-model profile written by `llm-replay calibrate`; use it with step_model: {profile: <this file>}\n"
+    text += yaml.safe_dump(document, sort_keys=False, width=110)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_profile(path: str | Path, where: str = "") -> Profile:
+    """A profile file, checked; every problem is a ConfigError naming `where` (the config key) and the file."""
+    path = Path(path)
+    head = f"{where}: {path}" if where else str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{head}: profile file not found") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{head}: cannot read as a step-model profile: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"{head}: not a step-model profile (expected 'format: {FORMAT}', as `llm-replay "
+                          "calibrate` writes)")
+    fits: dict[int, dict[str, float]] = {}
+    for j, entry in enumerate(data.get("fits") or []):
+        try:
+            tp = int(entry["tensor_parallel_size"])
+            values = {k: float(entry["step_model"][k]) for k in (*COEFFICIENTS, "allreduce_latency_us")}
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{head}: fits[{j}]: expected tensor_parallel_size and step_model with "
+                              f"{', '.join(COEFFICIENTS)}, allreduce_latency_us") from None
+        fits[tp] = values
+    if not fits or not isinstance(data.get("model"), str) or not isinstance(data.get("gpu"), str):
+        raise ConfigError(f"{head}: expected model, gpu and at least one entry in fits")
+    return Profile(str(path), data["model"], data["gpu"], fits)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped(name: str) -> Profile:
+    return read_profile(PROFILES_DIR / name)
+
+
+def gpu_defaults(gpu_id: str, tp: int) -> dict[str, float] | None:
+    """The shipped coefficients for `gpu_id` at the measured TP nearest `tp` (ties: the larger);
+    None for a GPU with neither data nor a borrowed default."""
+    name = DEFAULT_PROFILES.get(BORROWED_DEFAULTS.get(gpu_id, gpu_id))
+    if name is None:
+        return None
+    fits = _shipped(name).fits
+    nearest = min(fits, key=lambda t: (abs(t - tp), -t))
+    return dict(fits[nearest])
+
+
+# `step_model: {profile: splitwise}` selects the shipped calibration of the pool's GPU (any model).
+SHIPPED = "splitwise"
+
+
+def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str) -> dict[str, float | None]:
+    """Keyword arguments of `stepmodel.step_params` for a pool: keys set in its `step_model` win,
+    then its profile (a calibrated file for this model, GPU and TP, or `splitwise`: the shipped
+    calibration of the pool's GPU at the nearest measured TP), then stepmodel's fallbacks.
+
+    `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
+    """
+    base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us"))
+    if args.profile == SHIPPED:
+        defaults = gpu_defaults(gpu_id, tp)
+        if defaults is None:
+            raise ConfigError(f"{where}.profile: no shipped calibration for {gpu_id}; known: "
+                              f"{', '.join(sorted([*DEFAULT_PROFILES, *BORROWED_DEFAULTS]))}")
+        base.update(defaults)
+    elif args.profile is not None:
+        prof = read_profile(args.profile, f"{where}.profile")
+        if prof.model != model_id or prof.gpu != gpu_id or tp not in prof.fits:
+            raise ConfigError(
+                f"{where}.profile: {args.profile} was calibrated for {prof.model} on {prof.gpu} at "
+                f"tensor_parallel_size {', '.join(map(str, sorted(prof.fits)))}; this pool runs {model_id} on "
+                f"{gpu_id} at tensor_parallel_size {tp}")
+        base.update(prof.fits[tp])
+    for key in base:
+        value = getattr(args, key, None)
+        if value is not None:
+            base[key] = value
+    return base

@@ -1,0 +1,133 @@
+"""`llm-replay calibrate`: fit the step model to measured step times, print the cross-validated
+error per measured column, and write a profile a config can use (`step_model: {profile: ...}`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from replay.calibrate_data import FORMATS, GENERIC_HELP
+
+DESCRIPTION = f"""\
+Fit the step model's efficiencies and overheads (mfu, mbu, per-step, per-sequence and prefill
+overheads) to measured step times and report k-fold cross-validated error (MAPE) per measured
+column; folds hold out whole configurations, repetitions included.
+
+splitwise: SplitwiseSim's perf_model.csv (model, hardware, prompt_size, batch_size, token_size,
+prompt_time, token_time, e2e_time, tensor_parallel; times in ms). prompt_time is read as one
+prefill step of batch_size x prompt_size tokens, token_time as one decode step of batch_size
+sequences at the mean context prompt_size + generated/2. Names map to the catalog: llama2-70b ->
+llama-2-70b, a100-80gb -> a100-sxm-80gb, h100-80gb -> h100-sxm-80gb. h100-80gb-pcap rows (derived,
+not measured) and TP 2 batch 64 rows (anomalous) are excluded and counted. Without --tp every TP
+in the file gets its own fit.
+
+{GENERIC_HELP}
+"""
+
+
+def add_parser(sub: Any) -> None:
+    cal = sub.add_parser("calibrate", help="fit the step model to measured step times (writes a profile)",
+                         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal.add_argument("profile_csv", metavar="PROFILE.csv", help="measured step times")
+    cal.add_argument("--model", required=True, help="catalog model id (llm-replay catalog)")
+    cal.add_argument("--gpu", required=True, help="catalog GPU id (llm-replay catalog)")
+    cal.add_argument("--tp", type=int, default=None,
+                     help="tensor parallel size of the measurements (splitwise: keep only this TP; generic: 1)")
+    cal.add_argument("--format", choices=FORMATS, default="splitwise", help="CSV layout (default: splitwise)")
+    cal.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (default 5)")
+    cal.add_argument("--out", "-o", required=True, help="profile YAML to write")
+    cal.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.calibrate import cross_validate, fit, step_shape, terms, unit_params
+    from replay.calibrate_data import read_generic, read_splitwise
+    from replay.calprofile import profile_document, write_profile
+    from replay.specs import get_gpu, get_model
+    from replay.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US
+    from traces.errors import UserError
+
+    model, gpu = get_model(args.model).id, get_gpu(args.gpu).id
+    if args.tp is not None and args.tp <= 0:
+        raise UserError(f"--tp: got {args.tp}, expected a whole number > 0")
+    if args.folds < 2:
+        raise UserError(f"--folds: got {args.folds}, expected at least 2")
+    path = Path(args.profile_csv)
+    if args.format == "splitwise":
+        data = read_splitwise(path, model, gpu, args.tp)
+        weight_dtype = "fp16"  # the Splitwise profile ran FP16 checkpoints
+    else:
+        data = read_generic(path, args.tp or 1)
+        weight_dtype = None
+    fits = []
+    for tp in sorted(set(data.tp.tolist())):
+        sub = data.take(data.tp == tp)
+        try:
+            params = unit_params(step_shape(model, gpu, tp, weight_dtype), DEFAULT_ALLREDUCE_LATENCY_US)
+        except UserError as exc:
+            raise UserError(f"{path}: tensor_parallel {tp}: {exc}") from None
+        t = terms({tp: params}, sub)
+        coef = fit(t, sub.step_us)
+        errors = cross_validate(t, sub, k=args.folds, coef=coef)
+        fits.append({
+            "tensor_parallel_size": int(tp),
+            "step_model": {**{k: round(float(v), 6) for k, v in coef.items()},
+                           "allreduce_latency_us": DEFAULT_ALLREDUCE_LATENCY_US},
+            "points": len(sub),
+            "error": [{"column": e.column, "points": e.points, "cv_mape_pct": round(e.cv_mape_pct, 2),
+                       "fit_mape_pct": round(e.fit_mape_pct, 2), "noise_mape_pct": round(e.noise_mape_pct, 2),
+                       "cv_max_ape_pct": round(e.cv_max_ape_pct, 1)} for e in errors],
+        })
+    provenance = {
+        "source_file": path.name,
+        "source_sha256": data.sha256,
+        "format": args.format,
+        "weight_dtype": weight_dtype or get_model(model).default_weight_dtype,
+        "rows_read": data.rows_read,
+        "rows_used": int(data.rows_read - sum(data.excluded.values())),
+        "rows_excluded": dict(sorted(data.excluded.items())),
+        "method": (f"{min(args.folds, len(set(data.config.tolist())))}-fold cross-validation, folds by "
+                   "configuration (repetitions stay together); fit minimises mean absolute percentage error; "
+                   "allreduce_latency_us is assumed, not fitted (a fixed cost per step, which the per-step "
+                   "overhead absorbs)"),
+        "command": "llm-replay calibrate " + " ".join(
+            [path.name, "--model", model, "--gpu", gpu, "--format", args.format]
+            + (["--tp", str(args.tp)] if args.tp is not None else []) + ["--folds", str(args.folds)]),
+    }
+    document = profile_document(model, gpu, fits, provenance)
+    write_profile(args.out, document)
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print_table(Console(), document, args.out)
+    return 0
+
+
+def print_table(console: Any, document: dict[str, Any], out: str) -> None:
+    from rich.table import Table
+
+    prov = document["provenance"]
+    errors = Table(title=f"{document['model']} on {document['gpu']}: step-time error (MAPE)")
+    for name in ("TP", "column", "points", "cross-validated", "in-sample", "noise floor", "worst (CV)"):
+        errors.add_column(name, justify="left" if name == "column" else "right")
+    coefs = Table(title="fitted coefficients")
+    for name in ("TP", "mfu", "mbu", "per step us", "per seq us", "prefill us", "all-reduce us (assumed)"):
+        coefs.add_column(name, justify="right")
+    for f in document["fits"]:
+        tp, c = str(f["tensor_parallel_size"]), f["step_model"]
+        for e in f["error"]:
+            errors.add_row(tp, e["column"], str(e["points"]), f"{e['cv_mape_pct']:.1f}%", f"{e['fit_mape_pct']:.1f}%",
+                           f"{e['noise_mape_pct']:.1f}%", f"{e['cv_max_ape_pct']:.0f}%")
+        coefs.add_row(tp, f"{c['mfu']:.3f}", f"{c['mbu']:.3f}", f"{c['per_step_overhead_us']:,.0f}",
+                      f"{c['per_seq_overhead_us']:,.0f}", f"{c['prefill_overhead_us']:,.0f}",
+                      f"{c['allreduce_latency_us']:g}")
+    console.print(errors)
+    console.print(coefs)
+    console.print(f"rows: {prov['rows_read']} read, {prov['rows_used']} used")
+    for reason, count in prov["rows_excluded"].items():
+        console.print(f"  not used, {count}: {reason}", soft_wrap=True)
+    console.print(f"profile written to {out}")
