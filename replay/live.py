@@ -48,7 +48,8 @@ class LiveWriter:
     `min_interval_s` of wall time (longer when flushing is slow), rewrites DIR/live/."""
 
     def __init__(self, run_dir: Path, trace: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan],
-                 config_source: str = "config", min_interval_s: float = 0.5):
+                 config_source: str = "config", min_interval_s: float = 0.5,
+                 cost_factor: float = FLUSH_COST_FACTOR):
         self.dir = live_dir(run_dir)
         self.trace = trace
         self.cfg = cfg
@@ -57,6 +58,7 @@ class LiveWriter:
         self.slots = np.array([replica_slots(p.config) for p in plans], np.int64)
         self.tick_us = max(1, round(cfg.tick_s * 1e6))
         self.min_interval_s = min_interval_s
+        self.cost_factor = cost_factor
         self.seq = 0
         self.done_us = 0
         self.end_us = int(trace["arrival_us"].max() or 0) if trace.height else 0
@@ -126,7 +128,7 @@ class LiveWriter:
         self.seq += 1
         self.status("running")
         cost = time.monotonic() - began
-        self._next_flush = time.monotonic() + max(self.min_interval_s, FLUSH_COST_FACTOR * cost)
+        self._next_flush = time.monotonic() + max(self.min_interval_s, self.cost_factor * cost)
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

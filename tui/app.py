@@ -14,6 +14,7 @@ from textual.message import Message
 
 from tui.data import RunData, load_run, run_source
 from tui.model import Model
+from tui.panels import max_metric_offset
 from tui.screens import GotoScreen, HelpScreen, RequestsScreen
 from tui.timefmt import fmt_time, parse_time
 from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
@@ -172,10 +173,9 @@ class Dashboard(App):
         self.redraw()
 
     def action_scroll_metrics(self, step: int) -> None:
-        from tui.panels import METRICS
-
         view = self.model.view
-        view.metric_offset = min(max(view.metric_offset + step, 0), len(METRICS) - 1)
+        most = max_metric_offset(self.model, self.query_one("#metrics").size.height)
+        view.metric_offset = min(max(view.metric_offset + step, 0), most)
         self.redraw()
 
     def action_decisions(self) -> None:

@@ -33,6 +33,9 @@ REQUEST_COLUMNS = (
     "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "preemptions", "status", "reject_reason",
     "slo_met",
 )
+EMPTY_REQUESTS = {c: pl.Int64 for c in REQUEST_COLUMNS} | {
+    "workload": pl.String, "pool": pl.String, "status": pl.String, "reject_reason": pl.String, "slo_met": pl.Boolean,
+    "tpot_us": pl.Float64}
 # Per-request kinds of --detailed-events: shown in a request's life, not in the event log.
 REQUEST_KINDS = ("arrive", "schedule", "first_token", "finish")
 SUMMED = ("waiting", "running", "replicas_active", "replicas_loading", "replicas_draining", "gpus",
@@ -191,7 +194,7 @@ def _load_files(path: Path, src: Path, live: LiveStatus | None, empty: bool = Fa
         ticks = pl.DataFrame(schema={"t_us": pl.Int64, "pool": pl.String})
         events = pl.DataFrame(schema={c: pl.String if c in ("pool", "kind", "detail") else pl.Int64
                                       for c in EVENT_COLUMNS})
-        requests = pl.DataFrame(schema={"first_token_us": pl.Int64, "ttft_us": pl.Int64})
+        requests = pl.DataFrame(schema=EMPTY_REQUESTS)
         return RunData(path, np.zeros(0, np.int64), tick_us, window_us, config_pools, {}, events, requests, slo, live)
     ticks = _read_parquet(src / "ticks.parquet", TICK_COLUMNS)
     events = _read_parquet(src / "events.parquet", EVENT_COLUMNS)

@@ -110,6 +110,14 @@ def _diff_styles(spec: MetricSpec, a: np.ndarray, b: np.ndarray) -> list[str | N
     return out
 
 
+def max_metric_offset(model: Model, height: int) -> int:
+    """How far the metric rows scroll: until the last one shows (one line says there are more)."""
+    scope = model.view.scope
+    runs = [run for run in model.runs if scope in run.series]
+    fit = max(height - (len(model.runs) - len(runs)), 1) // max(len(runs), 1)
+    return 0 if fit >= len(METRICS) else len(METRICS) - max(fit - 1, 1)
+
+
 def metric_lines(model: Model, width: int, height: int) -> list[Text]:
     """One row per metric (two in compare mode, the run then the one compared): label, chart over
     the whole run with the cursor's column marked, value at the cursor. Rows grow taller on a tall
@@ -123,7 +131,8 @@ def metric_lines(model: Model, width: int, height: int) -> list[Text]:
             lines.append(Text(f"{'':<{LABEL_W}}{run.name} has no pool {scope!r}", RUN_STYLES[k] + " italic"))
     fit = max(height - len(lines), 1) // max(len(runs), 1)
     rows = min(max(fit // len(METRICS), 1), 4)
-    shown = METRICS if fit >= len(METRICS) else METRICS[model.view.metric_offset:][: max(fit - 1, 1)]
+    offset = min(model.view.metric_offset, max_metric_offset(model, height))
+    shown = METRICS if fit >= len(METRICS) else METRICS[offset:][: max(fit - 1, 1)]
     cursor_col = column_of(model.view.cursor_us, 0, model.t_end, chart_w)
     for spec in shown if runs else ():
         cols = [model.column_values(run, spec.key, chart_w, spec.how) for _, run in runs]
@@ -147,9 +156,8 @@ def metric_lines(model: Model, width: int, height: int) -> list[Text]:
                     row.append_text(value)
                 lines.append(row)
     if len(shown) < len(METRICS):
-        rest = len(METRICS) - len(shown) - model.view.metric_offset
-        lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({model.view.metric_offset} above, {rest} below)",
-                          "grey50 italic"))
+        rest = len(METRICS) - len(shown) - offset
+        lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({offset} above, {rest} below)", "grey50 italic"))
     return lines
 
 
