@@ -4,7 +4,9 @@ posts the new data; it never touches widgets."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from pathlib import Path
 
 from textual import work
@@ -21,6 +23,10 @@ from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
 from traces.errors import UserError
 
 PLAY_INTERVAL_S = 0.1
+FOLLOW_COST_FACTOR = 4.0
+# While a follower thread loads, the UI thread waits for the GIL up to one switch interval per
+# acquisition; Python's 5 ms default adds up to a visible lag per key.
+FOLLOW_SWITCH_INTERVAL_S = 0.001
 
 
 class RunUpdated(Message):
@@ -90,6 +96,8 @@ class Dashboard(App):
         self._player = self.set_interval(PLAY_INTERVAL_S, self._play_tick, pause=True)
         self._fit_events()
         if self.follow and any(r.live is not None for r in self.model.runs):
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(FOLLOW_SWITCH_INTERVAL_S)
             self._follow_runs()
 
     def on_resize(self) -> None:
@@ -101,6 +109,8 @@ class Dashboard(App):
 
     def on_unmount(self) -> None:
         self._stop.set()
+        if hasattr(self, "_switch_interval"):
+            sys.setswitchinterval(self._switch_interval)
 
     def redraw(self) -> None:
         for widget in self.query(Panel):
@@ -195,7 +205,9 @@ class Dashboard(App):
         seen = {i: ((r.live.seq, r.live.state) if r.live else None) for i, r in enumerate(self.model.runs)}
         following = {i for i, r in enumerate(self.model.runs) if r.live is not None and r.live.state != "failed"}
         misses = dict.fromkeys(following, 0)
-        while following and not self._stop.wait(self.poll_s):
+        wait_s = self.poll_s
+        while following and not self._stop.wait(wait_s):
+            began = time.perf_counter()
             for i in sorted(following):
                 path = self.model.runs[i].path
                 try:
@@ -217,6 +229,9 @@ class Dashboard(App):
                     if misses[i] >= 10:
                         following.discard(i)
                         self.post_message(RunUpdated(i, None, str(exc)))
+            # Loading holds the GIL in bursts: wait several times as long as it took, so keys
+            # keep most of the interpreter when the run is large.
+            wait_s = max(self.poll_s, FOLLOW_COST_FACTOR * (time.perf_counter() - began))
 
     def on_run_updated(self, message: RunUpdated) -> None:
         if message.data is not None:

@@ -63,21 +63,26 @@ def levels(values: np.ndarray, top: float, rows: int) -> np.ndarray:
 def bars(values: np.ndarray, top: float, rows: int, cursor: int | None, style: str = "cyan",
          col_styles: list[str | None] | None = None, cursor_style: str = "reverse") -> list[Text]:
     """`rows` lines of block characters, top line first; the cursor column drawn in cursor_style;
-    unknown values (NaN) as a dim dot on the bottom line."""
+    unknown values (NaN) as a dim dot on the bottom line. Runs of one style are one span: a frame
+    of charts is a few hundred spans, not one per cell."""
     lv = levels(values, top, rows)
     unknown = np.isnan(values)
     lines = []
     for r in range(rows - 1, -1, -1):
         cells = np.clip(lv - 8 * r, 0, 8)
+        chars = [BLOCKS[c] for c in cells.tolist()]
+        styles = [(col_styles[i] if col_styles and col_styles[i] else style) for i in range(len(chars))]
+        if r == 0:
+            for i in np.flatnonzero(unknown).tolist():
+                chars[i], styles[i] = "·", "grey30"
+        if cursor is not None and 0 <= cursor < len(chars):
+            styles[cursor] = f"{styles[cursor]} {cursor_style}" if chars[cursor] != " " else "on grey35"
         text = Text()
-        for i, c in enumerate(cells.tolist()):
-            ch = BLOCKS[c]
-            st = (col_styles[i] if col_styles and col_styles[i] else style)
-            if unknown[i] and r == 0:
-                ch, st = "·", "grey30"
-            if i == cursor:
-                st = f"{st} {cursor_style}" if ch != " " else "on grey35"
-            text.append(ch, st)
+        start = 0
+        for i in range(1, len(chars) + 1):
+            if i == len(chars) or styles[i] != styles[start]:
+                text.append("".join(chars[start:i]), styles[start])
+                start = i
         lines.append(text)
     return lines
 

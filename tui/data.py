@@ -99,14 +99,19 @@ class RunData:
         frame = self._all_events if self._all_events is not None else self.events
         return frame.filter(pl.col("request_id") == request_id)
 
+    def firsts(self) -> tuple[np.ndarray, np.ndarray]:
+        """First-token times and TTFTs (ms) of every request that got one, by time (computed by
+        the loader, off the interface's thread, for a run of several pools)."""
+        if self._firsts is None:
+            got = self.requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+            self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+        return self._firsts
+
     def fleet_ttft(self, lo_us: np.ndarray, hi_us: np.ndarray, qs=(0.5, 0.99)) -> np.ndarray:
         """TTFT percentiles (ms) over first tokens in (lo - window, hi], per (lo, hi): the
         trailing-window definition of the tick columns when lo == hi, and the window covering a
         chart column otherwise. For a fleet of several pools, whose percentiles do not add up."""
-        if self._firsts is None:
-            got = self.requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
-            self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
-        times, values = self._firsts
+        times, values = self.firsts()
         a = np.searchsorted(times, np.asarray(lo_us) - self.window_us, side="right")
         b = np.searchsorted(times, np.asarray(hi_us), side="right")
         out = np.full((len(a), len(qs)), np.nan)
@@ -205,8 +210,11 @@ def _load_files(path: Path, src: Path, live: LiveStatus | None, empty: bool = Fa
     # One pool is the fleet; several add up (TTFT percentiles excepted: see RunData.fleet_ttft).
     series[FLEET] = _fleet(series, pools, t_us, tick_us, window_us, requests) if len(pools) > 1 else series[pools[0]]
     log = events.filter(~pl.col("kind").is_in(REQUEST_KINDS))
-    return RunData(path, t_us, tick_us, window_us, pools, series, log, requests, slo, live,
+    data = RunData(path, t_us, tick_us, window_us, pools, series, log, requests, slo, live,
                    _all_events=events if log.height != events.height else None)
+    if len(pools) > 1:
+        data.firsts()
+    return data
 
 
 def _series(file: Path, ticks: pl.DataFrame, pools: list[str], tick_us: int, window_us: int):
