@@ -16,7 +16,7 @@ from textual.message import Message
 
 from tui.data import RunData, load_run, run_source
 from tui.model import Model
-from tui.panels import max_metric_offset
+from tui.panels import METRICS, max_metric_offset
 from tui.screens import GotoScreen, HelpScreen, RequestsScreen
 from tui.timefmt import fmt_time, parse_time
 from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
@@ -24,6 +24,7 @@ from traces.errors import UserError
 
 PLAY_INTERVAL_S = 0.1
 FOLLOW_COST_FACTOR = 4.0
+EVENTS_MIN = 5
 # While a follower thread loads, the UI thread waits for the GIL up to one switch interval per
 # acquisition; Python's 5 ms default adds up to a visible lag per key.
 FOLLOW_SWITCH_INTERVAL_S = 0.001
@@ -104,8 +105,12 @@ class Dashboard(App):
         self._fit_events()
 
     def _fit_events(self) -> None:
-        """The event log takes a quarter of a tall terminal, 4 lines of a small one."""
-        self.query_one("#events").styles.height = max(5, self.size.height // 4)
+        """The metric rows get whole lines each (up to 4 per metric on a tall terminal); the
+        event log takes every line left, and at least 4 (plus its rule)."""
+        rows_left = self.size.height - 4  # header, timeline (2), key hints
+        needed = len(self.model.runs) * len(METRICS)
+        per_metric = min(4, max(1, (rows_left - EVENTS_MIN) // needed))
+        self.query_one("#events").styles.height = max(EVENTS_MIN, rows_left - needed * per_metric)
 
     def on_unmount(self) -> None:
         self._stop.set()
