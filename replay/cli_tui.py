@@ -68,6 +68,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 def cmd_run_tui(args: argparse.Namespace) -> int:
     """Check what can be checked at once, start the replay in a child process, show the dashboard
     until the user quits; quitting before the end stops the replay and leaves nothing behind."""
+    import dataclasses
     import multiprocessing
 
     import yaml
@@ -80,9 +81,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     from replay.outputs import check_out_dir
 
     cfg = load_config(args.config)
-    plan_pools(cfg, args.config or "default fleet")
-    import dataclasses
-
+    plan_pools(cfg, args.config or "default fleet")  # a fleet that cannot start fails here, before the dashboard
     base_dir = Path(args.config).resolve().parent if args.config else None
     resolved = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
     if args.out is not None and not args.out.strip():

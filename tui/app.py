@@ -14,13 +14,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 
+from traces.errors import UserError
 from tui.data import RunData, load_run, run_source
 from tui.model import Model
 from tui.panels import METRICS, max_metric_offset
 from tui.screens import GotoScreen, HelpScreen, RequestsScreen
 from tui.timefmt import fmt_time, parse_time
 from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
-from traces.errors import UserError
 
 PLAY_INTERVAL_S = 0.1
 FOLLOW_COST_FACTOR = 4.0
@@ -216,7 +216,7 @@ class Dashboard(App):
             for i in sorted(following):
                 path = self.model.runs[i].path
                 try:
-                    src, status = run_source(path)
+                    _, status = run_source(path)
                     if status is not None:
                         data = load_run(path)
                         if (data.live.seq, data.live.state) == seen[i]:

@@ -112,7 +112,7 @@ class Model:
             value = run.fleet_ttft(np.array([t]), np.array([t]))[0, 0 if key == "ttft_p50_ms" else 1]
         else:
             value = series[key][i]
-        return None if value != value else float(value)
+        return None if np.isnan(value) else float(value)
 
     # -- navigation -------------------------------------------------------------------------
     def seek_to(self, t_us: int) -> None:

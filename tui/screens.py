@@ -11,9 +11,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
+from traces.errors import UserError
 from tui.requests import COLUMNS, SORT_ORDER, request_life, request_rows, worst_requests
 from tui.timefmt import fmt_time, parse_time
-from traces.errors import UserError
 
 MOUSE_HELP = (
     ("click timeline / chart", "put the cursor at that time"),

@@ -3,6 +3,7 @@ M:SS (H:MM:SS past an hour), and parsed back from what a user types after --at."
 
 from __future__ import annotations
 
+import math
 import re
 
 from traces.errors import UserError
@@ -25,7 +26,7 @@ def parse_time(text: str, flag: str = "--at") -> int:
     return round(total * 1e6)
 
 
-def fmt_time(t_us: int | float) -> str:
+def fmt_time(t_us: float) -> str:
     s = int(t_us // 1_000_000)
     h, rest = divmod(s, 3600)
     m, sec = divmod(rest, 60)
@@ -34,7 +35,7 @@ def fmt_time(t_us: int | float) -> str:
 
 def fmt_duration_ms(ms: float | None) -> str:
     """A latency for a narrow column: 850 ms, 12.3 s, 3.8 min."""
-    if ms is None or ms != ms:
+    if ms is None or math.isnan(ms):
         return "-"
     if ms < 1000:
         return f"{ms:.0f} ms"

@@ -110,7 +110,7 @@ def test_run_tui_bad_trace_is_exit_2_and_leaves_nothing(cli, tmp_path, monkeypat
     (tmp_path / "trace.csv").write_text(TRACE + "oops,1\n")
     (tmp_path / "fleet.yaml").write_text(FLEET)
     monkeypatch.setattr(Dashboard, "run", _headless(lambda app: False))  # the app exits by itself
-    code, out, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
+    code, _, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
     assert code == 2 and err.startswith("llm-replay: error: ") and "trace.csv" in err and err.count("\n") == 1
     assert not (tmp_path / "watched").exists()
 

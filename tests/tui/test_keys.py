@@ -9,7 +9,7 @@ import pytest
 
 from tests.tui.conftest import AFTER, BEFORE, screen_text
 from tui.app import Dashboard, make_app
-from tui.model import SPEEDS, DEFAULT_SPEED
+from tui.model import DEFAULT_SPEED, SPEEDS
 from tui.screens import GotoScreen, HelpScreen, RequestsScreen
 
 S = 1_000_000

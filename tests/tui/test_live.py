@@ -103,7 +103,7 @@ def test_the_dashboard_follows_a_run_being_written_to_its_end(tmp_path):
 
 def test_a_failed_replay_shows_its_error(tmp_path):
     out = tmp_path / "run"
-    writer, _ = live_until(out, 5)
+    live_until(out, 5)
     body = json.loads((out / LIVE_DIR / STATUS_FILE).read_text()) | {"state": "failed", "error": "trace.csv line 9: bad"}
     (out / LIVE_DIR / STATUS_FILE).write_text(json.dumps(body))
     app = make_app(out, follow=False)
