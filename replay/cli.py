@@ -21,6 +21,7 @@ EXIT_USAGE = 2
 def _parser() -> argparse.ArgumentParser:
     from replay import cli_calibrate
     from replay.cli_trace import add_trace_options
+    from replay.cli_tui import add_tui_parser
     from traces import DEFAULT_TRACE
 
     p = argparse.ArgumentParser(
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="also log every arrival, admission, first token and finish in events.parquet")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
+    run.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
     add_trace_options(run)
 
     cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica")
@@ -76,16 +78,20 @@ def _parser() -> argparse.ArgumentParser:
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--json", action="store_true")
-
+    add_tui_parser(sub)
     cli_calibrate.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from replay.cli_tui import cmd_run_tui, cmd_tui
+
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
-            return _cmd_run(args)
+            return _cmd_run(args) if not args.tui else cmd_run_tui(args)
+        if args.command == "tui":
+            return cmd_tui(args)
         if args.command == "capacity":
             return _cmd_capacity(args)
         if args.command == "trace":

@@ -313,9 +313,11 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     plans: list[PoolPlan] | None = None,
     config_source: str = "config",
+    on_tick: Callable[..., None] | None = None,
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
-    `plans` are `plan_pools(cfg)`, when the caller has already made them."""
+    `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
+    `replay/live.py`) gets each tick's rows as they are appended, by keyword."""
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
@@ -348,6 +350,10 @@ def simulate(
         by_state.append(control.tick(t, eng, snap))
         if progress is not None:
             progress(min(t, last_arrival), last_arrival)
+        if on_tick is not None:
+            on_tick(t_us=t, end_us=last_arrival, pools=snapshots[-1], counts=pool_counts[-1], states=by_state[-1],
+                    gpus=billed[-1], events=events[-1], control_events=control.events,
+                    request_columns=eng.request_columns)
         if (eng.done and t >= last_arrival) or t >= limit_us:
             break
     per_pool = np.stack(snapshots)  # [tick, pool, column]

@@ -44,11 +44,12 @@ def replay_trace(
     progress: Callable[[int, int], None] | None = None,
     plans: list[PoolPlan] | None = None,
     config_source: str = "config",
+    on_tick: Callable[..., None] | None = None,
 ) -> RunOutputs:
     started = time.perf_counter()
     frame = trace.frame
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress, plans=plans, config_source=config_source)
+                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick)
     requests = request_frame(frame, raw, cfg)
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)

@@ -1,0 +1,194 @@
+"""Dashboard speed on a day-long run: 86,400 ticks x 4 pools (345,600 tick rows) and 400,000
+requests, written directly as run files (no replay). Prints medians of:
+
+- open: load the run, mount the app, first frame (in-process), and `llm-replay tui --screenshot`
+  in a fresh process (interpreter and imports included);
+- seek: a seek key, until the frame is redrawn;
+- live key latency: keys while the dashboard follows a live run whose files are rewritten
+  every half second (the follower reloads 345,600 rows each time).
+
+    python bench/bench_tui.py [--ticks 86400] [--pools 4] [--requests 400000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tui.app import make_app  # noqa: E402
+
+
+def synthetic_run(out: Path, ticks: int, pools: int, requests: int, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    names = [f"pool{i}" for i in range(pools)]
+    t = np.repeat(np.arange(1, ticks + 1, dtype=np.int64) * 1_000_000, pools)
+    n = len(t)
+    day = np.sin(np.linspace(0, 2 * np.pi, ticks)).repeat(pools)
+    waiting = np.maximum(0, rng.poisson(5, n) + (day > 0.9) * rng.poisson(200, n))
+    replicas = (2 + (day > 0.5)).astype(np.int32)
+    total = replicas.astype(np.int64) * 25_000
+    used = (total * np.clip(0.4 + 0.5 * day + rng.normal(0, 0.05, n), 0, 1)).astype(np.int64)
+    frame = pl.DataFrame({
+        "t_us": t, "pool": names * ticks, "replicas_active": replicas, "replicas_loading": np.zeros(n, np.int32),
+        "gpus": replicas * 4, "waiting": waiting.astype(np.int32), "running": rng.integers(0, 256, n, dtype=np.int32),
+        "kv_usage": used / total, "kv_used_blocks": used, "kv_total_blocks": total,
+        "arrivals": rng.poisson(4, n).astype(np.int32), "finished": rng.poisson(4, n).astype(np.int32),
+        "rejected": rng.poisson(0.01, n).astype(np.int32), "preemptions": rng.poisson(0.05, n).astype(np.int32),
+        "prompt_tokens_per_s": rng.normal(8000, 500, n), "output_tokens_per_s": rng.normal(1500, 100, n),
+        "gpu_busy": np.clip(rng.normal(0.97, 0.02, n), 0, 1), "cost_usd": np.cumsum(replicas * 4 * 3.0 / 3600.0),
+        "cost_per_mtok_out_usd": rng.normal(7, 0.5, n), "ttft_p50_ms": rng.gamma(2, 150, n),
+        "ttft_p99_ms": rng.gamma(2, 2000, n) * (1 + 10 * (day > 0.9)), "slo_attainment": np.clip(1 - 0.3 * (day > 0.9)
+                                                                                                 * rng.random(n), 0, 1),
+        "replicas_draining": np.zeros(n, np.int32),
+    })
+    out.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(out / "ticks.parquet")
+    ev_t = np.sort(rng.integers(0, ticks * 1_000_000, 2000))
+    kinds = rng.choice(["scale_up", "scale_down", "replica_active", "reject", "preempt"], 2000)
+    pl.DataFrame({"t_us": ev_t, "pool": rng.choice(names, 2000), "replica": rng.integers(0, 8, 2000).astype(np.int32),
+                  "kind": kinds, "detail": ["hpa: 2 -> 3 replicas (metric=waiting, value=9, target=2)"] * 2000,
+                  "request_id": pl.Series([None] * 2000, dtype=pl.Int64)}).write_parquet(out / "events.parquet")
+    arrival = np.sort(rng.integers(0, ticks * 1_000_000, requests))
+    ttft = rng.gamma(2, 300_000, requests).astype(np.int64)
+    sched = arrival + ttft // 2
+    first = arrival + ttft
+    fin = first + rng.integers(1_000_000, 30_000_000, requests)
+    pl.DataFrame({
+        "request_id": np.arange(requests), "workload": rng.choice(["chat", "docs"], requests),
+        "pool": rng.choice(names, requests), "replica": rng.integers(0, 3, requests).astype(np.int32),
+        "arrival_us": arrival, "prompt_tokens": rng.integers(10, 8000, requests).astype(np.int32),
+        "output_tokens": rng.integers(2, 800, requests).astype(np.int32), "cached_tokens": np.zeros(requests, np.int32),
+        "first_scheduled_us": sched, "first_token_us": first, "finished_us": fin, "ttft_us": ttft,
+        "tpot_us": rng.normal(30_000, 3000, requests), "e2e_us": fin - arrival,
+        "preemptions": rng.poisson(0.02, requests).astype(np.int32), "status": ["finished"] * requests,
+        "reject_reason": pl.Series([None] * requests, dtype=pl.String), "slo_met": rng.random(requests) < 0.95,
+    }).write_parquet(out / "requests.parquet")
+    cfg = {"tick_s": 1.0, "metrics_window_s": 60.0, "slo": {"ttft_ms": 2000, "tpot_ms": 100},
+           "pools": [{"name": p} for p in names]}
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (out / "summary.json").write_text("{}\n")
+    return out
+
+
+def median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:7.1f} ms (max {max(values) * 1000:.1f}, n={len(values)})"
+
+
+async def _press(pilot, key: str) -> float:
+    t0 = time.perf_counter()
+    await pilot.press(key)
+    await pilot.pause()
+    return time.perf_counter() - t0
+
+
+async def open_and_seek(path: Path, size=(200, 60), seeks: int = 40):
+    """(open time, seek round trips, round trips of an unbound key: the test harness's own floor)."""
+    began = time.perf_counter()
+    app = make_app(path, at="12:00:00")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        opened = time.perf_counter() - began
+        keys = ["right", "shift+right", "pagedown", "left", "b", "w", "n", "p"]
+        times = [await _press(pilot, keys[i % len(keys)]) for i in range(seeks)]
+        floor = [await _press(pilot, "x") for _ in range(seeks // 2)]
+        return opened, times, floor
+
+
+async def live_keys(path: Path, size=(200, 60), presses: int = 60) -> list[float]:
+    app = make_app(path, poll_s=0.5)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        times = []
+        for i in range(presses):
+            times.append(await _press(pilot, ["left", "right", "p", "shift+left"][i % 4]))
+            await asyncio.sleep(0.1)  # spread the presses over the follower's reloads
+        return times
+
+
+def make_live(src: Path, dst: Path, stop: threading.Event) -> None:
+    """A 'replay' that rewrites dst/live/ every 0.5 s: same files, a new seq each time."""
+    live = dst / "live"
+    live.mkdir(parents=True)
+    for name in ("ticks.parquet", "events.parquet", "requests.parquet", "config.yaml"):
+        shutil.copy(src / name, live / name)
+    seq = 1
+    end = int(pl.read_parquet(src / "ticks.parquet", columns=["t_us"])["t_us"].max())
+
+    def status():
+        body = {"state": "running", "seq": seq, "done_us": end, "end_us": end + 3_600_000_000}
+        (live / ".s").write_text(json.dumps(body))
+        (live / ".s").replace(live / "status.json")
+
+    status()
+
+    def loop():
+        nonlocal seq
+        while not stop.wait(0.5):
+            shutil.copy(src / "ticks.parquet", live / ".t")
+            (live / ".t").replace(live / "ticks.parquet")
+            seq += 1
+            status()
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ticks", type=int, default=86_400)
+    ap.add_argument("--pools", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=400_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tui-"))
+    try:
+        run = synthetic_run(tmp / "run", args.ticks, args.pools, args.requests)
+        print(f"run: {args.ticks:,} ticks x {args.pools} pools = {args.ticks * args.pools:,} tick rows, "
+              f"{args.requests:,} requests ({sum(f.stat().st_size for f in run.iterdir()) / 1e6:.1f} MB)")
+        opens, seeks, floor = [], [], []
+        for _ in range(args.repeat):
+            opened, times, idle = asyncio.run(open_and_seek(run))
+            opens.append(opened)
+            seeks += times
+            floor += idle
+        print(f"open (load + mount + first frame, in-process): {median_ms(opens)}   target < 2000 ms")
+        cold = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "replay.cli", "tui", str(run), "--screenshot", str(tmp / "s.svg"),
+                            "--size", "200x60"], check=True, capture_output=True, cwd=ROOT)
+            cold.append(time.perf_counter() - t0)
+        print(f"open, fresh process (`llm-replay tui --screenshot`, imports and SVG included): {median_ms(cold)}")
+        print(f"harness floor (an unbound key through Pilot press + pause): {median_ms(floor)}")
+        print(f"seek redraw (key -> frame drawn, floor included): {median_ms(seeks)}   target < 100 ms")
+        print(f"seek redraw, net of the floor's median: {(statistics.median(seeks) - statistics.median(floor)) * 1000:.1f} ms")
+        stop = threading.Event()
+        make_live(run, tmp / "live-run", stop)
+        try:
+            keys = asyncio.run(live_keys(tmp / "live-run"))
+        finally:
+            stop.set()
+        print(f"live key latency (files rewritten every 0.5 s, floor included): {median_ms(keys)}   target < 100 ms")
+        print(f"live key latency, 90th percentile: {np.percentile(keys, 90) * 1000:.1f} ms; net of the floor's "
+              f"median: {(statistics.median(keys) - statistics.median(floor)) * 1000:.1f} ms")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""`llm-replay tui` (the dashboard over a run directory, or an SVG of it) and `llm-replay run
+--tui` (a replay watched while it runs: a child process replays and writes DIR/live/, see
+replay/live.py, and the dashboard follows DIR; the finished run replaces DIR in one rename).
+
+Textual is imported only inside these commands: `import replay` never loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from traces.errors import UserError
+
+SIZE = re.compile(r"^(\d+)x(\d+)$")
+MIN_SIZE = (40, 12)
+
+
+def add_tui_parser(sub) -> None:
+    tui = sub.add_parser("tui", help="the incident dashboard over a run directory (Textual)")
+    tui.add_argument("run", help="run directory (the --out of llm-replay run), finished or being written")
+    tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
+    tui.add_argument("--at", metavar="TIME", help="start with the cursor at TIME from the run's start: M:SS, "
+                     "H:MM:SS or seconds (e.g. 14:05)")
+    tui.add_argument("--screenshot", metavar="FILE.svg", help="draw the dashboard without a terminal into an SVG "
+                     "file and exit")
+    tui.add_argument("--size", default="120x40", metavar="COLSxROWS", help="terminal size of --screenshot "
+                     "(default 120x40)")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    m = SIZE.match(text.strip())
+    if not m or int(m.group(1)) < MIN_SIZE[0] or int(m.group(2)) < MIN_SIZE[1]:
+        raise UserError(f"--size {text!r}: expected COLUMNSxROWS of at least {MIN_SIZE[0]}x{MIN_SIZE[1]} "
+                        "(e.g. 120x40)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    shot = None
+    if args.screenshot is not None:
+        shot = Path(args.screenshot)
+        if shot.suffix.lower() != ".svg":
+            raise UserError(f"--screenshot {shot}: expected a file name ending in .svg")
+        if not shot.resolve().parent.is_dir():
+            raise UserError(f"--screenshot {shot}: directory {shot.resolve().parent} does not exist")
+    size = parse_size(args.size)
+    from tui.app import make_app
+
+    app = make_app(args.run, args.compare, args.at, follow=shot is None)
+    if shot is not None:
+        import asyncio
+
+        from tui.app import render_svg
+
+        shot.write_text(asyncio.run(render_svg(app, size)))
+        print(f"dashboard of {args.run} written to {shot}")
+        return 0
+    app.run()
+    return 0
+
+
+def cmd_run_tui(args: argparse.Namespace) -> int:
+    """Check what can be checked at once, start the replay in a child process, show the dashboard
+    until the user quits; quitting before the end stops the replay and leaves nothing behind."""
+    import dataclasses
+    import multiprocessing
+
+    import yaml
+
+    from replay.cli import _default_out
+    from replay.cli_trace import effective_trace
+    from replay.cluster import plan_pools
+    from replay.config import load_config
+    from replay.live import LIVE_DIR, STATUS_FILE
+    from replay.outputs import check_out_dir
+
+    cfg = load_config(args.config)
+    plan_pools(cfg, args.config or "default fleet")  # a fleet that cannot start fails here, before the dashboard
+    base_dir = Path(args.config).resolve().parent if args.config else None
+    resolved = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
+    if args.out is not None and not args.out.strip():
+        raise UserError("--out: empty path; give a directory for the run")
+    out = Path(args.out) if args.out else _default_out(args, resolved)
+    check_out_dir(out, args.force)
+    live = out / LIVE_DIR
+    if live.exists():
+        raise UserError(f"--out {out}: {live} exists: another replay is writing this run (or one was killed; "
+                        "remove it)")
+    created = not out.exists()
+    live.mkdir(parents=True)
+    (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
+    (live / STATUS_FILE).write_text(json.dumps({"state": "running", "seq": 0, "done_us": 0, "end_us": 0}))
+
+    proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out)), daemon=True)
+    proc.start()
+    try:
+        from tui.app import make_app
+
+        app = make_app(out, exit_on_failure=True)
+        app.run()
+    finally:
+        proc.join(timeout=0.1)
+        stopped = proc.is_alive()
+        if stopped:
+            proc.terminate()
+            proc.join()
+    if proc.exitcode == 0:
+        print(f"run written to {out}")
+        return 0
+    error = _status_error(live / STATUS_FILE)
+    _clean(out, live, created)
+    if stopped:
+        print("llm-replay: replay stopped before its end; nothing written", file=sys.stderr)
+        return 130
+    if error is not None:
+        raise UserError(error)
+    print(f"llm-replay: the replay process failed (exit code {proc.exitcode}); nothing written", file=sys.stderr)
+    return 1
+
+
+def _status_error(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("error")
+    except (OSError, ValueError):
+        return None
+
+
+def _clean(out: Path, live: Path, created: bool) -> None:
+    """No partial output directory: drop live/, and DIR when this command made it."""
+    shutil.rmtree(live, ignore_errors=True)
+    if created and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+
+
+def replay_child(args: argparse.Namespace, out: str) -> None:
+    """The replay, in its own process so the dashboard never waits on it. Prints nothing (the
+    terminal is the dashboard's); an error goes to live/status.json and the exit code."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    import dataclasses
+
+    from replay.cli_trace import effective_trace
+    from replay.cluster import plan_pools
+    from replay.config import load_config
+    from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
+    from replay.outputs import write_run
+    from replay.run import replay_trace, warm_up
+    from traces import load_from_config
+
+    out_dir = Path(out)
+    try:
+        cfg = load_config(args.config)
+        source = args.config or "default fleet"
+        plans = plan_pools(cfg, source)
+        base_dir = Path(args.config).resolve().parent if args.config else None
+        trace_cfg = effective_trace(cfg.trace, args, base_dir)
+        cfg = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
+        trace = load_from_config(trace_cfg, strict=args.strict)
+        writer = LiveWriter(out_dir, trace.frame, cfg, plans, source)
+        writer.start()
+        if args.engine == "numba":
+            warm_up()
+        result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
+                              plans=plans, config_source=source, on_tick=writer.on_tick)
+        writer.status("writing")
+        write_run(out_dir, result, force=True)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard
+        message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        status = out_dir / LIVE_DIR / STATUS_FILE
+        if status.parent.is_dir():
+            try:
+                body = json.loads(status.read_text())
+            except (OSError, ValueError):
+                body = {"seq": 0, "done_us": 0, "end_us": 0}
+            body.update(state="failed", error=message)
+            write_atomic(status, lambda p: p.write_text(json.dumps(body) + "\n"))
+        sys.exit(2 if isinstance(exc, UserError) else 1)

@@ -1,0 +1,93 @@
+"""Drill-down: the worst requests around the cursor, sortable, and one request's life."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tests.tui.conftest import AFTER, BEFORE, screen_text
+from tests.tui.test_keys import drive
+from tui.app import make_app
+from tui.data import load_run
+from tui.requests import LIMIT, request_life, worst_requests
+from tui.screens import RequestLifeScreen, RequestsScreen
+
+S = 1_000_000
+
+
+def test_worst_requests_are_those_of_the_window_worst_first():
+    run = load_run(BEFORE)
+    cursor = 240 * S
+    got = worst_requests(run, cursor, "fleet")
+    assert 0 < got.height <= LIMIT
+    assert (got["arrival_us"] <= cursor).all()
+    ttft = got["ttft_us"].drop_nulls().to_list()
+    assert ttft == sorted(ttft, reverse=True)
+    # nothing worse was left out: the worst TTFT of requests in the window is the first row
+    window = run.requests.filter((pl.col("arrival_us") <= cursor)
+                                 & (pl.col("finished_us").fill_null(2**62) > cursor - run.window_us))
+    assert got["ttft_us"][0] == window["ttft_us"].max()
+    by_queue = worst_requests(run, cursor, "fleet", sort="queue")
+    queue = (by_queue["first_scheduled_us"] - by_queue["arrival_us"]).drop_nulls().to_list()
+    assert queue == sorted(queue, reverse=True)
+
+
+def test_a_pool_scope_keeps_its_requests():
+    run = load_run(AFTER)
+    got = worst_requests(run, 300 * S, "docs")
+    assert got.height and set(got["pool"]) == {"docs"}
+
+
+def test_request_life_tells_each_step():
+    run = load_run(AFTER)
+    preempted = run.events.filter(pl.col("kind") == "preempt")["request_id"][0]
+    text = request_life(run, preempted).plain
+    for step in ("arrival", "admitted", "preempted", "first token", "TTFT", "status"):
+        assert step in text
+    rejected = run.requests.filter(pl.col("status") == "rejected")["request_id"][0]
+    assert "rejected" in request_life(run, rejected).plain
+    assert "not in" in request_life(run, -5).plain
+
+
+def test_drill_down_table_sort_and_life():
+    app = make_app(BEFORE, at="4:00")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        assert isinstance(screen, RequestsScreen) and screen.sort == "TTFT"
+        first = screen.ids[0]
+        assert "worst by TTFT" in screen_text(app)
+        await pilot.press("s")
+        assert screen.sort == "queue" and "worst by queue" in screen_text(app)
+        await pilot.press("r")
+        assert screen.reverse and "best by queue" in screen_text(app)
+        await pilot.press("r", "s", "s", "s", "s", "s", "s", "s")
+        assert screen.sort == "TTFT" and screen.ids[0] == first
+        await pilot.press("down", "enter")
+        assert isinstance(app.screen, RequestLifeScreen) and app.screen.request_id == screen.ids[1]
+        assert f"request {screen.ids[1]}" in screen_text(app)
+        await pilot.press("escape")
+        assert app.screen is screen
+        await pilot.press("c")  # not comparing: stays on the one run
+        assert screen.run_index == 0
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RequestsScreen)
+
+    drive(app, script, size=(120, 40))
+
+
+def test_click_on_a_header_sorts_by_it():
+    app = make_app(BEFORE, at="4:00")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        table = screen.query_one("DataTable")
+        # the 'preempt' header: clicking it sorts by preemptions, again reverses
+        x = sum(col.get_render_width(table) for col in list(table.columns.values())[:7]) + 2
+        await pilot.click("DataTable", offset=(x, 0))
+        assert screen.sort == "preempt" and not screen.reverse
+        await pilot.click("DataTable", offset=(x, 0))
+        assert screen.sort == "preempt" and screen.reverse
+
+    drive(app, script, size=(140, 40))

@@ -1,0 +1,272 @@
+"""The dashboard app and its factory (shared by the CLI and the tests). State lives in a Model;
+widgets redraw from it. A live run is followed by a worker thread that reloads the directory and
+posts the new data; it never touches widgets."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+
+from traces.errors import UserError
+from tui.data import RunData, load_run, run_source
+from tui.model import Model
+from tui.panels import METRICS, max_metric_offset
+from tui.screens import GotoScreen, HelpScreen, RequestsScreen
+from tui.timefmt import fmt_time, parse_time
+from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
+
+PLAY_INTERVAL_S = 0.1
+FOLLOW_COST_FACTOR = 4.0
+EVENTS_MIN = 5
+# While a follower thread loads, the UI thread waits for the GIL up to one switch interval per
+# acquisition; Python's 5 ms default adds up to a visible lag per key.
+FOLLOW_SWITCH_INTERVAL_S = 0.001
+
+
+class RunUpdated(Message):
+    """A followed run has new data (or finished, or failed)."""
+
+    def __init__(self, index: int, data: RunData | None, error: str | None = None):
+        super().__init__()
+        self.index, self.data, self.error = index, data, error
+
+
+class Dashboard(App):
+    TITLE = "llm-replay"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen { layout: vertical; }
+    #header { height: 1; background: $boost; }
+    #metrics { height: 1fr; min-height: 4; }
+    #timeline { height: 2; }
+    #events { height: 5; border-top: solid $primary-darken-2; }
+    #hints { height: 1; background: $boost; }
+    """
+    BINDINGS = [
+        Binding("space", "play_pause", "play / pause"),
+        Binding("plus,equals_sign", "speed(1)", "play faster"),
+        Binding("minus", "speed(-1)", "play slower"),
+        Binding("right", "step(1)", "next tick"),
+        Binding("left", "step(-1)", "previous tick"),
+        Binding("shift+right", "seek(60)", "a minute later"),
+        Binding("shift+left", "seek(-60)", "a minute earlier"),
+        Binding("pagedown", "seek(600)", "ten minutes later"),
+        Binding("pageup", "seek(-600)", "ten minutes earlier"),
+        Binding("home", "home", "start of the run"),
+        Binding("end", "end", "end of the run (live: follow the newest tick)"),
+        Binding("g", "goto", "go to a time (M:SS)"),
+        Binding("b", "first_breach", "first SLO breach (windowed attainment < 99%)"),
+        Binding("w", "worst_window", "worst window (lowest SLO attainment)"),
+        Binding("n", "scaling(1)", "next scaling event"),
+        Binding("N", "scaling(-1)", "previous scaling event"),
+        Binding("p", "scope(1)", "next pool (fleet, then each pool)"),
+        Binding("P", "scope(-1)", "previous pool"),
+        Binding("f", "fleet", "whole fleet"),
+        Binding("down", "scroll_metrics(1)", "more metric rows (when they do not all fit)"),
+        Binding("up", "scroll_metrics(-1)", "back up the metric rows"),
+        Binding("v", "decisions", "event log: decisions only / every event"),
+        Binding("d", "requests", "worst requests around the cursor (drill-down)"),
+        Binding("question_mark", "help", "this help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, runs: list[RunData], at_us: int | None = None, follow: bool = True, poll_s: float = 0.5,
+                 exit_on_failure: bool = False):
+        super().__init__()
+        self.model = Model(runs, at_us)
+        self.follow = follow
+        self.exit_on_failure = exit_on_failure
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+
+    def compose(self) -> ComposeResult:
+        yield Panel(header, id="header")
+        yield Metrics(id="metrics")
+        yield Timeline(id="timeline")
+        yield Events(id="events")
+        yield Panel(hints, id="hints")
+
+    def on_mount(self) -> None:
+        self._player = self.set_interval(PLAY_INTERVAL_S, self._play_tick, pause=True)
+        self._fit_events()
+        if self.follow and any(r.live is not None for r in self.model.runs):
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(FOLLOW_SWITCH_INTERVAL_S)
+            self._follow_runs()
+
+    def on_resize(self) -> None:
+        self._fit_events()
+
+    def _fit_events(self) -> None:
+        """The metric rows get whole lines each (up to 4 per metric on a tall terminal); the
+        event log takes every line left, and at least 4 (plus its rule)."""
+        rows_left = self.size.height - 4  # header, timeline (2), key hints
+        needed = len(self.model.runs) * len(METRICS)
+        per_metric = min(4, max(1, (rows_left - EVENTS_MIN) // needed))
+        self.query_one("#events").styles.height = max(EVENTS_MIN, rows_left - needed * per_metric)
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        if hasattr(self, "_switch_interval"):
+            sys.setswitchinterval(self._switch_interval)
+
+    def redraw(self) -> None:
+        for widget in self.query(Panel):
+            widget.refresh()
+
+    # -- time ---------------------------------------------------------------------------------
+    def seek_to(self, t_us: int) -> None:
+        self.model.view.message = ""
+        self.model.seek_to(t_us)
+        self.redraw()
+
+    def action_step(self, n: int) -> None:
+        self.model.view.message = ""
+        self.model.seek_ticks(n)
+        self.redraw()
+
+    def action_seek(self, seconds: int) -> None:
+        self.model.view.message = ""
+        self.model.seek_by(seconds * 1_000_000)
+        self.redraw()
+
+    def action_home(self) -> None:
+        self.model.home()
+        self.redraw()
+
+    def action_end(self) -> None:
+        self.model.end()
+        self.redraw()
+
+    def action_play_pause(self) -> None:
+        view = self.model.view
+        view.playing = not view.playing
+        if view.playing and len(self.model.axis) and view.cursor_us >= self.model.axis[-1] and not self.model.live:
+            self.model.home()  # play from the start once the end is reached
+        self._player.resume() if view.playing else self._player.pause()
+        self.redraw()
+
+    def _play_tick(self) -> None:
+        self.model.advance(PLAY_INTERVAL_S)
+        if not self.model.view.playing:
+            self._player.pause()
+        self.redraw()
+
+    def action_speed(self, step: int) -> None:
+        self.model.change_speed(step)
+        self.redraw()
+
+    def action_goto(self) -> None:
+        self.push_screen(GotoScreen())
+
+    # -- jumps and scope ----------------------------------------------------------------------
+    def action_first_breach(self) -> None:
+        self.model.jump_first_breach()
+        self.redraw()
+
+    def action_worst_window(self) -> None:
+        self.model.jump_worst_window()
+        self.redraw()
+
+    def action_scaling(self, direction: int) -> None:
+        self.model.jump_scaling(direction)
+        self.redraw()
+
+    def action_scope(self, step: int) -> None:
+        self.model.cycle_scope(step)
+        self.redraw()
+
+    def action_fleet(self) -> None:
+        self.model.view.scope = "fleet"
+        self.redraw()
+
+    def action_scroll_metrics(self, step: int) -> None:
+        view = self.model.view
+        most = max_metric_offset(self.model, self.query_one("#metrics").size.height)
+        view.metric_offset = min(max(view.metric_offset + step, 0), most)
+        self.redraw()
+
+    def action_decisions(self) -> None:
+        self.model.view.decisions_only = not self.model.view.decisions_only
+        self.redraw()
+
+    def action_requests(self) -> None:
+        self.push_screen(RequestsScreen())
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # -- live ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="follow")
+    def _follow_runs(self) -> None:
+        """Poll each live run's status; reload when a flush landed or the run finished."""
+        seen = {i: ((r.live.seq, r.live.state) if r.live else None) for i, r in enumerate(self.model.runs)}
+        following = {i for i, r in enumerate(self.model.runs) if r.live is not None and r.live.state != "failed"}
+        misses = dict.fromkeys(following, 0)
+        wait_s = self.poll_s
+        while following and not self._stop.wait(wait_s):
+            began = time.perf_counter()
+            for i in sorted(following):
+                path = self.model.runs[i].path
+                try:
+                    _, status = run_source(path)
+                    if status is not None:
+                        data = load_run(path)
+                        if (data.live.seq, data.live.state) == seen[i]:
+                            continue
+                        seen[i] = (data.live.seq, data.live.state)
+                        if data.live.state == "failed":
+                            following.discard(i)
+                    else:  # the finished run replaced the live directory
+                        data = load_run(path)
+                        following.discard(i)
+                    misses[i] = 0
+                    self.post_message(RunUpdated(i, data))
+                except UserError as exc:  # between the final rename's two steps, or gone
+                    misses[i] += 1
+                    if misses[i] >= 10:
+                        following.discard(i)
+                        self.post_message(RunUpdated(i, None, str(exc)))
+            # Loading holds the GIL in bursts: wait several times as long as it took, so keys
+            # keep most of the interpreter when the run is large.
+            wait_s = max(self.poll_s, FOLLOW_COST_FACTOR * (time.perf_counter() - began))
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        if message.data is not None:
+            runs = list(self.model.runs)
+            runs[message.index] = message.data
+            self.model.set_runs(runs)
+            if self.exit_on_failure and message.data.live is not None and message.data.live.state == "failed":
+                self.exit()
+        else:
+            self.model.view.message = f"stopped following: {message.error}"
+        self.redraw()
+
+
+def make_app(run: str | Path, compare: str | Path | None = None, at: str | None = None, *,
+             follow: bool = True, poll_s: float = 0.5, exit_on_failure: bool = False) -> Dashboard:
+    """Load the run(s) (a UserError for anything unreadable) and build the dashboard, its cursor
+    at `at` (M:SS from the start) when given."""
+    runs = [load_run(run)] + ([load_run(compare)] if compare is not None else [])
+    at_us = None
+    if at is not None:
+        at_us = parse_time(at)
+        end = max(max(r.end_us, r.live.end_us if r.live else 0) for r in runs)
+        if at_us > end:
+            raise UserError(f"--at {at}: outside the run (0:00 to {fmt_time(end)})")
+    return Dashboard(runs, at_us, follow=follow, poll_s=poll_s, exit_on_failure=exit_on_failure)
+
+
+async def render_svg(app: Dashboard, size: tuple[int, int]) -> str:
+    """The dashboard drawn headless at `size` (columns, rows), as SVG."""
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        return app.export_screenshot(title=f"llm-replay: {app.model.runs[0].name}", simplify=True)
+

@@ -1,0 +1,95 @@
+"""Charts as text: a metric over time, downsampled to the columns it has, drawn with block
+characters. Pure numpy and rich; a chart never holds more than `width` values, whatever the run's
+length. Times are int64 microseconds."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def column_edges(t0_us: int, t1_us: int, width: int) -> np.ndarray:
+    """width + 1 times; column i covers (edges[i], edges[i + 1]]."""
+    return np.linspace(t0_us, t1_us, max(width, 1) + 1).round().astype(np.int64)
+
+
+def column_of(t_us: int, t0_us: int, t1_us: int, width: int) -> int:
+    """The column whose span holds t (the first for t at or before t0)."""
+    if t1_us <= t0_us or width <= 1:
+        return 0
+    return int(np.clip(np.ceil((t_us - t0_us) / (t1_us - t0_us) * width) - 1, 0, width - 1))
+
+
+def time_of_column(col: int, t0_us: int, t1_us: int, width: int) -> int:
+    """The end of column col's span: where a click on that column puts the cursor."""
+    col = min(max(col, 0), max(width, 1) - 1)
+    return int(round(t0_us + (t1_us - t0_us) * (col + 1) / max(width, 1)))
+
+
+def downsample(t_us: np.ndarray, values: np.ndarray, edges: np.ndarray, how: str = "max") -> np.ndarray:
+    """One value per column: the max (or min) of the ticks in its span, so a peak (or a dip in
+    SLO attainment) is never averaged away; a column narrower than a tick takes the tick that
+    covers it. NaN where nothing is known (past the run's end, a window with no request)."""
+    width = len(edges) - 1
+    out = np.full(width, np.nan)
+    if not len(t_us):
+        return out
+    lo = np.searchsorted(t_us, edges[:-1], side="right")
+    hi = np.searchsorted(t_us, edges[1:], side="right")
+    full = hi > lo
+    if full.any():
+        # Spans are consecutive (hi[i] == lo[i + 1]), so each non-empty span runs from its start
+        # to the next non-empty span's start: exactly what reduceat reduces, once cut at hi[-1].
+        vals = values[: hi[full][-1]].astype(np.float64)
+        reduce = np.fmax if how == "max" else np.fmin
+        out[full] = reduce.reduceat(vals, lo[full])
+    inside = ~full & (hi < len(t_us))
+    out[inside] = values[hi[inside]]
+    return out
+
+
+def levels(values: np.ndarray, top: float, rows: int) -> np.ndarray:
+    """Eighths of a character cell per column, 0..8 * rows; a value above zero shows at least one."""
+    if not np.isfinite(top) or top <= 0:
+        top = 1.0
+    v = np.nan_to_num(values, nan=0.0)
+    lv = np.clip(np.round(v / top * 8 * rows), 0, 8 * rows).astype(np.int64)
+    lv[(v > 0) & (lv == 0)] = 1
+    return lv
+
+
+def bars(values: np.ndarray, top: float, rows: int, cursor: int | None, style: str = "cyan",
+         col_styles: list[str | None] | None = None, cursor_style: str = "reverse") -> list[Text]:
+    """`rows` lines of block characters, top line first; the cursor column drawn in cursor_style;
+    unknown values (NaN) as a dim dot on the bottom line. Runs of one style are one span: a frame
+    of charts is a few hundred spans, not one per cell."""
+    lv = levels(values, top, rows)
+    unknown = np.isnan(values)
+    lines = []
+    for r in range(rows - 1, -1, -1):
+        cells = np.clip(lv - 8 * r, 0, 8)
+        chars = [BLOCKS[c] for c in cells.tolist()]
+        styles = [(col_styles[i] if col_styles and col_styles[i] else style) for i in range(len(chars))]
+        if r == 0:
+            for i in np.flatnonzero(unknown).tolist():
+                chars[i], styles[i] = "·", "grey30"
+        if cursor is not None and 0 <= cursor < len(chars):
+            styles[cursor] = f"{styles[cursor]} {cursor_style}" if chars[cursor] != " " else "on grey35"
+        text = Text()
+        start = 0
+        for i in range(1, len(chars) + 1):
+            if i == len(chars) or styles[i] != styles[start]:
+                text.append("".join(chars[start:i]), styles[start])
+                start = i
+        lines.append(text)
+    return lines
+
+
+def chart_top(*arrays: np.ndarray, fixed: float | None = None) -> float:
+    """The value the chart's full height stands for: fixed (1.0 for shares), else the largest."""
+    if fixed is not None:
+        return fixed
+    peaks = [float(np.nanmax(a)) for a in arrays if a is not None and len(a) and not np.isnan(a).all()]
+    return max(peaks) if peaks and max(peaks) > 0 else 1.0

@@ -1,0 +1,214 @@
+"""What the dashboard shows and where its cursor is: one or two runs on one time axis, the scope
+(fleet or a pool), playback. Navigation (seek, jumps) lives here, free of Textual, so panels stay
+pure functions of a Model and tests need no terminal. Times are int64 microseconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tui.charts import column_edges, downsample
+from tui.data import FLEET, RunData
+
+SPEEDS = (1, 2, 5, 10, 30, 60, 120, 300, 600)  # simulated seconds per wall second
+DEFAULT_SPEED = 3
+# "SLO breach": windowed SLO attainment (README "Run outputs") under this share.
+SLO_OBJECTIVE = 0.99
+MINUTE_US = 60_000_000
+
+
+@dataclass
+class View:
+    cursor_us: int = 0
+    scope: str = FLEET
+    playing: bool = False
+    speed_index: int = DEFAULT_SPEED
+    following: bool = False  # live: the cursor stays on the newest tick
+    metric_offset: int = 0  # first metric row shown when they do not all fit
+    decisions_only: bool = False  # event log: scaling and replica lifecycle only
+    message: str = ""  # the outcome of the last jump ("no scaling event after 3:10")
+
+
+class Model:
+    """runs[0] is the run; runs[1], when present, the one it is compared with."""
+
+    def __init__(self, runs: list[RunData], at_us: int | None = None):
+        self.view = View()
+        self.runs: list[RunData] = []
+        self._cache: dict = {}
+        self.set_runs(runs)
+        if at_us is not None:
+            self.seek_to(at_us)
+        else:
+            self.view.cursor_us = self.axis[-1] if self.live and len(self.axis) else self.t_first
+            self.view.following = self.live
+
+    # -- data -------------------------------------------------------------------------------
+    def set_runs(self, runs: list[RunData]) -> None:
+        """New data (a live run's next flush): keep the cursor, or follow the newest tick."""
+        self.runs = runs
+        self._cache.clear()
+        ticks = [r.t_us for r in runs if len(r.t_us)]
+        self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
+        if self.view.scope not in self.scopes:
+            self.view.scope = FLEET
+        if self.view.following and len(self.axis):
+            self.view.cursor_us = int(self.axis[-1])
+
+    @property
+    def compare(self) -> bool:
+        return len(self.runs) > 1
+
+    @property
+    def live(self) -> bool:
+        return any(r.live is not None and r.live.state != "failed" for r in self.runs)
+
+    @property
+    def scopes(self) -> list[str]:
+        out: list[str] = []
+        for r in self.runs:
+            out += [s for s in r.scopes if s not in out]
+        return out
+
+    @property
+    def t_first(self) -> int:
+        return int(self.axis[0]) if len(self.axis) else 0
+
+    @property
+    def t_end(self) -> int:
+        """The chart's right edge: the last tick, or for a live run the last arrival it will reach."""
+        ends = [r.end_us for r in self.runs]
+        ends += [r.live.end_us for r in self.runs if r.live is not None and r.live.state != "failed"]
+        return max([*ends, 1])
+
+    def column_values(self, run: RunData, key: str, width: int, how: str) -> np.ndarray:
+        """A metric of the current scope, one value per chart column (cached per data and width)."""
+        scope = self.view.scope
+        cache_key = (id(run), scope, key, width, how, self.t_end)
+        if cache_key not in self._cache:
+            series = run.series.get(scope)
+            edges = column_edges(0, self.t_end, width)
+            if series is None:
+                values = np.full(width, np.nan)
+            elif series.get(key) is None:  # fleet TTFT of several pools: from the requests
+                q = 0 if key == "ttft_p50_ms" else 1
+                lo = np.minimum(edges[:-1] + 1, run.end_us)
+                values = run.fleet_ttft(lo, edges[1:])[:, q]
+                values[edges[:-1] >= run.end_us] = np.nan
+            else:
+                values = downsample(run.t_us, series[key], edges, how)
+            self._cache[cache_key] = values
+        return self._cache[cache_key]
+
+    def value_at(self, run: RunData, key: str) -> float | None:
+        """The metric of the current scope at the cursor (None where the run has no such tick)."""
+        series = run.series.get(self.view.scope)
+        i = run.index_at(self.view.cursor_us)
+        if series is None or i is None or self.view.cursor_us > run.end_us:
+            return None
+        if series.get(key) is None:
+            t = int(run.t_us[i])
+            value = run.fleet_ttft(np.array([t]), np.array([t]))[0, 0 if key == "ttft_p50_ms" else 1]
+        else:
+            value = series[key][i]
+        return None if np.isnan(value) else float(value)
+
+    # -- navigation -------------------------------------------------------------------------
+    def seek_to(self, t_us: int) -> None:
+        """Put the cursor on the tick whose interval holds t (clamped to the run)."""
+        v = self.view
+        if not len(self.axis):
+            v.cursor_us = 0
+            return
+        i = min(int(np.searchsorted(self.axis, t_us, side="left")), len(self.axis) - 1)
+        v.cursor_us = int(self.axis[i])
+        v.following = self.live and i == len(self.axis) - 1
+
+    def seek_ticks(self, n: int) -> None:
+        if not len(self.axis):
+            return
+        i = int(np.searchsorted(self.axis, self.view.cursor_us, side="left")) + n
+        self.seek_to(int(self.axis[min(max(i, 0), len(self.axis) - 1)]))
+
+    def seek_by(self, delta_us: int) -> None:
+        self.seek_to(self.view.cursor_us + delta_us)
+
+    def home(self) -> None:
+        self.seek_to(self.t_first)
+
+    def end(self) -> None:
+        self.seek_to(int(self.axis[-1]) if len(self.axis) else 0)
+
+    def advance(self, wall_s: float) -> None:
+        """Playback: move the cursor by `speed` simulated seconds per wall second; stop at the end
+        (a live run keeps following its newest tick instead)."""
+        v = self.view
+        if not v.playing or not len(self.axis):
+            return
+        target = v.cursor_us + round(SPEEDS[v.speed_index] * wall_s * 1e6)
+        if target >= self.axis[-1]:
+            self.end()
+            v.playing = self.live
+        else:
+            self.seek_to(target)
+
+    def _say(self, text: str) -> None:
+        self.view.message = text
+
+    def jump_first_breach(self) -> bool:
+        """First tick (of the first run, in the scope) whose windowed SLO attainment is under the objective."""
+        run = self.runs[0]
+        series = run.series.get(self.view.scope)
+        if series is None or not len(run.t_us):
+            return False
+        slo = series["slo_attainment"]
+        hit = np.flatnonzero(slo < SLO_OBJECTIVE)
+        if not len(hit):
+            self._say(f"no SLO breach: windowed attainment never under {SLO_OBJECTIVE:.0%}")
+            return False
+        self.seek_to(int(run.t_us[hit[0]]))
+        self._say(f"first SLO breach: attainment {slo[hit[0]]:.1%} < {SLO_OBJECTIVE:.0%}")
+        return True
+
+    def jump_worst_window(self) -> bool:
+        """The tick with the lowest windowed SLO attainment (the first of equals); TTFT p99 breaks ties."""
+        run = self.runs[0]
+        series = run.series.get(self.view.scope)
+        if series is None or not len(run.t_us) or np.isnan(series["slo_attainment"]).all():
+            self._say("no window with finished requests")
+            return False
+        slo = np.nan_to_num(series["slo_attainment"], nan=np.inf)
+        p99 = series.get("ttft_p99_ms")
+        candidates = np.flatnonzero(slo == slo.min())
+        if p99 is not None and len(candidates) > 1:
+            candidates = candidates[np.argsort(-np.nan_to_num(p99[candidates], nan=-1.0), kind="stable")]
+        i = int(candidates[0])
+        self.seek_to(int(run.t_us[i]))
+        self._say(f"worst window: SLO attainment {slo[i]:.1%}")
+        return True
+
+    def _scaling_times(self) -> np.ndarray:
+        times = [r.scaling_times_in(self.view.scope) for r in self.runs]
+        return np.unique(np.concatenate(times)) if times else np.zeros(0, np.int64)
+
+    def jump_scaling(self, direction: int) -> bool:
+        """The next (or previous) scale_up / scale_down decision of any run, in the scope."""
+        times = self._scaling_times()
+        cur = self.view.cursor_us
+        later = times[times > cur] if direction > 0 else times[times < cur]
+        if not len(later):
+            self._say("no scaling event " + ("after" if direction > 0 else "before") + " the cursor")
+            return False
+        self.seek_to(int(later[0] if direction > 0 else later[-1]))
+        self._say("scaling event")
+        return True
+
+    def cycle_scope(self, step: int) -> None:
+        scopes = self.scopes
+        i = scopes.index(self.view.scope) if self.view.scope in scopes else 0
+        self.view.scope = scopes[(i + step) % len(scopes)]
+        self.view.metric_offset = 0
+
+    def change_speed(self, step: int) -> None:
+        self.view.speed_index = min(max(self.view.speed_index + step, 0), len(SPEEDS) - 1)

@@ -1,0 +1,263 @@
+"""The dashboard's panels as pure functions of a Model and a size, returning rich Text: the same
+input always draws the same picture (snapshot tests, --screenshot). Widgets only call these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from rich.text import Text
+
+from tui.charts import bars, chart_top, column_of
+from tui.data import FLEET, RunData
+from tui.model import SLO_OBJECTIVE, SPEEDS, Model
+from tui.timefmt import fmt_duration_ms, fmt_time
+
+LABEL_W = 18
+VALUE_W = 20
+RUN_STYLES = ("cyan", "magenta")
+
+
+def _num(v: float) -> str:
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.1f}M"
+    if abs(v) >= 1e4:
+        return f"{v / 1e3:.0f}k"
+    return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def _pct(v: float) -> str:
+    return f"{v:.1%}"
+
+
+def _usd(v: float) -> str:
+    return f"${v:,.2f}"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    key: str
+    label: str
+    fmt: Callable[[float], str]
+    how: str = "max"  # how a chart column reduces its ticks
+    better: int = 0  # -1: lower is better; +1: higher is; 0: neither
+    top: float | None = None  # fixed full scale (shares)
+
+
+METRICS = (
+    MetricSpec("waiting", "queue (waiting)", _num, better=-1),
+    MetricSpec("running", "running", _num),
+    MetricSpec("kv_usage", "KV cache used", _pct, top=1.0),
+    MetricSpec("gpus", "replicas, GPUs", _num),
+    MetricSpec("gpu_busy", "GPU-Util misleads", _pct, top=1.0),
+    MetricSpec("arrivals_per_s", "requests/s", _num),
+    MetricSpec("prompt_tokens_per_s", "prompt tok/s", _num),
+    MetricSpec("output_tokens_per_s", "output tok/s", _num),
+    MetricSpec("ttft_p50_ms", "TTFT p50 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("ttft_p99_ms", "TTFT p99 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("slo_attainment", "SLO met (window)", _pct, how="min", better=1, top=1.0),
+    MetricSpec("cost_per_mtok_out_usd", "$/M out tok (win)", _usd, better=-1),
+    MetricSpec("preemptions", "preemptions/tick", _num, better=-1),
+    MetricSpec("rejected", "rejected/tick", _num, better=-1),
+)
+
+
+def _value_text(model: Model, run: RunData, spec: MetricSpec) -> str:
+    v = model.value_at(run, spec.key)
+    if v is None:
+        return "-"
+    if spec.key == "gpus":  # replicas by state with the GPUs they bill
+        get = lambda k: int(model.value_at(run, k) or 0)  # noqa: E731
+        return f"{get('replicas_active')}+{get('replicas_loading')}ld+{get('replicas_draining')}dr {int(v)}G"
+    if spec.key == "cost_per_mtok_out_usd":
+        cum = model.value_at(run, "cost_per_mtok_cum_usd")
+        return f"{_usd(v)} cum {_usd(cum) if cum is not None else '-'}"
+    return spec.fmt(v)
+
+
+def _delta(spec: MetricSpec, a: float | None, b: float | None) -> Text:
+    """B against A: the change, red where B is worse, green where better (bold past 10%)."""
+    if a is None or b is None:
+        return Text("")
+    diff = b - a
+    if abs(diff) < 1e-12:
+        return Text(" =", "grey50")
+    worse = spec.better != 0 and diff * spec.better < 0
+    style = ("red" if worse else "green") if spec.better else "yellow"
+    if spec.top == 1.0:
+        text = f" {diff * 100:+.1f}pt"
+    elif a:
+        text = f" {diff / abs(a):+.0%}"
+    else:
+        text = f" {diff:+.3g}"
+    big = abs(diff) > 0.1 * max(abs(a), 1e-9) if spec.top != 1.0 else abs(diff) > 0.05
+    return Text(text, style + (" bold" if big else ""))
+
+
+def _diff_styles(spec: MetricSpec, a: np.ndarray, b: np.ndarray) -> list[str | None]:
+    """Per column of B's chart: red where B is worse than A by more than 10% (5 points for
+    shares), green where better; the columns where the two runs differ stand out."""
+    if not spec.better:
+        return [None] * len(b)
+    scale = np.where(np.isfinite(a), np.maximum(np.abs(a), 1e-9), np.inf)
+    rel = (b - a) * spec.better / (1.0 if spec.top == 1.0 else scale)
+    limit = 0.05 if spec.top == 1.0 else 0.1
+    out: list[str | None] = []
+    for r in np.nan_to_num(rel, nan=0.0).tolist():
+        out.append("red" if r < -limit else "green" if r > limit else None)
+    return out
+
+
+def max_metric_offset(model: Model, height: int) -> int:
+    """How far the metric rows scroll: until the last one shows (one line says there are more)."""
+    scope = model.view.scope
+    runs = [run for run in model.runs if scope in run.series]
+    fit = max(height - (len(model.runs) - len(runs)), 1) // max(len(runs), 1)
+    return 0 if fit >= len(METRICS) else len(METRICS) - max(fit - 1, 1)
+
+
+def metric_lines(model: Model, width: int, height: int) -> list[Text]:
+    """One row per metric (two in compare mode, the run then the one compared): label, chart over
+    the whole run with the cursor's column marked, value at the cursor. Rows grow taller on a tall
+    terminal; when they do not all fit, the first shown is view.metric_offset."""
+    chart_w = max(width - LABEL_W - VALUE_W - 2, 4)
+    lines: list[Text] = []
+    scope = model.view.scope
+    runs = [(k, run) for k, run in enumerate(model.runs) if scope in run.series]
+    for k, run in enumerate(model.runs):
+        if scope not in run.series:
+            lines.append(Text(f"{'':<{LABEL_W}}{run.name} has no pool {scope!r}", RUN_STYLES[k] + " italic"))
+    fit = max(height - len(lines), 1) // max(len(runs), 1)
+    rows = min(max(fit // len(METRICS), 1), 4)
+    offset = min(model.view.metric_offset, max_metric_offset(model, height))
+    shown = METRICS if fit >= len(METRICS) else METRICS[offset:][: max(fit - 1, 1)]
+    cursor_col = column_of(model.view.cursor_us, 0, model.t_end, chart_w)
+    for spec in shown if runs else ():
+        cols = [model.column_values(run, spec.key, chart_w, spec.how) for _, run in runs]
+        top = chart_top(*cols, fixed=spec.top)
+        values = [model.value_at(run, spec.key) for _, run in runs]
+        for n, ((k, run), col) in enumerate(zip(runs, cols)):
+            styles = _diff_styles(spec, cols[0], col) if n == 1 else None
+            chart = bars(col, top, rows, cursor_col, style=RUN_STYLES[k], col_styles=styles)
+            for r, line in enumerate(chart):
+                label = spec.label if (n == 0 and r == 0) else (f"  {run.name}" if r == 0 else "")
+                lab_style = "bold" if n == 0 else RUN_STYLES[k]
+                if spec.key == "gpu_busy" and n == 0 and r == 0:
+                    lab_style = "bold yellow"
+                row = Text(f"{label[:LABEL_W - 1]:<{LABEL_W}}", lab_style)
+                row.append_text(line)
+                if r == 0:
+                    value = Text(" " + _value_text(model, run, spec), "bold" if n == 0 else RUN_STYLES[k])
+                    if n == 1:
+                        value.append_text(_delta(spec, values[0], values[1]))
+                    value.truncate(VALUE_W + 2)
+                    row.append_text(value)
+                lines.append(row)
+    if len(shown) < len(METRICS):
+        rest = len(METRICS) - len(shown) - offset
+        lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({offset} above, {rest} below)", "grey50 italic"))
+    return lines
+
+
+def header_text(model: Model, width: int) -> Text:
+    v = model.view
+    run = model.runs[0]
+    t = Text()
+    t.append(" llm-replay ", "bold reverse")
+    t.append(f" {run.name}", RUN_STYLES[0] + " bold")
+    if model.compare:
+        t.append(" vs ", "grey50")
+        t.append(model.runs[1].name, RUN_STYLES[1] + " bold")
+    scopes = model.scopes
+    scope = v.scope if v.scope != FLEET or len(scopes) > 1 else f"fleet ({', '.join(run.pools) or '-'})"
+    t.append(f"  {scope} [{scopes.index(v.scope) + 1}/{len(scopes)}]" if v.scope in scopes else f"  {scope}")
+    t.append(f"  {fmt_time(v.cursor_us)} / {fmt_time(model.t_end)}", "bold")
+    t.append(f"  {'▶' if v.playing else '❚❚'} {SPEEDS[v.speed_index]}x")
+    for r in model.runs:
+        if r.live is not None:
+            if r.live.state == "failed":
+                t.append(f"  replay failed: {r.live.error}", "bold red")
+            else:
+                share = r.live.done_us / max(r.live.end_us, 1)
+                t.append(f"  live {min(share, 1):.0%}" + (" following" if v.following else ""), "bold green")
+    t.truncate(width)
+    return t
+
+
+def timeline_lines(model: Model, width: int) -> list[Text]:
+    """The run as one bar: elapsed up to the cursor, scaling decisions (▲ up, ▼ down) of the first
+    run (of the second one too in compare mode, in its colour), the first SLO breach (!)."""
+    w = max(width, 2)
+    t_end = model.t_end
+    cur = column_of(model.view.cursor_us, 0, t_end, w)
+    cells = [("━", "white") if i <= cur else ("─", "grey50") for i in range(w)]
+    for k, run in enumerate(model.runs):
+        scope_ev = run.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
+        if model.view.scope != FLEET:
+            scope_ev = scope_ev.filter(pl.col("pool") == model.view.scope)
+        for t_us, kind in zip(scope_ev["t_us"].to_list(), scope_ev["kind"].to_list()):
+            cells[column_of(t_us, 0, t_end, w)] = ("▲" if kind == "scale_up" else "▼", RUN_STYLES[k] + " bold")
+    run = model.runs[0]
+    series = run.series.get(model.view.scope)
+    if series is not None and len(run.t_us):
+        hit = np.flatnonzero(series["slo_attainment"] < SLO_OBJECTIVE)
+        if len(hit):
+            cells[column_of(int(run.t_us[hit[0]]), 0, t_end, w)] = ("!", "bold red")
+    cells[cur] = ("●", "bold yellow")
+    bar = Text()
+    for ch, st in cells:
+        bar.append(ch, st)
+    left, right = "0:00", fmt_time(t_end)
+    message = model.view.message
+    room = max(w - len(left) - len(right), 0)
+    labels = Text(left, "grey50")
+    labels.append(f"{message[: max(room - 2, 0)]:^{room}}", "italic")
+    labels.append(right, "grey50")
+    return [bar, labels]
+
+
+def event_lines(model: Model, width: int, height: int) -> list[Text]:
+    """The newest events at or before the cursor, in the scope, newest last: scaling decisions
+    with their signals, replica state changes, rejections, preemptions ('v' keeps the first two)."""
+    frames = []
+    for k, run in enumerate(model.runs):
+        ev = run.events
+        if model.view.scope != FLEET:
+            ev = ev.filter(pl.col("pool") == model.view.scope)
+        if model.view.decisions_only:
+            ev = ev.filter(pl.col("kind").str.starts_with("scale") | pl.col("kind").str.starts_with("replica"))
+        t = ev["t_us"].to_numpy()
+        end = int(np.searchsorted(t, model.view.cursor_us, side="right"))
+        frames.append(ev.slice(max(end - height, 0), min(end, height)).with_columns(run=pl.lit(k)))
+    rows = pl.concat(frames).sort("t_us", "run", maintain_order=True).tail(height) if frames else None
+    lines = []
+    styles = {"scale_up": "bold green", "scale_down": "bold yellow", "reject": "red", "preempt": "magenta",
+              "preempt_swap": "magenta"}
+    if rows is None or rows.height == 0:
+        return [Text("no events yet at the cursor" + (" (decisions only: v)" if model.view.decisions_only else ""),
+                     "grey50 italic")]
+    for row in rows.iter_rows(named=True):
+        line = Text()
+        if model.compare:
+            line.append("AB"[row["run"]] + " ", RUN_STYLES[row["run"]])
+        line.append(f"{fmt_time(row['t_us']):>7} ", "grey70")
+        line.append(f"{row['pool'] or '':<7.7} ", "cyan")
+        line.append(f"{row['kind']:<16} ", styles.get(row["kind"], "white"))
+        replica = f"r{row['replica']} " if row["replica"] is not None else ""
+        line.append(replica + (row["detail"] or ""))
+        line.truncate(width)
+        lines.append(line)
+    return lines
+
+
+def hint_line(model: Model, width: int) -> Text:
+    t = Text()
+    keys = (("?", "help"), ("space", "play"), ("←→", "seek"), ("b", "breach"), ("w", "worst"), ("n", "scaling"),
+            ("p", "pool"), ("d", "requests"), ("q", "quit"))
+    for key, what in keys:
+        t.append(f" {key}", "bold reverse")
+        t.append(f" {what} ")
+    t.truncate(width)
+    return t

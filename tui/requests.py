@@ -1,0 +1,144 @@
+"""Drill-down as pure functions: the worst requests around the cursor (a polars query, never the
+whole frame into widgets) and one request's life. Times are int64 microseconds."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.text import Text
+
+from tui.data import FLEET, RunData
+from tui.timefmt import fmt_duration_ms, fmt_time
+
+LIMIT = 200
+# column label -> (expression, worst first = descending)
+SORTS = {
+    "TTFT": (pl.col("ttft_us"), True),
+    "queue": (pl.col("queue_us"), True),
+    "preempt": (pl.col("preemptions"), True),
+    "E2E": (pl.col("e2e_us"), True),
+    "arrival": (pl.col("arrival_us"), False),
+    "pool": (pl.col("pool"), False),
+    "replica": (pl.col("replica"), False),
+    "prompt": (pl.col("prompt_tokens"), True),
+}
+SORT_ORDER = tuple(SORTS)
+COLUMNS = ("id", "pool", "replica", "workload", "arrival", "TTFT", "queue", "preempt", "E2E", "prompt", "output",
+           "status")
+
+
+def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT", reverse: bool = False,
+                   limit: int = LIMIT) -> pl.DataFrame:
+    """Requests that were in the system during the metrics window ending at the cursor (arrived by
+    then, not ended before it began), in the scope, worst first by `sort` (nulls last)."""
+    req = run.requests
+    if scope != FLEET:
+        req = req.filter(pl.col("pool") == scope)
+    never = pl.lit(2**62, pl.Int64)
+    ended = pl.when(pl.col("status") == "rejected").then(pl.col("arrival_us")).otherwise(
+        pl.coalesce("finished_us", never))
+    req = req.filter((pl.col("arrival_us") <= cursor_us) & (ended > cursor_us - run.window_us))
+    req = req.with_columns(queue_us=pl.col("first_scheduled_us") - pl.col("arrival_us"),
+                           e2e_us=pl.col("finished_us") - pl.col("arrival_us"))
+    expr, descending = SORTS[sort]
+    descending = descending != reverse
+    return req.sort([expr, pl.col("request_id")], descending=[descending, False], nulls_last=True).head(limit)
+
+
+def request_rows(frame: pl.DataFrame) -> list[tuple]:
+    """The table's cells, in COLUMNS order."""
+    ms = lambda v: fmt_duration_ms(None if v is None else v / 1000)  # noqa: E731
+    rows = []
+    for r in frame.iter_rows(named=True):
+        rows.append((
+            str(r["request_id"]), r["pool"], "-" if r["replica"] is None else str(r["replica"]), r["workload"] or "-",
+            fmt_time(r["arrival_us"]), ms(r["ttft_us"]), ms(r["queue_us"]), str(r["preemptions"]), ms(r["e2e_us"]),
+            f"{r['prompt_tokens']:,}", f"{r['output_tokens']:,}",
+            r["status"] if r["status"] != "rejected" else f"rejected: {r['reject_reason']}",
+        ))
+    return rows
+
+
+def _clock(t_us: int) -> str:
+    """M:SS.mmm: a request's life happens within seconds."""
+    return f"{fmt_time(t_us)}.{(t_us // 1000) % 1000:03d}"
+
+
+def _targets(run: RunData, workload: str | None) -> tuple[float, float]:
+    slo = run.slo or {}
+    own = (slo.get("by_workload") or {}).get(workload) or {}
+    return float(own.get("ttft_ms", slo.get("ttft_ms", 2000))), float(own.get("tpot_ms", slo.get("tpot_ms", 100)))
+
+
+def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
+    """Arrival, admission, preemptions, first token, finish (or rejection), each at its time with
+    what it cost, then a bar: queue, prefill, decode, preemptions marked x."""
+    rows = run.requests.filter(pl.col("request_id") == request_id)
+    if rows.height == 0:
+        return Text(f"request {request_id}: not in {run.name}", "red")
+    r = rows.row(0, named=True)
+    ttft_target, tpot_target = _targets(run, r["workload"])
+    t = Text()
+    t.append(f"request {request_id}", "bold")
+    t.append(f"  {run.name} · workload {r['workload'] or '-'} · pool {r['pool']} · replica "
+             f"{'-' if r['replica'] is None else r['replica']}\n")
+    t.append(f"prompt {r['prompt_tokens']:,} tokens ({r['cached_tokens']:,} from the prefix cache) · output "
+             f"{r['output_tokens']:,} tokens\n\n")
+    arrival = r["arrival_us"]
+
+    def step(label: str, at: int | None, note: str, style: str = "") -> None:
+        t.append(f"  {label:<13}", "bold " + style)
+        t.append(f"{_clock(at) if at is not None else '-':>12}  ", style)
+        t.append(note + "\n", style)
+
+    step("arrival", arrival, "")
+    if r["status"] == "rejected":
+        step("rejected", arrival, f"reason: {r['reject_reason']}", "red")
+    if r["first_scheduled_us"] is not None:
+        step("admitted", r["first_scheduled_us"],
+             f"after {fmt_duration_ms((r['first_scheduled_us'] - arrival) / 1000)} in the queue")
+    preempts = run.request_events(request_id).filter(pl.col("kind").str.starts_with("preempt")).sort("t_us")
+    for ev in preempts.iter_rows(named=True):
+        step("preempted", ev["t_us"], ev["detail"] or ev["kind"], "magenta")
+    if r["first_token_us"] is not None:
+        ok = r["ttft_us"] <= ttft_target * 1000
+        step("first token", r["first_token_us"], f"TTFT {fmt_duration_ms(r['ttft_us'] / 1000)} "
+             f"(target {fmt_duration_ms(ttft_target)}: {'met' if ok else 'missed'})", "" if ok else "red")
+    if r["finished_us"] is not None:
+        tpot = r.get("tpot_us")
+        note = f"E2E {fmt_duration_ms((r['finished_us'] - arrival) / 1000)}"
+        if tpot is not None:
+            ok = tpot <= tpot_target * 1000
+            note += f" · TPOT {fmt_duration_ms(tpot / 1000)} (target {fmt_duration_ms(tpot_target)}: " \
+                    f"{'met' if ok else 'missed'})"
+        step("finished", r["finished_us"], note, "" if tpot is None or tpot <= tpot_target * 1000 else "red")
+    elif r["status"] == "unfinished":
+        step("unfinished", None, "still in flight when the replay ended", "yellow")
+    t.append(f"\n  status {r['status']} · SLO {'met' if r['slo_met'] else 'missed'}\n\n",
+             "bold green" if r["slo_met"] else "bold red")
+    t.append_text(_life_bar(r, preempts["t_us"].to_list(), max(width - 4, 10)))
+    return t
+
+
+def _life_bar(r: dict, preempt_us: list[int], width: int) -> Text:
+    start = r["arrival_us"]
+    marks = [r["first_scheduled_us"], r["first_token_us"], r["finished_us"]]
+    end = max([m for m in marks if m is not None] + [start + 1])
+    col = lambda t_us: min(int((t_us - start) / (end - start) * (width - 1)), width - 1)  # noqa: E731
+    cells = [(" ", "")] * width
+    spans = (("░", "yellow", start, r["first_scheduled_us"]), ("▒", "cyan", r["first_scheduled_us"], r["first_token_us"]),
+             ("█", "green", r["first_token_us"], r["finished_us"]))
+    for ch, style, a, b in spans:
+        if a is not None and b is not None:
+            for i in range(col(a), col(b) + 1):
+                cells[i] = (ch, style)
+    for p in preempt_us:
+        cells[col(p)] = ("x", "bold magenta")
+    bar = Text("  ")
+    for ch, style in cells:
+        bar.append(ch, style)
+    bar.append("\n  ")
+    for ch, style, label in (("░", "yellow", "queue"), ("▒", "cyan", "prefill"), ("█", "green", "decode"),
+                             ("x", "bold magenta", "preempted")):
+        bar.append(ch, style)
+        bar.append(f" {label}  ")
+    return bar

@@ -1,0 +1,190 @@
+"""Screens over the dashboard: help, go-to-time, the worst requests around the cursor, and the
+life of one request."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Input, Static
+
+from traces.errors import UserError
+from tui.requests import COLUMNS, SORT_ORDER, request_life, request_rows, worst_requests
+from tui.timefmt import fmt_time, parse_time
+
+MOUSE_HELP = (
+    ("click timeline / chart", "put the cursor at that time"),
+    ("wheel on timeline", "seek by a minute"),
+    ("wheel on metrics", "scroll the metric rows"),
+    ("click table header", "sort the requests by that column"),
+)
+
+
+class HelpScreen(ModalScreen):
+    """Every key of the dashboard and its screens, from their bindings (so it cannot go stale)."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90; max-width: 100%; height: auto; max-height: 100%;
+                                  border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        from tui.app import Dashboard
+
+        table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        sections = (("dashboard", Dashboard.BINDINGS), ("requests (d)", RequestsScreen.BINDINGS),
+                    ("request life", RequestLifeScreen.BINDINGS), ("go to time (g)", GotoScreen.BINDINGS))
+        for title, bindings in sections:
+            table.add_row(Text(title, "bold underline"), "")
+            for b in bindings:
+                table.add_row(key_names(b.key), b.description)
+        table.add_row(Text("mouse", "bold underline"), "")
+        for what, does in MOUSE_HELP:
+            table.add_row(what, does)
+        table.add_row("", "")
+        table.add_row(Text("notes", "bold underline"), "")
+        table.add_row("GPU-Util", "share of time a step was running: ~100% at any load; misleads")
+        table.add_row("SLO breach", "windowed SLO attainment under 99% (TTFT and TPOT targets, per workload)")
+        with VerticalScroll():
+            yield Static(table)
+
+
+def key_names(keys: str) -> str:
+    pretty = {"question_mark": "?", "space": "space", "plus": "+", "minus": "-", "equals_sign": "=",
+              "shift+left": "shift+←", "shift+right": "shift+→", "left": "←", "right": "→", "up": "↑",
+              "down": "↓", "N": "N", "P": "P"}
+    return " ".join(pretty.get(k, k) for k in keys.split(","))
+
+
+class GotoScreen(ModalScreen):
+    """Type a time (14:05, 1:02:03, 845) and go there."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "cancel"), Binding("enter", "noop", "go to the time typed")]
+    DEFAULT_CSS = """
+    GotoScreen { align: center middle; }
+    GotoScreen > Vertical { width: 50; height: auto; border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("go to time (M:SS, H:MM:SS or seconds from the start)")
+            yield Input(placeholder="14:05", id="goto")
+            yield Static("", id="goto-error")
+
+    def action_noop(self) -> None:
+        """Enter is handled by the Input's submit."""
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            t_us = parse_time(event.value, "time")
+        except UserError as exc:
+            self.query_one("#goto-error", Static).update(Text(str(exc), "red"))
+            return
+        self.app.pop_screen()
+        self.app.seek_to(t_us)
+
+
+class RequestsScreen(Screen):
+    """The worst requests in the metrics window ending at the cursor, in the scope."""
+
+    BINDINGS = [
+        Binding("escape,d", "app.pop_screen", "back to the dashboard"),
+        Binding("enter", "open", "show the selected request's life"),
+        Binding("s", "next_sort", "sort by the next column (TTFT, queue, preempt, E2E, ...)"),
+        Binding("r", "reverse", "reverse the order"),
+        Binding("c", "other_run", "compare mode: the other run's requests"),
+    ]
+    DEFAULT_CSS = """
+    RequestsScreen #req-title { height: 1; }
+    RequestsScreen DataTable { height: 1fr; }
+    """
+
+    def __init__(self, run_index: int = 0):
+        super().__init__()
+        self.run_index = run_index
+        self.sort = "TTFT"
+        self.reverse = False
+        self.ids: list[int] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="req-title")
+        yield DataTable(cursor_type="row", zebra_stripes=True, id="requests")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        self.fill()
+        table.focus()
+
+    def fill(self) -> None:
+        model = self.app.model
+        run = model.runs[self.run_index]
+        frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse)
+        self.ids = frame["request_id"].to_list()
+        table = self.query_one(DataTable)
+        table.clear()
+        for row in request_rows(frame):
+            table.add_row(*row)
+        order = "best" if self.reverse else "worst"
+        self.query_one("#req-title", Static).update(Text.assemble(
+            (f" {run.name} ", "bold reverse"),
+            f" {model.view.scope}: {len(self.ids)} {order} by {self.sort}, in the window ending "
+            f"{fmt_time(model.view.cursor_us)}  ",
+            ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", ("esc", "bold"),
+            " back"))
+
+    def action_open(self) -> None:
+        table = self.query_one(DataTable)
+        if self.ids and 0 <= table.cursor_row < len(self.ids):
+            self.app.push_screen(RequestLifeScreen(self.run_index, self.ids[table.cursor_row]))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        name = str(event.column_key.value)
+        if name in SORT_ORDER:
+            self.reverse = self.reverse if name != self.sort else not self.reverse
+            self.sort = name
+            self.fill()
+
+    def action_next_sort(self) -> None:
+        self.sort = SORT_ORDER[(SORT_ORDER.index(self.sort) + 1) % len(SORT_ORDER)]
+        self.fill()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self.fill()
+
+    def action_other_run(self) -> None:
+        if self.app.model.compare:
+            self.run_index = 1 - self.run_index
+            self.fill()
+
+
+class RequestLifeScreen(ModalScreen):
+    BINDINGS = [Binding("escape,enter,q", "app.pop_screen", "back to the requests")]
+    DEFAULT_CSS = """
+    RequestLifeScreen { align: center middle; }
+    RequestLifeScreen > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 100%;
+                                         border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, run_index: int, request_id: int):
+        super().__init__()
+        self.run_index = run_index
+        self.request_id = request_id
+
+    def compose(self) -> ComposeResult:
+        run = self.app.model.runs[self.run_index]
+        width = min(self.app.size.width, 100) - 4
+        with VerticalScroll():
+            yield Static(request_life(run, self.request_id, width), id="life")
