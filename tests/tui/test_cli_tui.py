@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
@@ -97,7 +96,6 @@ def _finished(app):
 def test_run_tui_watches_the_replay_to_a_finished_run(cli, tmp_path, monkeypatch):
     (tmp_path / "trace.csv").write_text(TRACE)
     (tmp_path / "fleet.yaml").write_text(FLEET)
-    monkeypatch.setenv("NUMBA_CACHE_DIR", os.environ.get("NUMBA_CACHE_DIR", str(tmp_path / "numba")))
     monkeypatch.setattr(Dashboard, "run", _headless(_finished))
     code, out, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
     assert code == 0, err
