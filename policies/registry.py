@@ -277,22 +277,43 @@ AUTOSCALERS: dict[str, AutoscalerSpec] = {
 ENTRY_POINT_GROUP = "llm_replay.policies"
 
 
+def _user_object(name: str, what: str, where: str) -> Any | None:
+    """`"package.module:attr"` or an installed plugin's `llm_replay.policies` entry point named
+    `name`, loaded; None when `name` is neither."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{where}cannot load {what} {name!r}: {exc}") from None
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return ep.load()
+    return None
+
+
+def split_function(name: str, key: str | None = None) -> Callable[..., Any]:
+    """A user's pool split: `fn(trace: polars.DataFrame, pools: list[str])` returning each
+    request's pool, by index or by name (`replay.cluster.split_requests` checks the result)."""
+    where = f"config: {key}: " if key else ""
+    obj = _user_object(name, "pool split", where)
+    if obj is None:
+        raise ConfigError(f"{where}unknown pool split {name!r}; known: {', '.join(sorted(SPLITS))}, "
+                          "or 'package.module:function', or a plugin's llm_replay.policies entry point")
+    if not callable(obj):
+        raise ConfigError(f"{where}pool split {name!r} is not a function")
+    return obj
+
+
 def autoscaler_spec(name: str, key: str | None = None) -> AutoscalerSpec:
     """The spec named `name`: a built-in, a `"package.module:function"`, or an installed plugin's
     entry point in the `llm_replay.policies` group. `key` (a config key path) prefixes errors."""
     where = f"config: {key}: " if key else ""
     if name in AUTOSCALERS:
         return AUTOSCALERS[name]
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"{where}cannot load autoscaler {name!r}: {exc}") from None
+    obj = _user_object(name, "autoscaler", where)
+    if obj is not None:
         return _user_spec(name, obj, where)
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return _user_spec(name, ep.load(), where)
     raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}, "
                       "or 'package.module:function', or a plugin's llm_replay.policies entry point")
 

@@ -17,7 +17,7 @@ import polars as pl
 
 from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
-from policies.registry import admission_spec, queue_order_id, router_id, victim_id
+from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
 from replay.calprofile import step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
@@ -127,7 +127,34 @@ def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan],
     if cfg.split.policy == "by-prompt-length":
         thresholds = np.asarray(cfg.split.prompt_thresholds, np.int64)
         return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
-    return assign_pools(frame["workload"], plans, source)
+    if cfg.split.policy == "by-workload":
+        return assign_pools(frame["workload"], plans, source)
+    return user_split(frame, cfg.split.policy, [p.name for p in plans], source)
+
+
+def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "config") -> np.ndarray:
+    """A user's split function on the trace; a result that sends a request to no pool is a
+    config error naming the request."""
+    fn = split_function(name, "split.policy")
+    result = fn(frame, list(pools))
+    values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
+    where = f"{source}: split.policy: {name}"
+    if values.shape != (frame.height,):
+        raise ConfigError(f"{where} returned {values.shape[0] if values.ndim == 1 else values.shape} values; "
+                          f"expected one pool per request ({frame.height})")
+    if values.dtype.kind in "OUS":  # pool names
+        index = {p: i for i, p in enumerate(pools)}
+        out = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in values.tolist()], np.int64)
+    elif values.dtype.kind in "iu":
+        out = values.astype(np.int64)
+    else:
+        raise ConfigError(f"{where} returned {values.dtype} values; expected pool indices or pool names")
+    bad = np.nonzero((out < 0) | (out >= len(pools)))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(f"{where} sends request {frame['request_id'][i]} to {values[i]!r}, which is no pool; "
+                          f"expected an index 0..{len(pools) - 1} or a name ({', '.join(pools)})")
+    return out
 
 
 def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "config") -> np.ndarray:

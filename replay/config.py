@@ -243,6 +243,14 @@ LINK_PRESETS: dict[str, float] = {
 }
 
 
+def _is_plugin(name: str) -> bool:
+    from importlib.metadata import entry_points
+
+    from policies.registry import ENTRY_POINT_GROUP
+
+    return any(ep.name == name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
 @dataclass(frozen=True)
 class SplitConfig:
     """How requests are split over the pools. `by-workload`: the pool whose `workloads` lists the
@@ -266,8 +274,9 @@ class SplitConfig:
     local_prefill_threshold: int = 0
 
     def __post_init__(self) -> None:
-        if self.policy not in SPLITS:
-            raise ValueError(f"policy: unknown pool split {self.policy!r}; known: {', '.join(sorted(SPLITS))}")
+        if self.policy not in SPLITS and ":" not in self.policy and not _is_plugin(self.policy):
+            raise ValueError(f"policy: unknown pool split {self.policy!r}; known: {', '.join(sorted(SPLITS))}, "
+                             "or 'package.module:function', or a plugin's llm_replay.policies entry point")
         if list(self.prompt_thresholds) != sorted(set(self.prompt_thresholds)) or any(
                 t <= 0 for t in self.prompt_thresholds):
             raise ValueError(f"prompt_thresholds: got {list(self.prompt_thresholds)}, expected increasing "

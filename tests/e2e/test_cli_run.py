@@ -496,3 +496,44 @@ def test_prefill_decode_fleet_moves_every_prompt_once(cli, write, tmp_path):
     prefill = run.ticks.filter(pl.col("pool") == "prefill")
     assert prefill["prompt_tokens_per_s"].sum() > 0 and prefill["output_tokens_per_s"].sum() == 0
     assert prefill["ttft_p99_ms"].drop_nulls().len() > 0, "windowed TTFT of the requests it prefilled"
+
+
+USER_SPLIT_FLEET = """
+    model: llama-3.1-8b
+    trace: {{window: {{end_s: 60}}}}
+    split: {{policy: "my_split:{fn}"}}
+    pools: [{{name: short, replicas: 1}}, {{name: long, replicas: 1}}]
+"""
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
+    yield
+    sys.modules.pop("my_split", None)
+
+
+def test_a_users_pool_split_sends_requests_by_name(cli, write, tmp_path, plugins):
+    write("f.yaml", USER_SPLIT_FLEET.format(fn="long_prompts_to_last"))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    req = read_run(tmp_path / "o").requests
+    assert (req.filter(pl.col("prompt_tokens") >= 1000)["pool"] == "long").all()
+    assert (req.filter(pl.col("prompt_tokens") < 1000)["pool"] == "short").all()
+    assert set(req["pool"].unique().to_list()) == {"short", "long"}
+
+
+@pytest.mark.parametrize(("fn", "fragments"), [
+    ("to_nowhere", ["split.policy", "my_split:to_nowhere", "request 2", "7", "no pool", "0..1", "short, long"]),
+    ("too_few", ["split.policy", "returned 1 values", "expected one pool per request"]),
+    ("not_there", ["split.policy", "cannot load pool split", "my_split:not_there"]),
+])
+def test_a_users_split_that_sends_a_request_to_no_pool_is_a_config_error(cli, write, tmp_path, plugins, fn,
+                                                                        fragments):
+    write("f.yaml", USER_SPLIT_FLEET.format(fn=fn))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 2, res.err
+    assert all(f in res.err for f in fragments), res.err
+    assert "Traceback" not in res.err and not (tmp_path / "o").exists()
