@@ -18,7 +18,7 @@ import sys
 import time
 
 from replay.cluster import assign_pools, build_inputs, make_engine, plan_pools
-from replay.config import AutoscalerConfig, EngineArgs, FleetConfig, PoolConfig
+from replay.config import AutoscalerConfig, EngineArgs, FleetConfig, PoolConfig, SplitConfig
 from replay.run import replay_trace
 from traces import load_trace
 from traces.synthetic import poisson_trace
@@ -105,6 +105,13 @@ def main() -> int:
     scaled_wall, scaled_summary = timed(conv, scaled, "numba", args.repeats)
     print(f"  with KPA autoscaling (1 to 4 replicas): wall {scaled_wall:.3f} s median of {args.repeats}; "
           f"GPU-hours {scaled_summary['gpu_hours']}")
+    pd = FleetConfig(model="llama-3.1-8b", gpu="h100-sxm-80gb", split=SplitConfig(policy="prefill-decode"),
+                     pools=(PoolConfig(name="prefill", replicas=1), PoolConfig(name="decode", replicas=3)))
+    replay_trace(conv, pd)
+    pd_wall, pd_summary = timed(conv, pd, "numba", args.repeats)
+    print(f"  prefill/decode (1 prefill + 3 decode, ib-ndr): wall {pd_wall:.3f} s median of {args.repeats}; "
+          f"TTFT p99 {pd_summary['ttft_p99_ms']} ms, KV transfer p99 "
+          f"{pd_summary['prefill_decode']['kv_transfer_p99_ms']} ms")
     # Each engine alone, in a fresh process of its own, so neither inherits the other's heap.
     nb, ref = (float(subprocess.run([sys.executable, __file__, "--only-engine", name, "--repeats", str(n)],
                                     check=True, capture_output=True, text=True).stdout)

@@ -27,6 +27,8 @@ class PolicySpec:
     numba_id: int
     summary: str
     source: str
+    # Keys of the policy's config section and their defaults (pool splits: keys of `split:`).
+    params: dict[str, Any] | None = None
 
 
 ROUTERS: dict[str, PolicySpec] = {
@@ -155,12 +157,15 @@ SPLITS: dict[str, PolicySpec] = {
                    "workload pools of the reference lesson's fix (chat, documents, batch)"),
         PolicySpec("pool split", "by-prompt-length", 1,
                    "pools in order by prompt-length thresholds (split.prompt_thresholds)",
-                   "length-based routing to short- and long-context pools (e.g. llm-d / AIBrix)"),
+                   "length-based routing to short- and long-context pools (e.g. llm-d / AIBrix)",
+                   {"prompt_thresholds": ()}),
         PolicySpec("pool split", "prefill-decode", 2,
                    "prefill pool, KV transfer over a link (nvlink4, pcie5x16, ib-ndr, eth-25g), decode pool "
                    "that takes a request once it has free blocks; local prefill below a threshold",
                    "vLLM NixlConnector (delayed block free, WAITING_FOR_REMOTE_KVS), Dynamo disaggregated "
-                   "serving (max_local_prefill_length), llm-d P/D threshold, DistServe / Splitwise"),
+                   "serving (max_local_prefill_length), llm-d P/D threshold, DistServe / Splitwise",
+                   {"prefill_pool": None, "decode_pool": None, "link": "ib-ndr", "link_bytes_per_s": None,
+                    "base_latency_ms": 1.0, "transfer": "layerwise", "local_prefill_threshold": 0}),
     )
 }
 
@@ -349,7 +354,8 @@ def policy_rows() -> list[dict[str, Any]]:
         return {f.name: f.default for f in dataclasses.fields(cls)}
 
     rows = [
-        {"family": s.family, "name": s.name, "params": {}, "summary": s.summary, "source": s.source}
+        {"family": s.family, "name": s.name, "params": dict(s.params or {}), "summary": s.summary,
+         "source": s.source}
         for table in (ROUTERS, QUEUE_ORDERS, VICTIMS, SPLITS)
         for s in table.values()
     ]

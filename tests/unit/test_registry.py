@@ -39,3 +39,16 @@ def test_core_packages_import_without_a_terminal_ui():
         "bad = [m for m in ('textual', 'rich') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pool_split_parameters_listed_are_the_configs_keys_and_defaults():
+    """`llm-replay policies` lists each split's keys of `split:` with SplitConfig's defaults."""
+    import dataclasses
+
+    from policies.registry import SPLITS
+    from replay.config import SplitConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(SplitConfig)}
+    for spec in SPLITS.values():
+        for key, value in (spec.params or {}).items():
+            assert defaults[key] == value, (spec.name, key)
