@@ -415,5 +415,6 @@ def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, 
             pc.decide, pc.scrape_delay_ticks = make_decider(scaler, tick_us, f"pools[{plan.index}].autoscaler")
             pc.policy, pc.min_replicas, pc.max_replicas = scaler.policy, scaler.min_replicas, scaler.max_replicas
         pools.append(pc)
+    sees = {inputs.pd_prefill_pool: inputs.pd_decode_pool} if inputs.pd_prefill_pool >= 0 else None
     return FleetControl(pools, len(inputs.replica_pool), tick_us, inputs.arrival_us, inputs.prompt_tokens,
-                        inputs.output_tokens, inputs.pool)
+                        inputs.output_tokens, inputs.pool, sees)

@@ -67,16 +67,19 @@ class FleetControl:
     """Lifecycle and autoscaling for every pool; called once per tick by the cluster loop."""
 
     def __init__(self, pools: list[PoolControl], num_replicas: int, tick_us: int,
-                 arrivals: np.ndarray, prompt: np.ndarray, output: np.ndarray, pool_of: np.ndarray):
+                 arrivals: np.ndarray, prompt: np.ndarray, output: np.ndarray, pool_of: np.ndarray,
+                 sees_arrivals_of: dict[int, int] | None = None):
         self.pools = pools
         self.tick_us = tick_us
         self.events = ControlEvents()
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
         self.prev_snap: np.ndarray | None = None
         # Per pool, cumulative prompt and output tokens of arrivals, to report mean request sizes.
+        # A prefill pool sees the arrivals of its decode pool (`sees_arrivals_of`): every request
+        # arrives there, and a planner sizes both pools from that one stream (as Dynamo's).
         self._cum = {}
         for pc in pools:
-            mine = pool_of == pc.index
+            mine = pool_of == (sees_arrivals_of or {}).get(pc.index, pc.index)
             self._cum[pc.index] = (
                 arrivals[mine],
                 np.concatenate(([0], np.cumsum(prompt[mine]))),

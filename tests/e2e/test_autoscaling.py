@@ -123,3 +123,28 @@ def test_a_missing_user_autoscaler_is_a_config_error(cli, write, tmp_path):
     write("f.yaml", SCALED.format(policy="'nowhere.mod:fn'"))
     res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
     assert res.code == 2 and "pools[0].autoscaler.policy" in res.err and "nowhere" in res.err
+
+
+def test_sla_planner_sizes_both_sides_of_a_prefill_decode_split(cli, write, tmp_path):
+    """Every request arrives at the decode pool; the prefill pool's planner sees the same stream
+    (as Dynamo's planner reads the frontend's), so both pools are sized from it."""
+    write("f.yaml", """
+        model: llama-3.1-8b
+        trace: {window: {end_s: 600}, rate_scale: 8}
+        split: {policy: prefill-decode}
+        pools:
+          - name: prefill
+            replicas: 1
+            autoscaler: {policy: sla-planner, min_replicas: 1, max_replicas: 6,
+                         params: {role: prefill, decision_interval_s: 60}}
+          - name: decode
+            replicas: 1
+            autoscaler: {policy: sla-planner, min_replicas: 1, max_replicas: 6,
+                         params: {role: decode, decision_interval_s: 60}}
+    """)
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    ups = read_run(tmp_path / "o").events.filter(pl.col("kind") == "scale_up")
+    for pool, role in (("prefill", "role=prefill"), ("decode", "role=decode")):
+        mine = ups.filter(pl.col("pool") == pool)
+        assert mine.height >= 1 and role in mine["detail"][0] and "prompt_tokens_per_s=0," not in mine["detail"][0]
