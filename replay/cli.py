@@ -1,4 +1,4 @@
-"""`llm-replay`: run, capacity, trace inspect, catalog, calibrate.
+"""`llm-replay`: run, capacity, trace inspect, catalog, calibrate, validate, profile.
 
 A user mistake (a `UserError`) prints one line on stderr and exits with code 2, no traceback and
 no output directory; anything else is a bug and keeps its traceback.
@@ -19,7 +19,7 @@ EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    from replay import cli_calibrate
+    from replay import cli_calibrate, cli_profile, cli_validate
     from replay.cli_trace import add_trace_options
     from replay.cli_tui import add_tui_parser
     from traces import DEFAULT_TRACE
@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     cat.add_argument("--json", action="store_true")
     add_tui_parser(sub)
     cli_calibrate.add_parser(sub)
+    cli_validate.add_parser(sub)
+    cli_profile.add_parser(sub)
     return p
 
 
@@ -106,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
             from replay import cli_calibrate
 
             return cli_calibrate.run(args)
+        if args.command == "validate":
+            from replay import cli_validate
+
+            return cli_validate.run(args)
+        if args.command == "profile":
+            from replay import cli_profile
+
+            return cli_profile.run(args)
     except UserError as exc:
         print(f"llm-replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
