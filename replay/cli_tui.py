@@ -105,7 +105,9 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         app = make_app(out, exit_on_failure=True)
         app.run()
     finally:
-        proc.join(timeout=0.1)
+        # The replay wrote its run (the final rename removed live/): it is only exiting, which can
+        # take a while on a busy machine; do not mistake that for a replay cut short.
+        proc.join(timeout=30 if not live.exists() else 0.1)
         stopped = proc.is_alive()
         if stopped:
             proc.terminate()
