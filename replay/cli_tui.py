@@ -105,9 +105,10 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         app = make_app(out, exit_on_failure=True)
         app.run()
     finally:
-        # The replay wrote its run (the final rename removed live/): it is only exiting, which can
-        # take a while on a busy machine; do not mistake that for a replay cut short.
-        proc.join(timeout=30 if not live.exists() else 0.1)
+        # A replay that has ended (its run written, which removed live/, or its failure recorded)
+        # is only exiting, which can take a while on a busy machine: not a replay cut short.
+        ended = not live.exists() or _status_error(live / STATUS_FILE) is not None
+        proc.join(timeout=30 if ended else 0.1)
         stopped = proc.is_alive()
         if stopped:
             proc.terminate()
