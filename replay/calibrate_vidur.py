@@ -215,7 +215,7 @@ def fit_gpu(profiles: list[LayerProfile]) -> GpuFit:
 
 
 # Not fitted here, and said so in the file this writes: no shipped measurement of current vLLM's CPU
-# overheads or of its CUDA-graphed all-reduce exists (replay/profiles/README.md, "Defaults").
+# overheads or of its CUDA-graphed all-reduce exists (README.md, "Calibration").
 ASSUMED = {"per_step_overhead_us": 1000.0, "per_seq_overhead_us": 10.0, "prefill_overhead_us": 0.0,
            "allreduce_latency_us": 6.0}
 # GPUs Vidur did not profile take the fit of the nearest measured architecture (same vendor libraries
