@@ -110,6 +110,33 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
     return Profile(str(path), data["model"], data["gpu"], fits)
 
 
+# `step_model: {profile: vidur}` (replay/profiles/defaults.yaml): mfu and mbu per GPU fitted to Vidur's
+# kernel profiles by replay/calibrate_vidur.py; overheads and all-reduce latency assumed. Meant to become
+# the default of pools with no step_model settings (replay/profiles/README.md says what blocks it).
+VIDUR = "vidur"
+DEFAULTS_FILE = PROFILES_DIR / "defaults.yaml"
+DEFAULTS_FORMAT = "llm-replay-step-defaults/1"
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults_table() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("format") != DEFAULTS_FORMAT:
+        raise ConfigError(f"{DEFAULTS_FILE}: expected 'format: {DEFAULTS_FORMAT}' (regenerate it: "
+                          "python -m replay.calibrate_vidur ../shared/profiles/vidur --out replay/profiles/defaults.yaml)")
+    keys = (*COEFFICIENTS, "allreduce_latency_us")
+    gpus = {gpu: {k: float(entry["step_model"][k]) for k in keys} for gpu, entry in data["gpus"].items()}
+    return gpus, dict(data.get("borrow") or {})
+
+
+def default_coefficients(gpu_id: str) -> dict[str, float] | None:
+    """The shipped default coefficients of `gpu_id` (its own fit, or the one it borrows); None for a
+    GPU the file does not name (stepmodel's DEFAULT_* constants then apply)."""
+    gpus, borrow = _defaults_table()
+    entry = gpus.get(gpu_id) or gpus.get(borrow.get(gpu_id, ""))
+    return dict(entry) if entry is not None else None
+
+
 @functools.lru_cache(maxsize=None)
 def _shipped(name: str) -> Profile:
     return read_profile(PROFILES_DIR / name)
@@ -133,12 +160,19 @@ SHIPPED = "splitwise"
 def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str) -> dict[str, float | None]:
     """Keyword arguments of `stepmodel.step_params` for a pool: keys set in its `step_model` win,
     then its profile (a calibrated file for this model, GPU and TP, or `splitwise`: the shipped
-    calibration of the pool's GPU at the nearest measured TP), then stepmodel's fallbacks.
+    calibration of the pool's GPU at the nearest measured TP; or `vidur`: the GPU's entry in
+    replay/profiles/defaults.yaml), then stepmodel's DEFAULT_* constants.
 
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
     base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us"))
-    if args.profile == SHIPPED:
+    if args.profile == VIDUR:
+        defaults = default_coefficients(gpu_id)
+        if defaults is None:
+            raise ConfigError(f"{where}.profile: no Vidur-fitted defaults for {gpu_id}; known: "
+                              f"{', '.join(sorted([*_defaults_table()[0], *_defaults_table()[1]]))}")
+        base.update(defaults)
+    elif args.profile == SHIPPED:
         defaults = gpu_defaults(gpu_id, tp)
         if defaults is None:
             raise ConfigError(f"{where}.profile: no shipped calibration for {gpu_id}; known: "

@@ -98,8 +98,9 @@ class PreemptionConfig:
 @dataclass(frozen=True)
 class StepModelArgs:
     """Roofline efficiencies and overheads (see replay/stepmodel.py). Keys set here win over
-    `profile`: a file `llm-replay calibrate` wrote (relative to the config file), or `splitwise`,
-    the shipped calibration of the pool's GPU (replay/profiles/). Unset: stepmodel's defaults."""
+    `profile`: a file `llm-replay calibrate` wrote (relative to the config file), `splitwise`
+    (the shipped Splitwise calibration of the pool's GPU) or `vidur` (the pool's GPU's kernel
+    efficiencies fitted to Vidur's profiles; replay/profiles/). Unset: stepmodel's defaults."""
 
     mfu: float | None = None
     mbu: float | None = None
@@ -457,7 +458,7 @@ def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
     pools = []
     for pool in cfg.pools:
         prof = pool.step_model.profile
-        if prof is not None and prof != "splitwise" and not Path(prof).is_absolute():
+        if prof is not None and prof not in ("splitwise", "vidur") and not Path(prof).is_absolute():
             pool = replace(pool, step_model=replace(pool.step_model, profile=str((base_dir / prof).resolve())))
         pools.append(pool)
     return replace(cfg, pools=tuple(pools))

@@ -1,0 +1,119 @@
+"""The Vidur kernel-profile fit (replay/calibrate_vidur.py) and the `profile: vidur` defaults it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from replay import calibrate_vidur as cv
+from replay.calprofile import DEFAULTS_FILE, default_coefficients, step_coefficients
+from replay.config import StepModelArgs
+from replay.specs import get_gpu
+from traces.errors import ConfigError, UserError
+
+OPS = cv.LAYER_OPS
+
+
+def _write_mlp(path: Path, rows: list[dict[str, object]]) -> Path:
+    cols = [*cv.SHAPE_COLUMNS, *(f"time_stats.{op}.median" for op in OPS)]
+    lines = [",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _synthetic_rows(gpu: str, mfu: float, mbu: float) -> list[dict[str, object]]:
+    """A 4096-wide layer whose measured time is exactly the roofline at (mfu, mbu), split evenly over the ops."""
+    spec = get_gpu(gpu)
+    h, heads, kv, inter = 4096, 32, 8, 14336
+    params = h * (heads + 2 * kv) * (h // heads) + h * h + 3 * h * inter
+    rows = []
+    for tp in (1, 2):
+        for tokens in (1, 8, 64, 256, 512, 1024, 2048, 4096):
+            t_s = max(2 * tokens * params / tp / (spec.bf16_flops * mfu), 2 * params / tp / (spec.hbm_bandwidth_bytes_per_s * mbu))
+            row = {"n_head": heads, "n_kv_head": kv, "n_embd": h, "n_expanded_embd": inter, "use_gated_mlp": "True",
+                   "num_tokens": tokens, "num_tensor_parallel_workers": tp}
+            row.update({f"time_stats.{op}.median": t_s * 1e3 / len(OPS) for op in OPS})
+            rows.append(row)
+    return rows
+
+
+def test_fit_recovers_known_efficiencies(tmp_path):
+    path = _write_mlp(tmp_path / "m.csv", _synthetic_rows("h100-sxm-80gb", 0.62, 0.78))
+    prof = cv.read_layer_profile(path, "h100-sxm-80gb", "x/y")
+    fit = cv.fit_gpu([prof])
+    assert fit.mfu == pytest.approx(0.62, abs=0.001)
+    assert fit.mbu == pytest.approx(0.78, abs=0.001)
+    assert all(e.fit_mape_pct < 0.2 for e in fit.errors)
+
+
+def test_fit_weighs_each_group_and_is_not_trapped():
+    # Two groups, one all memory-bound at mbu 0.5, one all compute-bound at mfu 0.8: the exact answer.
+    c = np.array([1.0, 1.0, 100.0, 200.0])
+    m = np.array([50.0, 60.0, 1.0, 1.0])
+    y = np.array([100.0, 120.0, 125.0, 250.0])
+    mfu, mbu = cv.fit_efficiencies(c, m, y)
+    assert (mfu, mbu) == (pytest.approx(0.8, abs=0.001), pytest.approx(0.5, abs=0.001))
+
+
+def test_bad_cell_names_file_row_and_column(tmp_path):
+    rows = _synthetic_rows("a100-sxm-80gb", 0.6, 0.6)
+    rows[2]["time_stats.mlp_act.median"] = "n/a"
+    path = _write_mlp(tmp_path / "m.csv", rows)
+    with pytest.raises(UserError, match=r"m\.csv: row 3 \(line 4\), column 'time_stats\.mlp_act\.median': got 'n/a'"):
+        cv.read_layer_profile(path, "a100-sxm-80gb", "x/y")
+
+
+def test_missing_column_and_missing_tree(tmp_path, capsys):
+    path = tmp_path / "m.csv"
+    path.write_text("num_tokens,num_tensor_parallel_workers\n1,1\n")
+    with pytest.raises(UserError, match="missing column"):
+        cv.read_layer_profile(path, "a100-sxm-80gb", "x/y")
+    assert cv.main([str(tmp_path), "--out", str(tmp_path / "d.yaml")]) == 2
+    assert "no data/profiling/compute/" in capsys.readouterr().err
+    assert not (tmp_path / "d.yaml").exists()
+
+
+def test_main_writes_a_defaults_file_the_lookup_reads(tmp_path):
+    root = tmp_path / "vidur"
+    _write_mlp(root / "data/profiling/compute/a100/org/model-a/mlp.csv", _synthetic_rows("a100-sxm-80gb", 0.6, 0.7))
+    _write_mlp(root / "data/profiling/compute/a100/org/model-b/mlp.csv", _synthetic_rows("a100-sxm-80gb", 0.6, 0.7))
+    out = tmp_path / "defaults.yaml"
+    assert cv.main([str(root), "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    sm = doc["gpus"]["a100-sxm-80gb"]["step_model"]
+    assert (sm["mfu"], sm["mbu"]) == (pytest.approx(0.6, abs=0.001), pytest.approx(0.7, abs=0.001))
+    assert len(doc["provenance"]["files_sha256"]) == 2
+    assert {e["held_out_model_mape_pct"] for e in doc["gpus"]["a100-sxm-80gb"]["error"]} == {0.0}
+
+
+def test_shipped_defaults_match_the_shared_data():
+    """The shipped file is what the fit gives on ../shared/profiles/vidur (skipped where it is absent)."""
+    vidur = Path(__file__).resolve().parents[3] / "shared" / "profiles" / "vidur"
+    if not (vidur / "data").is_dir():
+        pytest.skip("no ../shared/profiles/vidur here")
+    shipped = yaml.safe_load(DEFAULTS_FILE.read_text())
+    files = {str(p.relative_to(vidur)) for p, _, _ in cv.find_layer_profiles(vidur)}
+    assert set(shipped["provenance"]["files_sha256"]) == files
+    prof = [cv.read_layer_profile(p, g, m) for p, g, m in cv.find_layer_profiles(vidur) if g == "h100-sxm-80gb"]
+    fit = cv.fit_gpu(prof)
+    sm = shipped["gpus"]["h100-sxm-80gb"]["step_model"]
+    assert (round(fit.mfu, 4), round(fit.mbu, 4)) == (sm["mfu"], sm["mbu"])
+
+
+def test_profile_vidur_takes_the_gpu_entry_and_keys_still_win():
+    shipped = yaml.safe_load(DEFAULTS_FILE.read_text())["gpus"]
+    got = step_coefficients(StepModelArgs(profile="vidur"), "llama-3.1-70b", "h100-sxm-80gb", 4, "cfg: pools[0].step_model")
+    assert got["mfu"] == shipped["h100-sxm-80gb"]["step_model"]["mfu"]
+    assert got["mbu"] == shipped["h100-sxm-80gb"]["step_model"]["mbu"]
+    # Borrowed: an H200 takes the H100 fit; an A100 40GB the A100 80GB fit.
+    assert default_coefficients("h200-sxm-141gb") == default_coefficients("h100-sxm-80gb")
+    assert default_coefficients("a100-sxm-40gb")["mbu"] == shipped["a100-sxm-80gb"]["step_model"]["mbu"]
+    over = step_coefficients(StepModelArgs(profile="vidur", mbu=0.5), "llama-3.1-70b", "h100-sxm-80gb", 4, "w")
+    assert over["mbu"] == 0.5
+    assert default_coefficients("no-such-gpu") is None
+    with pytest.raises(ConfigError, match="no Vidur-fitted defaults for no-such-gpu"):
+        step_coefficients(StepModelArgs(profile="vidur"), "llama-3.1-70b", "no-such-gpu", 4, "w")
