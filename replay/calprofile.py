@@ -166,7 +166,9 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
     base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us"))
-    if args.profile == VIDUR:
+    if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some
+        base.update(default_coefficients(gpu_id) or {})
+    elif args.profile == VIDUR:
         defaults = default_coefficients(gpu_id)
         if defaults is None:
             raise ConfigError(f"{where}.profile: no Vidur-fitted defaults for {gpu_id}; known: "
