@@ -225,3 +225,23 @@ def break_even_bytes_per_s(kv_bytes_per_token: float, flops_per_s: float, active
 def transfer_share(kv_bytes_per_token: float, flops_per_s: float, active_params: float, link_bytes_per_s: float) -> float:
     """The KV transfer's time as a share of the prefill that made it: W* / W."""
     return break_even_bytes_per_s(kv_bytes_per_token, flops_per_s, active_params) / link_bytes_per_s
+
+
+def break_even_rows(models: list[ModelSpec], flops_per_s: float, links: dict[str, float],
+                    kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")) -> list[dict[str, object]]:
+    """One row per model and KV dtype: KV bytes per token, W* and the transfer's share of the
+    prefill over each link (`llm-replay capacity --break-even`; the table of ref 000 section 02)."""
+    from replay.memory import kv_bytes_per_token
+
+    rows = []
+    for model in models:
+        for dtype in kv_cache_dtypes:
+            kv = kv_bytes_per_token(model, dtype)
+            rows.append({
+                "model": model.id, "kv_cache_dtype": dtype, "kv_bytes_per_token": kv,
+                "active_params": model.active_params, "flops_per_s": flops_per_s,
+                "break_even_bytes_per_s": break_even_bytes_per_s(kv, flops_per_s, model.active_params),
+                "transfer_share": {name: transfer_share(kv, flops_per_s, model.active_params, bw)
+                                   for name, bw in links.items()},
+            })
+    return rows
