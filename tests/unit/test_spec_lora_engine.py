@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
+from replay.engine_common import FINISHED
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
-from tests.strategies import make_inputs, run_to_end
+from tests.strategies import engine_inputs, make_inputs, run_to_end
 from traces import ConfigError
 
 
@@ -143,3 +145,39 @@ def test_a_bad_step_term_exits_2_from_the_cli(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "max_lora_rank: got 7" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_readme_step_model_example_loads_and_plans(tmp_path):
+    from pathlib import Path
+
+    from replay.cluster import plan_pools
+    from replay.config import load_config
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## The step model", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "fleet.yaml"
+    path.write_text(example)
+    (plan,) = plan_pools(load_config(path), str(path))
+    assert plan.capacity.weight_dtype == "fp8" and plan.terms.spec_k == 3 and plan.terms.lora_slots == 4
+
+
+@settings(max_examples=40)
+@given(engine_inputs(max_requests=20))
+def test_every_step_holds_at_most_max_loras_adapters_all_resident(inputs):
+    """Checked after every step's scheduling in the reference engine (the numba engine is held
+    to it by the differential test)."""
+
+    class Checked(ReferenceEngine):
+        def _start_step(self, rep, t):
+            super()._start_step(rep, t)
+            batch = {self._lora(r) for r in rep.running if r.scheduled} - {-1}
+            assert len(batch) <= self.lora_slots[rep.pool]
+            assert batch <= set(rep.lora_id)
+            assert len(rep.lora_id) == self.lora_slots[rep.pool]
+
+    engine = Checked(inputs)
+    run_to_end(engine)
+    cols = engine.request_columns()
+    done = cols["state"] == FINISHED
+    np.testing.assert_array_equal(cols["generated"][done], inputs.output_tokens[done])
