@@ -5,7 +5,6 @@ decoding, long context and the prefill/decode break-even bandwidth."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
