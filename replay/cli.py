@@ -45,9 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
     add_trace_options(run)
 
-    cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica")
-    cap.add_argument("--model", required=True)
-    cap.add_argument("--gpu", required=True)
+    cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica; "
+                                          "--break-even: the prefill/decode break-even KV link bandwidth")
+    cap.add_argument("--model", help="catalog model (required, except with --break-even: every model)")
+    cap.add_argument("--gpu", help="catalog GPU (required, except with --break-even and --flops)")
     cap.add_argument("--tp", type=int, default=1, help="tensor parallel size")
     cap.add_argument("--kv-cache-dtype", default="auto")
     cap.add_argument("--weight-dtype", default=None)
@@ -55,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--block-size", type=int, default=16)
     cap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     cap.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    cap.add_argument("--break-even", action="store_true",
+                     help="print W* = kv_bytes_per_token x F / (2 x active params) per model, and the KV "
+                          "transfer's share of the prefill over each link preset")
+    cap.add_argument("--flops", type=float, default=None,
+                     help="with --break-even: the achieved prefill FLOP/s F (default: the GPU's dense peak for "
+                          "the model's weights x the step model's default MFU)")
     cap.add_argument("--json", action="store_true")
 
     tr = sub.add_parser("trace", help="look at a trace")
@@ -198,6 +205,10 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     from replay.report import print_capacity
     from replay.specs import get_gpu, get_model
 
+    if args.break_even:
+        return _cmd_break_even(args)
+    if not args.model or not args.gpu:
+        raise UserError("capacity: --model and --gpu are required (or use --break-even)")
     try:
         cap = kv_capacity(
             get_model(args.model), get_gpu(args.gpu), args.tp,
@@ -217,6 +228,50 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         print(json.dumps(cap.to_dict(), indent=2))
     else:
         print_capacity(Console(), cap)
+    return 0
+
+
+def _cmd_break_even(args: argparse.Namespace) -> int:
+    """W* per model (ref 000 section 02): the link speed at which moving a prompt's KV costs as
+    long as computing it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from replay.config import LINK_PRESETS
+    from replay.specs import MODELS, get_gpu, get_model, normalize_weight_dtype
+    from replay.stepmodel import DEFAULT_MFU
+    from replay.stepterms import break_even_rows
+
+    models = [get_model(args.model)] if args.model else list(MODELS.values())
+    if args.flops is not None:
+        if not args.flops > 0:
+            raise UserError(f"capacity: --flops: got {args.flops:g}, expected FLOP/s > 0")
+        flops = {m.id: args.flops for m in models}
+        source = f"F = {args.flops:.3g} FLOP/s (--flops)"
+    elif args.gpu:
+        gpu = get_gpu(args.gpu)
+        fp8 = {m.id: normalize_weight_dtype(args.weight_dtype or m.default_weight_dtype) == "fp8" and gpu.fp8_native
+               for m in models}
+        flops = {m.id: (gpu.fp8_flops if fp8[m.id] else gpu.bf16_flops) * DEFAULT_MFU for m in models}
+        source = f"F = {gpu.id} dense peak x MFU {DEFAULT_MFU}"
+    else:
+        raise UserError("capacity: --break-even needs --gpu (F from its peak FLOP/s) or --flops")
+    rows = [row for m in models for row in break_even_rows([m], flops[m.id], LINK_PRESETS)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"Break-even KV link W* = kv_bytes_per_token x F / (2 P); {source}; "
+                        "then the transfer's % of the prefill per link", title_justify="left")
+    table.add_column("model", no_wrap=True)
+    table.add_column("KV", no_wrap=True)
+    for name in ("KiB/token", "W* GB/s", *LINK_PRESETS):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(row["model"], row["kv_cache_dtype"], f"{row['kv_bytes_per_token'] / 1024:,.0f}",
+                      f"{row['break_even_bytes_per_s'] / 1e9:.2f}",
+                      *(f"{share * 100:.1f}" for share in row["transfer_share"].values()))
+    console = Console()
+    Console(width=max(console.width, 104)).print(table)
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,8 @@ from replay.control import ControlEvents, FleetControl, PoolControl, make_decide
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import StepShape, step_params, step_time_us_nb
+from replay.stepmodel import step_params, step_time_us_nb
+from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.configtools import from_dict
 from traces.errors import ConfigError
 
@@ -45,6 +46,7 @@ class PoolPlan:
     price_usd_per_gpu_hour: float
     step_params: np.ndarray
     admission: Any = None
+    terms: PoolTerms = field(default_factory=PoolTerms)
 
     @property
     def name(self) -> str:
@@ -69,9 +71,12 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             gpu = get_gpu(pool.gpu or cfg.gpu)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {f'{key}.gpu' if pool.gpu else 'gpu'}: {exc}") from None
-        weight_dtype = pool.weight_dtype or cfg.weight_dtype
         eng = pool.engine
         tp = pool.tensor_parallel_size
+        weight_dtype = effective_weight_dtype(eng.quantization, pool.weight_dtype or cfg.weight_dtype,
+                                              f"{source}: {key}")
+        terms = pool_terms(model, gpu, tp, eng, pool.step_model, pool.preemption.host_link_bytes_per_s,
+                           f"{source}: {key}")
         max_len = eng.max_model_len or model.max_model_len
         if max_len > model.max_model_len:
             # vLLM refuses this too (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set): outputs degrade.
@@ -90,31 +95,22 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
                 max_num_batched_tokens=eng.max_num_batched_tokens,
                 max_num_seqs=eng.max_num_seqs,
                 max_model_len=max_len,
+                extra_weights_bytes_per_gpu=terms.extra_weights_bytes_per_gpu,
+                extra_kv_bytes_per_token_per_gpu=terms.extra_kv_bytes_per_token_per_gpu,
             )
         except ConfigError as exc:
             raise ConfigError(f"{source}: {key} ({pool.name}): {exc}") from None
         sm = pool.step_model
-        fp8 = cap.weight_dtype == "fp8" and gpu.fp8_native
-        shape = StepShape(
-            active_params=model.active_params,
-            num_layers=model.num_layers,
-            num_attention_heads=model.num_attention_heads,
-            head_dim=model.head_dim,
-            hidden_size=model.hidden_size,
-            tp=tp,
-            weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu),
-            kv_bytes_per_token_per_gpu=float(cap.kv_bytes_per_token_per_gpu),
-            peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops,
-            hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
-            link_bytes_per_s=gpu.interconnect_bytes_per_s,
-        )
-        params = step_params(shape, **step_coefficients(sm, model.id, gpu.id, tp, f"{source}: {key}.step_model"))
+        coefficients = step_coefficients(sm, model.id, gpu.id, tp, f"{source}: {key}.step_model")
+        params = step_params(step_shape(model, gpu, cap), **coefficients, expert_parallel=terms.expert_parallel,
+                             draft=terms.draft, lora_bytes_per_adapter=terms.lora_bytes_per_adapter,
+                             lora_flops_per_token=terms.lora_flops_per_token)
         price = pool.price_usd_per_gpu_hour
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
         spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
         adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
-        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm))
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms))
     return plans
 
 
@@ -243,7 +239,29 @@ def build_inputs(
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
         **admission_inputs(plans),
         **(pd or {}),
+        **lora_spec_inputs(frame, plans),
     )
+
+
+def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, Any]:
+    """The engines' multi-LoRA and speculative-decoding columns: adapter ids (0.. in sorted order
+    of their names; -1 for the base model), each pool's slots and load time, and each pool's
+    verify-step credit table (replay/stepterms.py)."""
+    out: dict[str, Any] = {}
+    if any(p.terms.lora_slots for p in plans) and "adapter" in frame.columns:
+        names = frame["adapter"]
+        ids = names.rank("dense").fill_null(0).cast(pl.Int64).to_numpy() - 1
+        out["adapter"] = np.where(names.is_null().to_numpy(), -1, ids).astype(np.int64)
+        out["pool_lora_slots"] = np.array([p.terms.lora_slots for p in plans], np.int64)
+        out["pool_lora_load_us"] = np.array([p.terms.lora_load_us for p in plans], np.int64)
+    if any(p.terms.spec_k for p in plans):
+        width = max(len(p.terms.spec_credit) for p in plans)
+        table = np.zeros((len(plans), width), np.int64)
+        for p in plans:
+            table[p.index, :len(p.terms.spec_credit)] = p.terms.spec_credit
+        out["pool_spec_k"] = np.array([p.terms.spec_k for p in plans], np.int64)
+        out["pool_spec_credit"] = table
+    return out
 
 
 def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:

@@ -26,6 +26,46 @@ def _positive(name: str, value: int) -> None:
         raise ValueError(f"{name}: got {value}, expected a whole number > 0")
 
 
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model")
+# vLLM's LoRAConfig accepts these ranks (`possible_max_ranks`).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+QUANTIZATIONS = ("fp8", "int8", "awq", "gptq", "mxfp4", "nvfp4", "modelopt_fp4")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """vLLM's `speculative_config`: a proposer (`method`; `model` for a separate draft model),
+    `num_speculative_tokens` drafts per step, verified in one target step. `acceptance_rate` (not
+    a vLLM key) is the probability each draft token is accepted, as vLLM's spec-decode metrics
+    report it; a verify step then yields (1 - a^(k+1)) / (1 - a) tokens on average."""
+
+    method: str | None = None
+    model: str | None = None
+    num_speculative_tokens: int | None = None
+    acceptance_rate: float | None = None
+    draft_tensor_parallel_size: int | None = None
+
+    def __post_init__(self) -> None:
+        method = self.method
+        if method is None and self.model is None:
+            raise ValueError("method: missing; expected one of " + ", ".join(SPEC_METHODS) + " (or a draft model)")
+        if method is not None and method not in SPEC_METHODS:
+            raise ValueError(f"method: got {method!r}, expected one of {', '.join(SPEC_METHODS)}")
+        if (method or "draft_model") == "draft_model" and self.model is None:
+            raise ValueError("model: the draft_model method needs the draft model's catalog id")
+        if self.num_speculative_tokens is None or not 1 <= self.num_speculative_tokens <= 64:
+            raise ValueError(f"num_speculative_tokens: got {self.num_speculative_tokens}, expected 1 to 64")
+        if self.acceptance_rate is None or not 0.0 <= self.acceptance_rate < 1.0:
+            raise ValueError(f"acceptance_rate: got {self.acceptance_rate}, expected the per-token acceptance "
+                             "probability in [0, 1) (vLLM's spec-decode metrics report it)")
+        if self.draft_tensor_parallel_size is not None:
+            _positive("draft_tensor_parallel_size", self.draft_tensor_parallel_size)
+
+    @property
+    def proposer(self) -> str:
+        return self.method or "draft_model"
+
+
 @dataclass(frozen=True)
 class EngineArgs:
     """vLLM engine arguments (names and defaults as vLLM's V1 engine on a datacenter GPU)."""
@@ -43,6 +83,17 @@ class EngineArgs:
     max_model_len: int | None = None
     # Which waiting request is admitted next (vLLM: fcfs | priority; llm-replay adds more).
     scheduling_policy: str = "fcfs"
+    # Weight quantization method (vLLM --quantization); None: the checkpoint's own format (or the
+    # pool's weight_dtype).
+    quantization: str | None = None
+    speculative_config: SpeculativeConfig | None = None
+    # Multi-LoRA (vLLM --enable-lora, --max-loras, --max-lora-rank): GPU slots for adapters and
+    # the rank every slot is sized for.
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    # MoE experts split whole over the replica's GPUs, with all-to-all (vLLM --enable-expert-parallel).
+    enable_expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         _positive("max_num_seqs", self.max_num_seqs)
@@ -61,6 +112,12 @@ class EngineArgs:
             )
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization: got {self.quantization!r}, expected one of {', '.join(QUANTIZATIONS)}")
+        _positive("max_loras", self.max_loras)
+        if self.max_lora_rank not in LORA_RANKS:
+            raise ValueError(f"max_lora_rank: got {self.max_lora_rank}, expected one of "
+                             f"{', '.join(map(str, LORA_RANKS))}")
         if self.scheduling_policy not in QUEUE_ORDERS:
             raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}; "
                              f"known: {', '.join(sorted(QUEUE_ORDERS))}")
@@ -109,6 +166,12 @@ class StepModelArgs:
     prefill_overhead_us: float | None = None
     allreduce_latency_us: float | None = None
     profile: str | None = None
+    # MoE under expert parallelism: the busiest GPU's expert load over the mean (1.0 = perfectly
+    # balanced, as with EPLB; ref 000 section 07 measures 1.16x for a uniform router at 8K
+    # tokens and 8.75x for a popularity-skewed one), and the all-to-all's bytes/s per GPU
+    # (None: the GPU's interconnect, one direction).
+    moe_load_imbalance: float = 1.0
+    all_to_all_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mfu", "mbu"):
@@ -119,6 +182,11 @@ class StepModelArgs:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name}: got {value}, expected >= 0")
+        if not self.moe_load_imbalance >= 1.0:
+            raise ValueError(f"moe_load_imbalance: got {self.moe_load_imbalance}, expected the busiest GPU's load "
+                             "over the mean, >= 1")
+        if self.all_to_all_bytes_per_s is not None and not self.all_to_all_bytes_per_s > 0:
+            raise ValueError(f"all_to_all_bytes_per_s: got {self.all_to_all_bytes_per_s}, expected > 0")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ ROUTERS_WITH_VIEW = (ROUTER_VLLM_DP, ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTE
 
 NO_EVENT = np.iinfo(np.int64).max
 
+# Speculative decoding's expected tokens per verify step, in millionths of a token: the engines
+# carry each request's fractional remainder in these integer units, identically in both.
+SPEC_CREDIT_SCALE = 1_000_000
+
 # Per-replica cumulative counters, read at every tick (same names in both engines).
 COUNTERS = (
     "busy_us",
@@ -126,6 +130,15 @@ class EngineInputs:
     pd_us_per_token: float = 0.0
     pd_base_us: int = 0
     pd_layers: int = 0
+    # Multi-LoRA: each request's adapter (-1: the base model), each pool's adapter slots per
+    # replica (max_loras; 0 = LoRA off, adapters ignored) and the time to load one on a miss.
+    adapter: np.ndarray | None = None  # int64[N]
+    pool_lora_slots: np.ndarray | None = None  # int64[P]
+    pool_lora_load_us: np.ndarray | None = None  # int64[P]
+    # Speculative decoding: drafts per verify step (0 = off) and, per pool, the expected tokens of
+    # a verify step with d = 0..K drafts in SPEC_CREDIT_SCALE units (column 0: exactly one).
+    pool_spec_k: np.ndarray | None = None  # int64[P]
+    pool_spec_credit: np.ndarray | None = None  # int64[P, K + 1]
 
     def per_pool(self, name: str, default: int) -> np.ndarray:
         """An optional per-pool column, or its default for every pool."""
@@ -133,6 +146,16 @@ class EngineInputs:
         return np.full(len(self.pool_replicas), default, np.int64) if value is None else value.astype(np.int64)
     # Replicas active from t=0 per pool (default: every slot); the rest start OFF.
     pool_initial_replicas: np.ndarray | None = None
+
+    @property
+    def adapters(self) -> np.ndarray:
+        return np.full(self.num_requests, -1, np.int64) if self.adapter is None else self.adapter.astype(np.int64)
+
+    @property
+    def spec_credits(self) -> np.ndarray:
+        if self.pool_spec_credit is None:
+            return np.full((len(self.pool_replicas), 1), SPEC_CREDIT_SCALE, np.int64)
+        return np.ascontiguousarray(self.pool_spec_credit, dtype=np.int64)
 
     @property
     def num_requests(self) -> int:

@@ -64,6 +64,7 @@ from replay.engine_common import (
     VICTIM_LEAST_PROGRESS,
     VICTIM_PRIORITY,
     RUNNING,
+    SPEC_CREDIT_SCALE,
     WAITING,
     R_ACTIVE,
     R_DRAINING,
@@ -117,6 +118,9 @@ class Requests(NamedTuple):
     xfer_start: np.ndarray
     xfer_done: np.ndarray
     xfers: np.ndarray  # KV transfers started (a property test holds it to one per remote prefill)
+    adapter: np.ndarray  # LoRA adapter id, -1 = the base model
+    spec_credit: np.ndarray  # speculative decoding: fractional tokens carried, in SPEC_CREDIT_SCALE units
+    skip_next: np.ndarray  # links of the requests a step skipped for want of a LoRA slot
 
 
 class Replicas(NamedTuple):
@@ -160,6 +164,11 @@ class Replicas(NamedTuple):
     incoming: np.ndarray
     pend_head: np.ndarray
     pend_tail: np.ndarray
+    # Multi-LoRA: replica r's adapter slots are lora_off[r] .. lora_off[r + 1] (its pool's
+    # max_loras): the adapter each holds (-1 = empty) and when a step last used it (LRU).
+    lora_off: np.ndarray
+    lora_id: np.ndarray
+    lora_used: np.ndarray
 
 
 class Pools(NamedTuple):
@@ -195,6 +204,10 @@ class Pools(NamedTuple):
     pd_us_per_token: np.ndarray  # float64[1]: link time of one token's KV
     xh_t: np.ndarray  # min-heap of KV transfers in flight, by (done time, request)
     xh_q: np.ndarray
+    lora_slots: np.ndarray  # max_loras (0 = LoRA off: adapters are ignored)
+    lora_load_us: np.ndarray  # loading one adapter into a slot over the host link
+    spec_k: np.ndarray  # num_speculative_tokens (0 = off)
+    spec_credit: np.ndarray  # int64[P, K + 1]: expected tokens of a verify step with d drafts, scaled
 
 
 class Events(NamedTuple):
@@ -852,6 +865,38 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r):
 
 
 @njit(cache=True, _nrt=False, inline="always")
+def lora_of(rq, pools, p, q):
+    """The request's adapter on pool p (-1: none, or the pool serves no LoRA)."""
+    return rq.adapter[q] if pools.lora_slots[p] > 0 else -1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def lora_in_batch(rq, reps, pools, p, off, nrun, a):
+    """Some request scheduled in this step uses adapter a."""
+    for k in range(nrun):
+        x = reps.run_list[off + k]
+        if rq.sched_new[x] > 0 and lora_of(rq, pools, p, x) == a:
+            return True
+    return False
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def lora_activate(reps, pools, p, r, a, t):
+    """Make adapter a resident on replica r for the step starting at t: 1 if it had to be loaded
+    (into the least recently used slot no request of this step uses), else 0."""
+    victim = -1
+    for s in range(reps.lora_off[r], reps.lora_off[r + 1]):
+        if reps.lora_id[s] == a:
+            reps.lora_used[s] = t
+            return 0
+        if reps.lora_used[s] < t and (victim < 0 or reps.lora_used[s] < reps.lora_used[victim]):
+            victim = s
+    reps.lora_id[victim] = a
+    reps.lora_used[victim] = t
+    return 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Build the step that starts at t on replica r; returns its duration (0 = nothing to run)."""
     p = reps.pool[r]
@@ -869,6 +914,9 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     while i < reps.nrun[r] and budget > 0:
         q = reps.run_list[off + i]
         new = rq.prompt[q] + rq.generated[q] - rq.computed[q]
+        if pools.spec_k[p] > 0 and is_decoding(rq, q):
+            # A verify step: the token plus up to k drafts, none past the last output token.
+            new = 1 + min(pools.spec_k[p], rq.output[q] - rq.generated[q] - 1)
         if 0 < threshold < new:
             new = threshold
         if new > budget:
@@ -901,8 +949,25 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     if not preempted:
         hoff = reps.htab_off[r]
         hmask = reps.htab_mask[r]
+        # Multi-LoRA: a step holds at most max_loras distinct adapters; a waiting request that
+        # would need one more is skipped and keeps its place (vLLM V1 `Scheduler.schedule`).
+        loras = 0
+        if pools.lora_slots[p] > 0:
+            for k in range(reps.nrun[r]):
+                x = reps.run_list[off + k]
+                a = lora_of(rq, pools, p, x)
+                if a >= 0 and rq.sched_new[x] > 0 and not lora_in_batch(rq, reps, pools, p, off, k, a):
+                    loras += 1
+        skipped = -1
         while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
             q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r)
+            a = lora_of(rq, pools, p, q)
+            new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.nrun[r], a)
+            if new_lora and loras >= pools.lora_slots[p]:
+                wq_remove(rq, reps, r, q)
+                rq.skip_next[q] = skipped
+                skipped = q
+                continue
             num_tokens = rq.prompt[q] + rq.generated[q]
             received = rq.nblocks[q]  # blocks it holds already: KV received from a prefill replica
             resumed = rq.swapped[q]  # KV tokens coming back from host memory
@@ -951,6 +1016,12 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
             if detailed:
                 record(ev, t, EV_SCHEDULE, r, q, computed)
             budget -= new
+            if new_lora:
+                loras += 1
+        while skipped >= 0:  # back to the head of the queue, in their order
+            q = skipped
+            skipped = rq.skip_next[q]
+            wq_push_front(rq, reps, r, q)
 
     # 3. What the step computes, for the step model.
     prefill_tokens = 0
@@ -959,15 +1030,23 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     decode_seqs = 0
     decode_ctx = 0
     num_seqs = 0
+    spec_tokens = 0
+    lora_adapters = 0
+    lora_loads = 0
     for k in range(reps.nrun[r]):
         q = reps.run_list[off + k]
         new = rq.sched_new[q]
         if new == 0:
             continue
         num_seqs += 1
+        a = lora_of(rq, pools, p, q)
+        if a >= 0 and not lora_in_batch(rq, reps, pools, p, off, k, a):
+            lora_adapters += 1
+            lora_loads += lora_activate(reps, pools, p, r, a, t)
         if is_decoding(rq, q):
             decode_seqs += 1
             decode_ctx += rq.computed[q] + 1
+            spec_tokens += new - 1
         else:
             prefill_tokens += new
             prefill_pairs += new * rq.computed[q] + new * (new + 1) / 2.0
@@ -975,7 +1054,8 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     if num_seqs == 0:
         return np.int64(0), preempted
     dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, prefill_ctx, decode_seqs, decode_ctx,
-                          num_seqs) + swap_blocks * pools.swap_us_per_block[p]
+                          num_seqs, spec_tokens, lora_adapters) + swap_blocks * pools.swap_us_per_block[p]
+    dur += lora_loads * pools.lora_load_us[p]
     return dur, preempted
 
 
@@ -995,13 +1075,20 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
             num_tokens = rq.prompt[q] + rq.generated[q]
             if not is_decoding(rq, q):
                 reps.counters[r, C_PREFILL] += new
+            else:
+                # The tokens a decode (or verify) step yields: its expected value, with the
+                # fraction carried to the request's next step. Without speculation, exactly 1.
+                credit = rq.spec_credit[q] + pools.spec_credit[p, new - 1]
+                new = credit // SPEC_CREDIT_SCALE
+                rq.spec_credit[q] = credit - new * SPEC_CREDIT_SCALE
             rq.computed[q] += new
             if rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0 and r != rq.dreplica[q]:
                 hand_off(rq, reps, pools, q, r, t)  # prefilled: its KV goes to the decode replica
                 continue
             if rq.computed[q] >= num_tokens:
-                rq.generated[q] += 1
-                reps.counters[r, C_OUTPUT] += 1
+                emitted = rq.computed[q] - num_tokens + 1
+                rq.generated[q] += emitted
+                reps.counters[r, C_OUTPUT] += emitted
                 if rq.first_token[q] < 0:
                     rq.first_token[q] = t
                     if detailed:
@@ -1142,4 +1229,7 @@ def reset_replica_nb(blocks, reps, r):
     reps.incoming[r] = 0
     reps.pend_head[r] = -1
     reps.pend_tail[r] = -1
+    for s in range(reps.lora_off[r], reps.lora_off[r + 1]):
+        reps.lora_id[s] = -1
+        reps.lora_used[s] = -1
     update_event(reps, r)

@@ -60,6 +60,7 @@ from replay.engine_common import (
     rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
+    SPEC_CREDIT_SCALE,
     WAITING,
     R_ACTIVE,
     R_DRAINING,
@@ -109,6 +110,8 @@ class Request:
     kv_transfer_start_us: int = -1
     kv_transfer_end_us: int = -1
     kv_transfers: int = 0
+    adapter: int = -1  # LoRA adapter id, -1 = the base model
+    spec_credit: int = 0  # speculative decoding: fractional tokens carried, in SPEC_CREDIT_SCALE units
 
     @property
     def num_tokens(self) -> int:
@@ -181,6 +184,10 @@ class Replica:
     outgoing: int = 0
     incoming: int = 0
     pending: deque = field(default_factory=deque)
+    # Multi-LoRA: the adapter in each of the pool's max_loras slots (-1 = empty) and when a step
+    # last used it (LRU).
+    lora_id: list = field(default_factory=list)
+    lora_used: list = field(default_factory=list)
 
     @property
     def num_free(self) -> int:
@@ -193,6 +200,9 @@ class ReferenceEngine:
 
     def __init__(self, inputs: EngineInputs):
         self.inp = inputs
+        self.spec_credit = inputs.spec_credits
+        self.spec_k = [int(k) for k in inputs.per_pool("spec_k", 0)]
+        self.lora_slots = [int(n) for n in inputs.per_pool("lora_slots", 0)]
         self.requests = [self._make_request(i) for i in range(inputs.num_requests)]
         self.replicas = [
             Replica(r, int(p), BlockPool(int(inputs.pool_kv_blocks[p])))
@@ -202,6 +212,7 @@ class ReferenceEngine:
                              for f, n in zip(inputs.pool_first_replica, inputs.pool_replicas)]
         for rep in self.replicas:
             rep.host_free = int(inputs.per_pool("host_blocks", 0)[rep.pool])
+            self._empty_lora_slots(rep)
         for members, initial in zip(self.pool_members, inputs.initial_replicas):
             for r in members[int(initial):]:
                 self.replicas[r].state = R_OFF
@@ -234,7 +245,8 @@ class ReferenceEngine:
                           max(1, inp.trace_block_tokens), prompt, i, j, bs)
             for j in range(max_blocks)
         ] if any(inp.pool_enable_prefix_caching[p] for p in visits) else []
-        return Request(i, int(inp.arrival_us[i]), prompt, output, keys, int(inp.priority[i]))
+        return Request(i, int(inp.arrival_us[i]), prompt, output, keys, int(inp.priority[i]),
+                       adapter=int(inp.adapters[i]))
 
     # --- the event loop ---------------------------------------------------------------------
 
@@ -508,7 +520,7 @@ class ReferenceEngine:
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
-            new = chunk(req.num_tokens - req.computed)
+            new = chunk(self._wanted(req))
             while self._blocks_needed(req, req.computed + new, bs) > rep.num_free:
                 vi = self._victim(rep, i)
                 victim = rep.running.pop(vi)
@@ -527,9 +539,18 @@ class ReferenceEngine:
                 continue
             break
 
-        # 2. Waiting requests, unless this step preempted; admission never preempts.
+        # 2. Waiting requests, unless this step preempted; admission never preempts. A step holds
+        # at most max_loras distinct adapters: a request that would need one more is skipped and
+        # keeps its place at the head of the queue (vLLM V1 `Scheduler.schedule`).
+        max_loras = self.lora_slots[p]
+        skipped = []
         while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
             req = self._next_waiting(rep, bs)
+            loras = {self._lora(x) for x in rep.running if x.scheduled} - {-1}
+            if self._lora(req) >= 0 and self._lora(req) not in loras and len(loras) >= max_loras:
+                rep.waiting.remove(req)
+                skipped.append(req)
+                continue
             received = len(req.blocks)  # blocks it holds already: KV received from a prefill replica
             resumed = req.swapped  # KV tokens coming back from host memory
             hits = [] if resumed or received else self._cached_prefix(rep, req, bs)
@@ -568,8 +589,9 @@ class ReferenceEngine:
             if inp.detailed_events:
                 self._record(t, EV_SCHEDULE, rep.index, req.index, computed)
             budget -= new
+        rep.waiting.extendleft(reversed(skipped))
 
-        # 3. What the step computes, for the step model.
+        # 3. What the step computes, for the step model; adapters not in a slot are loaded.
         batch = [req for req in rep.running if req.scheduled]
         if not batch:
             if preempted:  # the victim was the request itself: schedule again, as vLLM
@@ -579,19 +601,56 @@ class ReferenceEngine:
                                          f"schedule any at t_us={t}")
             return
         prefill = [(req.scheduled, req.computed) for req in batch if not req.is_decoding]
-        decodes = [req.computed for req in batch if req.is_decoding]
+        decodes = [(req.scheduled, req.computed) for req in batch if req.is_decoding]
+        adapters = []  # distinct, in batch order
+        for req in batch:
+            if self._lora(req) >= 0 and self._lora(req) not in adapters:
+                adapters.append(self._lora(req))
+        loads = sum(self._activate_lora(rep, a, t) for a in adapters)
         duration = int(step_time_us_nb(
             inp.pool_step_params[p],
             sum(new for new, _ in prefill),
             sum(new * before + new * (new + 1) / 2.0 for new, before in prefill),
             sum(before for _, before in prefill),
             len(decodes),
-            sum(before + 1 for before in decodes),
+            sum(before + 1 for _, before in decodes),
             len(batch),
+            sum(new - 1 for new, _ in decodes),  # draft tokens verified
+            len(adapters),
         )) + swap_blocks * int(inp.per_pool("swap_us_per_block", 0)[p])
+        duration += loads * int(inp.per_pool("lora_load_us", 0)[p])
         rep.step_start, rep.busy_until = t, t + duration
         rep.counters["steps"] += 1
         heapq.heappush(self.heap, (rep.busy_until, STEP_END, rep.index))
+
+    def _wanted(self, req: Request) -> int:
+        """Tokens a running request computes next: the rest of its prompt, one decode token, or
+        under speculative decoding a verify step of the token plus up to k drafts (none past its
+        last output token)."""
+        k = self.spec_k[self.replicas[req.replica].pool]
+        if k and req.is_decoding:
+            return 1 + min(k, req.output_tokens - req.generated - 1)
+        return req.num_tokens - req.computed
+
+    def _lora(self, req: Request) -> int:
+        """The request's adapter where it runs (-1: none, or the pool serves no LoRA)."""
+        pool = self.replicas[req.replica].pool
+        return req.adapter if self.lora_slots[pool] > 0 else -1
+
+    def _activate_lora(self, rep: Replica, adapter: int, t: int) -> int:
+        """Adapter resident for the step at t: 1 if it was loaded into the least recently used
+        slot that no request of this step uses (the lowest such slot on ties), else 0."""
+        if adapter in rep.lora_id:
+            rep.lora_used[rep.lora_id.index(adapter)] = t
+            return 0
+        free = [s for s in range(len(rep.lora_id)) if rep.lora_used[s] < t]
+        slot = min(free, key=lambda s: (rep.lora_used[s], s))
+        rep.lora_id[slot], rep.lora_used[slot] = adapter, t
+        return 1
+
+    def _empty_lora_slots(self, rep: Replica) -> None:
+        slots = self.lora_slots[rep.pool]
+        rep.lora_id, rep.lora_used = [-1] * slots, [-1] * slots
 
     def _victim(self, rep: Replica, i: int) -> int:
         """Index in the running list of the request to preempt while scheduling index i (see
@@ -682,14 +741,18 @@ class ReferenceEngine:
             if new:
                 if not req.is_decoding:
                     rep.counters["prefill_tokens"] += new
+                else:  # the expected tokens of the step, the fraction carried (1 without speculation)
+                    credit = req.spec_credit + int(self.spec_credit[rep.pool, new - 1])
+                    new, req.spec_credit = divmod(credit, SPEC_CREDIT_SCALE)
                 req.computed += new
                 if req.computed >= req.num_tokens and req.decode_replica >= 0 and not req.generated \
                         and rep.index != req.decode_replica:
                     self._hand_off(rep, req, t)  # prefilled: its KV goes to the decode replica
                     continue
                 if req.computed >= req.num_tokens:
-                    req.generated += 1
-                    rep.counters["output_tokens"] += 1
+                    emitted = req.computed - req.num_tokens + 1
+                    req.generated += emitted
+                    rep.counters["output_tokens"] += emitted
                     if req.first_token_us < 0:
                         req.first_token_us = t
                         if self.inp.detailed_events:
@@ -756,6 +819,7 @@ class ReferenceEngine:
         rep.running = []
         rep.pending.clear()
         rep.reserved = rep.outgoing = rep.incoming = 0
+        self._empty_lora_slots(rep)
         rep.busy_until = -1
         rep.state, rep.active_at = R_STARTING, active_at_us
 

@@ -48,6 +48,12 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+def _nonnegative_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name}: got {value!r}, expected a whole number >= 0")
+    return value
+
+
 def check_tensor_parallel(model: ModelSpec, tp: int) -> int:
     """`tp` as vLLM accepts it: divides the attention heads; KV heads split evenly or are replicated."""
     tp = _positive_int("tensor_parallel_size", tp)
@@ -182,6 +188,10 @@ class Capacity:
     block_bytes_per_gpu: int
     kv_blocks: int
     kv_tokens: int
+    # Speculative decoding's draft weights and vLLM's LoRA buffers (max_loras adapters at
+    # max_lora_rank), per GPU; the draft model's KV per token per GPU shares each block.
+    extra_weights_bytes_per_gpu: int = 0
+    extra_kv_bytes_per_token_per_gpu: int = 0
 
     @property
     def num_gpus(self) -> int:
@@ -208,6 +218,8 @@ def kv_capacity(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     max_model_len: int | None = None,
+    extra_weights_bytes_per_gpu: int = 0,
+    extra_kv_bytes_per_token_per_gpu: int = 0,
 ) -> Capacity:
     """KV blocks per GPU as vLLM V1 sizes them at startup.
 
@@ -218,7 +230,9 @@ def kv_capacity(
     (`activation_peak_bytes`); the overhead is a fixed 1.25 GiB at TP1 and 1.75 GiB at TP > 1
     (CUDA context 0.5, NCCL / all-reduce 0.5, CUDA graphs 0.75; see `overhead_bytes`).
     `num_gpu_blocks_override` replaces the block count (a measured one is the accurate choice), but
-    the weights must still fit. `max_model_len`, when given, must fit in the cache, as vLLM
+    the weights must still fit. `extra_weights_bytes_per_gpu` (a draft model, LoRA buffers) is
+    held like the weights; `extra_kv_bytes_per_token_per_gpu` (a draft model's KV, which vLLM keeps
+    in the same blocks) widens every block. `max_model_len`, when given, must fit in the cache, as vLLM
     requires at startup. A model that does not fit raises ConfigError saying by how much.
 
     `model` and `gpu` are specs or catalog ids. `max_num_seqs` sizes the profile's sampler pass;
@@ -247,20 +261,24 @@ def kv_capacity(
 
     usable = math.floor(gpu.hbm_bytes * util)
     weights = weights_bytes_per_gpu(model, tp, weight_dtype)
+    extra = _nonnegative_int("extra_weights_bytes_per_gpu", extra_weights_bytes_per_gpu)
+    _nonnegative_int("extra_kv_bytes_per_token_per_gpu", extra_kv_bytes_per_token_per_gpu)
     activation = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     overhead = overhead_bytes(tp)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)
-    block_bytes = block_size * per_token_gpu
-    available = usable - weights - activation - overhead
+    block_bytes = block_size * (per_token_gpu + extra_kv_bytes_per_token_per_gpu)
+    available = usable - weights - extra - activation - overhead
     if available < block_bytes:
         what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
         larger_tp = _smallest_tp_that_fits(model, usable, block_bytes, tp, weight_dtype, max_num_batched_tokens,
                                            max_num_seqs)
         hint = (f"try tensor_parallel_size >= {larger_tp} or a smaller weight dtype" if larger_tp
                 else "try a smaller weight dtype or a GPU with more memory")
-        terms = f"{_gb(weights)} of weights + {_gb(activation)} activations + {_gb(overhead)} overhead per GPU"
+        drafts = f" + {_gb(extra)} of draft model / LoRA buffers" if extra else ""
+        terms = (f"{_gb(weights)} of weights{drafts} + {_gb(activation)} activations + {_gb(overhead)} "
+                 "overhead per GPU")
         room = f"{_gb(usable)} usable ({util:g} x {gpu.hbm_bytes / 1e9:g} GB)"
-        need = weights + activation + overhead
+        need = weights + extra + activation + overhead
         relation = (f"{terms} > {room}" if need > usable
                     else f"{terms} leave {_gb(available)} of {room}, less than one KV block")
         raise ConfigError(f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
@@ -280,7 +298,8 @@ def kv_capacity(
         weights_bytes_per_gpu=weights, activation_peak_bytes=activation, overhead_bytes=overhead,
         kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
         available_kv_bytes_per_gpu=available, block_bytes_per_gpu=block_bytes, kv_blocks=blocks,
-        kv_tokens=blocks * block_size,
+        kv_tokens=blocks * block_size, extra_weights_bytes_per_gpu=extra_weights_bytes_per_gpu,
+        extra_kv_bytes_per_token_per_gpu=extra_kv_bytes_per_token_per_gpu,
     )
 
 

@@ -107,6 +107,9 @@ class NumbaEngine:
             xfer_start=full(n, -1),
             xfer_done=full(n, -1),
             xfers=full(n, 0),
+            adapter=inputs.adapters,
+            spec_credit=full(n, 0),
+            skip_next=full(n, -1),
         )
         blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
         block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
@@ -115,6 +118,7 @@ class NumbaEngine:
         seqs_per = inputs.pool_max_num_seqs[rep_pool].astype(i64)
         run_off = (np.cumsum(seqs_per) - seqs_per).astype(i64)
         total_blocks = int(blocks_per.sum())
+        lora_per = inputs.per_pool("lora_slots", 0)[rep_pool]
         # Each replica's free queue starts as its blocks in id order.
         gid = np.arange(total_blocks, dtype=i64)
         first_of = np.repeat(block_off, blocks_per)
@@ -161,6 +165,9 @@ class NumbaEngine:
             incoming=full(nrep, 0),
             pend_head=full(nrep, -1),
             pend_tail=full(nrep, -1),
+            lora_off=np.concatenate(([0], np.cumsum(lora_per))).astype(i64),
+            lora_id=full(int(lora_per.sum()), -1),
+            lora_used=full(int(lora_per.sum()), -1),
         )
         npool = len(inputs.pool_replicas)
         self.pools = Pools(
@@ -197,6 +204,10 @@ class NumbaEngine:
             pd_us_per_token=np.array([inputs.pd_us_per_token], dtype=np.float64),
             xh_t=full(max(n, 1), 0),
             xh_q=full(max(n, 1), 0),
+            lora_slots=inputs.per_pool("lora_slots", 0),
+            lora_load_us=inputs.per_pool("lora_load_us", 0),
+            spec_k=inputs.per_pool("spec_k", 0),
+            spec_credit=inputs.spec_credits,
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

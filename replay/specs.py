@@ -13,7 +13,7 @@ from replay.specs_models import MODELS, ModelSpec
 from traces.errors import ConfigError
 
 __all__ = [
-    "GPUS", "KV_DTYPE_BYTES", "MODELS", "WEIGHT_DTYPE_BITS", "GpuSpec", "ModelSpec", "catalog_rows",
+    "GPUS", "KV_DTYPE_BYTES", "MODELS", "QUANTIZATION_DTYPES", "WEIGHT_DTYPE_BITS", "GpuSpec", "ModelSpec", "catalog_rows",
     "get_gpu", "get_model", "kv_dtype_bytes", "normalize_weight_dtype", "weight_bits",
 ]
 
@@ -36,6 +36,18 @@ WEIGHT_DTYPE_BITS: dict[str, float] = {
     "mxfp4": 4.25,
     # NVFP4: 16 E2M1 elements share one FP8 E4M3 scale, 4 + 8/16 (plus one FP32 per tensor).
     "nvfp4": 4.5,
+}
+
+# vLLM's `--quantization` methods this tool models, and the weight format each loads. ("int8" is
+# W8A8 INT8 as compressed-tensors checkpoints load it; "modelopt_fp4" is vLLM's name for NVFP4.)
+QUANTIZATION_DTYPES: dict[str, str] = {
+    "fp8": "fp8",
+    "int8": "int8",
+    "awq": "awq",
+    "gptq": "gptq",
+    "mxfp4": "mxfp4",
+    "nvfp4": "nvfp4",
+    "modelopt_fp4": "nvfp4",
 }
 
 _WEIGHT_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}

@@ -49,6 +49,8 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     expert_params: float = 0.0
     expert_weight_dtype: str | None = None
+    # Leading layers with a dense FFN in an MoE model (DeepSeek-V3 `first_k_dense_replace`).
+    num_dense_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
@@ -103,6 +105,16 @@ class ModelSpec:
             return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose FFN is routed experts (0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def expert_active_params(self) -> float:
+        """Routed-expert parameters one token touches: top-k of the experts."""
+        return self.expert_params * self.experts_per_token / self.num_experts if self.is_moe else 0.0
+
 
 def _m(spec: ModelSpec) -> tuple[str, ModelSpec]:
     return spec.id, spec
@@ -145,7 +157,7 @@ MODELS: dict[str, ModelSpec] = dict([
     _m(ModelSpec("deepseek-v3", "DeepSeek-V3", "deepseek-ai/DeepSeek-V3", 61, 7168, 128, 128, 128, 18432,
                  129280, 671_026_419_200, 37_552_297_472, 163840, default_weight_dtype="fp8",
                  kv_lora_rank=512, qk_rope_head_dim=64, num_experts=256, experts_per_token=8,
-                 moe_intermediate_size=2048, expert_params=653_908_770_816)),
+                 moe_intermediate_size=2048, expert_params=653_908_770_816, num_dense_layers=3)),
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads / 8 KV heads of dim 64,
     # 128 experts of FFN 2880, top-4, vocab 201088, 131072-token context; every other layer uses a
     # 128-token sliding window, counted here as full attention (an upper bound on KV per token).

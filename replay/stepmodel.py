@@ -1,9 +1,10 @@
 """Roofline step model: how long one engine step takes, in integer microseconds.
 
 `step_time_us = max(FLOPs / (peak_flops * mfu), bytes / (hbm_bw * mbu)) + tp_allreduce
-               + per_step_overhead + per_seq_overhead * seqs
+               + ep_all_to_all + draft_model + per_step_overhead + per_seq_overhead * seqs
                + prefill_overhead (steps that compute prompt tokens)`   (DESIGN.md, "The step model").
-Everything is per GPU: a TP replica's GPUs run the same step in lock-step.
+Everything is per GPU: a replica's GPUs run the same step in lock-step. The terms for weight
+precision, FP8 KV, MoE, speculative decoding and multi-LoRA are built in `replay/stepterms.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,26 @@ SEQ_OVERHEAD_US = 10  # per sequence in the batch (input prep, detokenise)
 # Extra fixed cost of a step that computes prompt tokens: engines that capture CUDA graphs for
 # decode only run prefill eagerly (kernel launches, attention metadata); calibration measures it.
 PREFILL_OVERHEAD_US = 11
-NUM_PARAMS = 12
+# MoE: bytes of one routed expert summed over the MoE layers, per GPU; the routed experts' count
+# and top-k. The experts a step reads are those its tokens touch (see `step_time_us_nb`).
+EXPERT_BYTES_EACH = 12
+NUM_EXPERTS = 13
+EXPERTS_PER_TOKEN = 14
+# Expert parallelism: the busiest GPU's dispatch + combine all-to-all time per token of the step,
+# and the collectives' fixed latency (0 without expert parallelism).
+A2A_US_PER_TOKEN = 15
+A2A_FIXED_US = 16
+# Speculative decoding: draft passes per step (num_speculative_tokens; 0 for n-gram / none), and
+# one draft pass's FLOPs per sequence, weight bytes, and KV bytes per context token, per GPU.
+SPEC_DRAFT_PASSES = 17
+DRAFT_FLOPS_PER_TOKEN = 18
+DRAFT_WEIGHT_BYTES = 19
+DRAFT_KV_BYTES_PER_TOKEN = 20
+# Multi-LoRA: bytes of one adapter (at max_lora_rank) per GPU, read once per distinct adapter in
+# the batch; its FLOPs per token (shrink + expand), per GPU.
+LORA_BYTES_PER_ADAPTER = 21
+LORA_FLOPS_PER_TOKEN = 22
+NUM_PARAMS = 23
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -47,7 +67,11 @@ DEFAULT_PREFILL_OVERHEAD_US = 0.0
 
 @dataclass(frozen=True)
 class StepShape:
-    """What the step model needs to know about a model on a GPU at a TP degree (all per GPU)."""
+    """What the step model needs to know about a model on a GPU at a TP degree (all per GPU).
+
+    MoE models also give the part of `weights_bytes_per_gpu` and of `active_params` that lives in
+    routed experts, the expert count and top-k, and how many layers are MoE layers.
+    """
 
     active_params: float
     num_layers: int
@@ -61,6 +85,35 @@ class StepShape:
     hbm_bytes_per_s: float
     link_bytes_per_s: float
     activation_bytes: int = 2
+    expert_weights_bytes_per_gpu: float = 0.0
+    expert_active_params: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_layers: int = 0
+
+
+@dataclass(frozen=True)
+class ExpertParallel:
+    """Expert parallelism over the replica's GPUs (vLLM `enable_expert_parallel`): each GPU holds
+    whole experts, tokens travel to them in a dispatch and come back in a combine all-to-all per
+    MoE layer (DeepEP's layout: FP8 dispatch, BF16 combine), and the busiest GPU sets the step:
+    its share of expert work and traffic is `load_imbalance` times the mean."""
+
+    all_to_all_bytes_per_s: float
+    load_imbalance: float = 1.0
+    dispatch_bytes: int = 1
+    combine_bytes: int = 2
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """One draft pass of speculative decoding, per GPU: `passes` per step (num_speculative_tokens;
+    0 when the proposer costs no GPU time, as n-gram lookup on the CPU)."""
+
+    passes: int
+    flops_per_token: float
+    weight_bytes: float
+    kv_bytes_per_token: float
 
 
 def step_params(
@@ -72,48 +125,104 @@ def step_params(
     per_seq_overhead_us: float | None = None,
     allreduce_latency_us: float | None = None,
     prefill_overhead_us: float | None = None,
+    expert_parallel: ExpertParallel | None = None,
+    draft: DraftShape | None = None,
+    lora_bytes_per_adapter: float = 0.0,
+    lora_flops_per_token: float = 0.0,
 ) -> np.ndarray:
     """The parameter vector of `step_time_us_nb` for one pool."""
     tp = shape.tp
     p = np.zeros(NUM_PARAMS, dtype=np.float64)
-    p[FLOPS_PER_TOKEN] = 2.0 * shape.active_params / tp
+    imbalance = expert_parallel.load_imbalance if expert_parallel is not None else 1.0
+    dense_active = shape.active_params - shape.expert_active_params
+    # Under expert parallelism the busiest GPU does `imbalance` times its even share of the
+    # routed experts' work; under TP every GPU computes a 1/tp slice of every expert (balanced).
+    p[FLOPS_PER_TOKEN] = 2.0 * (dense_active + shape.expert_active_params * imbalance) / tp
     p[ATTN_FLOPS_PER_PAIR] = 4.0 * shape.num_layers * shape.num_attention_heads * shape.head_dim / tp
-    p[WEIGHT_BYTES] = shape.weights_bytes_per_gpu
+    p[WEIGHT_BYTES] = shape.weights_bytes_per_gpu - shape.expert_weights_bytes_per_gpu
     p[KV_BYTES_PER_TOKEN] = shape.kv_bytes_per_token_per_gpu
     p[FLOPS_RATE] = shape.peak_flops * (DEFAULT_MFU if mfu is None else mfu)
     p[BYTES_RATE] = shape.hbm_bytes_per_s * (DEFAULT_MBU if mbu is None else mbu)
+    latency = DEFAULT_ALLREDUCE_LATENCY_US if allreduce_latency_us is None else allreduce_latency_us
     if tp > 1:
         # Two all-reduces of the hidden state per layer (after attention and after the MLP);
-        # a ring all-reduce moves 2 (tp - 1) / tp of the buffer through each GPU's link.
-        per_token = 2 * shape.num_layers * shape.hidden_size * shape.activation_bytes
+        # a ring all-reduce moves 2 (tp - 1) / tp of the buffer through each GPU's link. Under
+        # expert parallelism the MoE layers' MLP all-reduce becomes the all-to-all below.
+        reduces = 2 * shape.num_layers - (shape.moe_layers if expert_parallel is not None else 0)
+        per_token = reduces * shape.hidden_size * shape.activation_bytes
         p[ALLREDUCE_BYTES_PER_TOKEN] = per_token * 2.0 * (tp - 1) / tp
-        latency = DEFAULT_ALLREDUCE_LATENCY_US if allreduce_latency_us is None else allreduce_latency_us
-        p[ALLREDUCE_FIXED_US] = 2 * shape.num_layers * latency
+        p[ALLREDUCE_FIXED_US] = reduces * latency
     p[LINK_BYTES_RATE] = max(shape.link_bytes_per_s, 1.0)
     p[STEP_OVERHEAD_US] = DEFAULT_STEP_OVERHEAD_US if per_step_overhead_us is None else per_step_overhead_us
     p[SEQ_OVERHEAD_US] = DEFAULT_SEQ_OVERHEAD_US if per_seq_overhead_us is None else per_seq_overhead_us
     p[PREFILL_OVERHEAD_US] = DEFAULT_PREFILL_OVERHEAD_US if prefill_overhead_us is None else prefill_overhead_us
+    if shape.num_experts > 0:
+        p[EXPERT_BYTES_EACH] = shape.expert_weights_bytes_per_gpu / shape.num_experts
+        p[NUM_EXPERTS] = shape.num_experts
+        p[EXPERTS_PER_TOKEN] = shape.experts_per_token
+    if expert_parallel is not None and shape.num_experts > 0 and tp > 1:
+        # The step's tokens are spread over the tp GPUs; each sends its share to the experts'
+        # GPUs and gets it back (ref 000, section 07: tokens x top_k x hidden bytes each way).
+        ep = expert_parallel
+        per_token_s = shape.experts_per_token * shape.hidden_size * (
+            ep.dispatch_bytes + ep.combine_bytes) / ep.all_to_all_bytes_per_s
+        p[A2A_US_PER_TOKEN] = shape.moe_layers * per_token_s * 1e6 / tp * ep.load_imbalance
+        p[A2A_FIXED_US] = 2 * shape.moe_layers * latency
+    if draft is not None and draft.passes > 0:
+        p[SPEC_DRAFT_PASSES] = draft.passes
+        p[DRAFT_FLOPS_PER_TOKEN] = draft.flops_per_token
+        p[DRAFT_WEIGHT_BYTES] = draft.weight_bytes
+        p[DRAFT_KV_BYTES_PER_TOKEN] = draft.kv_bytes_per_token
+    p[LORA_BYTES_PER_ADAPTER] = lora_bytes_per_adapter
+    p[LORA_FLOPS_PER_TOKEN] = lora_flops_per_token
     return p
 
 
 @njit(cache=True, _nrt=False)
 def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, decode_seqs, decode_ctx_tokens,
-                    num_seqs):
+                    num_seqs, spec_tokens=0, lora_adapters=0):
     """Duration of one step, in whole microseconds (at least 1).
 
     prefill_tokens: new prompt tokens computed this step (chunks included);
-    prefill_attn_pairs: sum over prefill chunks of (query, key) pairs, ~ chunk * (context + chunk / 2);
+    prefill_attn_pairs: sum over prefill chunks of (query, key) pairs, ~ chunk * (context + chunk / 2),
+    which makes prefill attention quadratic in the context;
     prefill_ctx_tokens: tokens of KV the prefill chunks read (cached prefix, earlier chunks);
-    decode_seqs: sequences decoding one token; decode_ctx_tokens: their total context length;
-    num_seqs: sequences in the batch.
+    decode_seqs: sequences decoding; decode_ctx_tokens: their total context length (KV read once
+    per step: linear in the context);
+    num_seqs: sequences in the batch;
+    spec_tokens: draft tokens the decoding sequences verify besides their one token each
+    (speculative decoding: a verify step runs 1 + drafts query tokens per sequence);
+    lora_adapters: distinct LoRA adapters in the batch.
     """
-    tokens = prefill_tokens + decode_seqs
-    flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_ctx_tokens)
-    nbytes = p[WEIGHT_BYTES] + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + tokens)
+    decode_tokens = decode_seqs + spec_tokens
+    tokens = prefill_tokens + decode_tokens
+    decode_pairs = float(decode_ctx_tokens)
+    if spec_tokens > 0 and decode_seqs > 0:
+        # Each draft token attends to about its sequence's context: the batch's mean.
+        decode_pairs += spec_tokens * (decode_ctx_tokens / decode_seqs)
+    flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_pairs)
+    weight_bytes = p[WEIGHT_BYTES]
+    if p[NUM_EXPERTS] > 0 and tokens > 0:
+        # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
+        # MoE layer in expectation (uniform routing); only those experts' weights are read.
+        e = p[NUM_EXPERTS]
+        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** tokens)
+        weight_bytes += p[EXPERT_BYTES_EACH] * touched
+    if lora_adapters > 0:
+        # Each distinct adapter's A and B are gathered and read once (Punica SGMV, S-LoRA).
+        weight_bytes += p[LORA_BYTES_PER_ADAPTER] * lora_adapters
+        flops += p[LORA_FLOPS_PER_TOKEN] * tokens
+    nbytes = weight_bytes + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + tokens)
     compute_us = flops / p[FLOPS_RATE] * 1e6
     memory_us = nbytes / p[BYTES_RATE] * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]
+    comm_us += p[A2A_US_PER_TOKEN] * tokens + p[A2A_FIXED_US]
     total = max(compute_us, memory_us) + comm_us + p[STEP_OVERHEAD_US] + p[SEQ_OVERHEAD_US] * num_seqs
+    if spec_tokens > 0 and p[SPEC_DRAFT_PASSES] > 0:
+        # The proposer runs `passes` sequential decode steps over the decoding sequences.
+        draft_compute = p[DRAFT_FLOPS_PER_TOKEN] * decode_seqs / p[FLOPS_RATE]
+        draft_memory = (p[DRAFT_WEIGHT_BYTES] + p[DRAFT_KV_BYTES_PER_TOKEN] * decode_ctx_tokens) / p[BYTES_RATE]
+        total += p[SPEC_DRAFT_PASSES] * max(draft_compute, draft_memory) * 1e6
     if prefill_tokens > 0:
         total += p[PREFILL_OVERHEAD_US]
     return max(np.int64(1), np.int64(math.ceil(total)))

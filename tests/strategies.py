@@ -10,11 +10,16 @@ import numpy as np
 from hypothesis import strategies as st
 
 from replay.engine_common import EngineInputs
-from replay.stepmodel import StepShape, step_params
+from replay.stepmodel import DraftShape, StepShape, step_params
+from replay.stepterms import spec_credit_table
 
 # llama-3.1-8b-like numbers on one H100; what matters here is that steps take realistic time.
 SHAPE = StepShape(8.0e9, 32, 32, 128, 4096, 1, 16.0e9, 131072.0, 989e12, 3.35e12, 450e9)
 STEP = step_params(SHAPE)
+# The same with a 1B draft model proposing and 64 MB LoRA adapters (what the engines pass the
+# step model for speculative and multi-LoRA batches must move its times).
+STEP_TERMS = step_params(SHAPE, draft=DraftShape(3, 2.5e9, 2.5e9, 32768.0), lora_bytes_per_adapter=64e6,
+                         lora_flops_per_token=1e8)
 
 
 def make_inputs(
@@ -22,7 +27,8 @@ def make_inputs(
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
     queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
-    adm=None, swap=None, host_blocks=None, pd=None,
+    adm=None, swap=None, host_blocks=None, pd=None, adapter=None, lora_slots=None, lora_load_us=None,
+    spec=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -56,7 +62,7 @@ def make_inputs(
         pool_enable_prefix_caching=np.asarray(prefix_caching, np.int64),
         pool_max_model_len=np.asarray(max_model_len, np.int64),
         pool_router=np.asarray(router, np.int64),
-        pool_step_params=np.stack([STEP] * npool),
+        pool_step_params=np.stack([STEP if spec is None and lora_slots is None else STEP_TERMS] * npool),
         detailed_events=detailed_events,
         pool_queue=None if queue is None else np.asarray(queue, np.int64),
         pool_victim=None if victim is None else np.asarray(victim, np.int64),
@@ -70,7 +76,22 @@ def make_inputs(
         pool_host_blocks=None if host_blocks is None else np.asarray(host_blocks, np.int64),
         pool_swap_us_per_block=None if swap is None else np.full(len(replicas), 40, np.int64),
         **(pd or {}),
+        adapter=None if adapter is None else np.asarray(adapter, np.int64),
+        pool_lora_slots=None if lora_slots is None else np.asarray(lora_slots, np.int64),
+        pool_lora_load_us=None if lora_load_us is None else np.asarray(lora_load_us, np.int64),
+        **({} if spec is None else _spec_inputs(spec)),
     )
+
+
+def _spec_inputs(spec) -> dict:
+    """Per pool (num_speculative_tokens, acceptance_rate) -> the engines' speculative columns."""
+    ks = [k for k, _ in spec]
+    width = max(ks) + 1
+    table = np.zeros((len(spec), width), np.int64)
+    for i, (k, a) in enumerate(spec):
+        row = spec_credit_table(a, k)
+        table[i, :len(row)] = row
+    return {"pool_spec_k": np.asarray(ks, np.int64), "pool_spec_credit": table}
 
 
 def tiny_inputs() -> EngineInputs:
@@ -105,6 +126,11 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
         pd = None
     priority = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
     tenant = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    # Multi-LoRA (adapters 0..3, or none) and speculative decoding, each on in about half the draws.
+    lora = draw(st.booleans())
+    adapter = draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)) if lora else None
+    spec = tuple((draw(st.integers(0, 4)), draw(st.sampled_from([0.0, 0.3, 0.71, 0.9])))
+                 for _ in range(npool)) if draw(st.booleans()) else None
 
     def per_pool(strategy):
         return tuple(draw(strategy) for _ in range(npool))
@@ -145,6 +171,10 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
             "prefill_tokens_per_s": per_pool(st.sampled_from([2000, 20000])),
         },
         pd=pd,
+        adapter=adapter,
+        lora_slots=per_pool(st.sampled_from([0, 1, 2, 3])) if lora else None,
+        lora_load_us=per_pool(st.sampled_from([0, 250, 5000])) if lora else None,
+        spec=spec,
     )
 
 
