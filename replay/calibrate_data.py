@@ -154,7 +154,7 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None) -> Me
         key = f"tp{row_tp} prompt{int(p)} batch{int(b)} tokens{int(t)}"
         points.append((b * p, b * p * (p + 1) / 2, 0.0, 0.0, 0.0, b, row_tp, prompt_ms * 1000, "prompt_time", key))
         generated = min(t, max(1.0, 1 + (e2e_ms - prompt_ms) / token_ms))
-        points.append((b, 0.0, 0.0, b, b * (p + generated / 2), b, row_tp, token_ms * 1000, "token_time", key))
+        points.append((0.0, 0.0, 0.0, b, b * (p + generated / 2), b, row_tp, token_ms * 1000, "token_time", key))
     what = f"for {model} on {gpu}" + (f" at tensor_parallel {tp}" if tp is not None else "")
     return _finish(path, points, len(rows), excluded, sha, what)
 
