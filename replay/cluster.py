@@ -24,7 +24,7 @@ from replay.control import ControlEvents, FleetControl, PoolControl, make_decide
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import step_params, step_time_us_nb
+from replay.stepmodel import BYTES_RATE, KV_BYTES_PER_TOKEN, table_points, with_table, step_params, step_time_us_nb
 from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.configtools import from_dict
 from traces.errors import ConfigError
@@ -105,6 +105,8 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         params = step_params(step_shape(model, gpu, cap), **coefficients, expert_parallel=terms.expert_parallel,
                              draft=terms.draft, lora_bytes_per_adapter=terms.lora_bytes_per_adapter,
                              lora_flops_per_token=terms.lora_flops_per_token)
+        if sm.backend == "table":
+            params = table_params(params, pool, model.id, gpu.id, f"{source}: {key}")
         price = pool.price_usd_per_gpu_hour
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
@@ -112,6 +114,33 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms))
     return plans
+
+
+def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: str, where: str) -> np.ndarray:
+    """The pool's step parameters switched to the table backend, from its measured steps: prefill
+    steps give step time against tokens, decode steps against sequences, each decode point moved
+    to the median context per sequence at the roofline's KV-read rate."""
+    from replay.calibrate_data import read_generic, read_splitwise
+
+    sm = pool.step_model
+    tp = pool.tensor_parallel_size
+    eng = pool.engine
+    if eng.speculative_config is not None or eng.enable_lora:
+        raise ConfigError(f"{where}.step_model.backend: the table backend has no speculative-decoding or LoRA "
+                          "terms; use the roofline for this pool")
+    m = read_generic(sm.table, tp) if sm.table_format == "generic" else read_splitwise(sm.table, model_id, gpu_id, tp)
+    prefill = (m.prefill_tokens > 0) & (m.decode_seqs == 0)
+    decode = (m.prefill_tokens == 0) & (m.decode_seqs > 0)
+    ctx_ref = float(np.median(m.decode_ctx[decode] / m.decode_seqs[decode])) if decode.any() else 0.0
+    kv_us_per_token = params[KV_BYTES_PER_TOKEN] / params[BYTES_RATE] * 1e6
+    decode_us = m.step_us[decode] - kv_us_per_token * (m.decode_ctx[decode] - m.decode_seqs[decode] * ctx_ref)
+    points = (table_points(m.prefill_tokens[prefill], m.step_us[prefill]),
+              table_points(m.decode_seqs[decode], decode_us))
+    for what, pts in zip(("prefill-only steps (decode_seqs 0)", "decode-only steps (prefill_tokens 0)"), points):
+        if len(pts) < 2:
+            raise ConfigError(f"{where}.step_model.table: {sm.table} has {len(pts)} distinct sizes of {what} at "
+                              f"tensor_parallel_size {tp}; the table backend needs at least 2")
+    return with_table(params, points[0], points[1], ctx_ref)
 
 
 def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan], source: str = "config") -> np.ndarray:

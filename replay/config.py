@@ -172,8 +172,20 @@ class StepModelArgs:
     # (None: the GPU's interconnect, one direction).
     moe_load_imbalance: float = 1.0
     all_to_all_bytes_per_s: float | None = None
+    # `table`: step times interpolated over the measured steps of `table` (a CSV in calibrate's
+    # `table_format`, relative to the config file) instead of the roofline's formula.
+    backend: str = "roofline"
+    table: str | None = None
+    table_format: str = "generic"
 
     def __post_init__(self) -> None:
+        if self.backend not in ("roofline", "table"):
+            raise ValueError(f"backend: got {self.backend!r}, expected 'roofline' or 'table'")
+        if (self.backend == "table") != (self.table is not None):
+            raise ValueError("table: the table backend needs a table of measured steps (and only it reads one); "
+                             f"got backend {self.backend!r} with table {self.table!r}")
+        if self.table_format not in ("generic", "splitwise"):
+            raise ValueError(f"table_format: got {self.table_format!r}, expected 'generic' or 'splitwise'")
         for name in ("mfu", "mbu"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
@@ -529,5 +541,8 @@ def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
         prof = pool.step_model.profile
         if prof is not None and prof not in ("splitwise", "vidur") and not Path(prof).is_absolute():
             pool = replace(pool, step_model=replace(pool.step_model, profile=str((base_dir / prof).resolve())))
+        table = pool.step_model.table
+        if table is not None and not Path(table).is_absolute():
+            pool = replace(pool, step_model=replace(pool.step_model, table=str((base_dir / table).resolve())))
         pools.append(pool)
     return replace(cfg, pools=tuple(pools))

@@ -51,7 +51,20 @@ DRAFT_KV_BYTES_PER_TOKEN = 20
 # the batch; its FLOPs per token (shrink + expand), per GPU.
 LORA_BYTES_PER_ADAPTER = 21
 LORA_FLOPS_PER_TOKEN = 22
-NUM_PARAMS = 23
+# The table backend (`step_model: {backend: table}`): step times interpolated over measured steps
+# instead of the roofline. TABLE_ON is 1 for it; then TABLE_POINTS points of a prefill table
+# (step time against the step's tokens, for steps that prefill) and of a decode table (against
+# the decoding sequences, at TABLE_CTX_REF tokens of context each), unused points past the counts.
+TABLE_ON = 23
+TABLE_NPREFILL = 24
+TABLE_NDECODE = 25
+TABLE_CTX_REF = 26
+TABLE_POINTS = 32
+TABLE_PREFILL_X = 27
+TABLE_PREFILL_Y = TABLE_PREFILL_X + TABLE_POINTS
+TABLE_DECODE_X = TABLE_PREFILL_Y + TABLE_POINTS
+TABLE_DECODE_Y = TABLE_DECODE_X + TABLE_POINTS
+NUM_PARAMS = TABLE_DECODE_Y + TABLE_POINTS
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -194,6 +207,8 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     (speculative decoding: a verify step runs 1 + drafts query tokens per sequence);
     lora_adapters: distinct LoRA adapters in the batch.
     """
+    if p[TABLE_ON] > 0:
+        return table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens)
     decode_tokens = decode_seqs + spec_tokens
     tokens = prefill_tokens + decode_tokens
     decode_pairs = float(decode_ctx_tokens)
@@ -226,3 +241,58 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     if prefill_tokens > 0:
         total += p[PREFILL_OVERHEAD_US]
     return max(np.int64(1), np.int64(math.ceil(total)))
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _interp(p, xs, ys, n, x):
+    """Piecewise-linear through the n points at p[xs:], p[ys:] (x ascending); outside them, the
+    end segment's line continued."""
+    k = 1
+    while k < n - 1 and p[xs + k] < x:
+        k += 1
+    x0, x1 = p[xs + k - 1], p[xs + k]
+    y0, y1 = p[ys + k - 1], p[ys + k]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@njit(cache=True, _nrt=False)
+def table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens):
+    """The table backend, as Splitwise's simulator and Vidur use measured profiles: a step that
+    prefills costs the prefill table at its tokens (decodes riding along count as one token
+    each); a decode step costs the decode table at its sequences, plus the roofline's KV-read time
+    for context beyond (or minus the part short of) the measured context per sequence."""
+    if prefill_tokens > 0:
+        us = _interp(p, TABLE_PREFILL_X, TABLE_PREFILL_Y, np.int64(p[TABLE_NPREFILL]), float(prefill_tokens + decode_seqs))
+    else:
+        us = _interp(p, TABLE_DECODE_X, TABLE_DECODE_Y, np.int64(p[TABLE_NDECODE]), float(decode_seqs))
+        extra = decode_ctx_tokens - decode_seqs * p[TABLE_CTX_REF]
+        us += p[KV_BYTES_PER_TOKEN] * extra / p[BYTES_RATE] * 1e6
+    return max(np.int64(1), np.int64(math.ceil(us)))
+
+
+def with_table(params: np.ndarray, prefill: list[tuple[float, float]], decode: list[tuple[float, float]],
+               ctx_ref: float) -> np.ndarray:
+    """`params` switched to the table backend: (tokens, us) prefill points and (sequences, us)
+    decode points, each at least two distinct x, at most TABLE_POINTS (see `table_points`)."""
+    p = params.copy()
+    p[TABLE_ON] = 1.0
+    p[TABLE_CTX_REF] = ctx_ref
+    for count, xs, ys, points in ((TABLE_NPREFILL, TABLE_PREFILL_X, TABLE_PREFILL_Y, prefill),
+                                  (TABLE_NDECODE, TABLE_DECODE_X, TABLE_DECODE_Y, decode)):
+        if not 2 <= len(points) <= TABLE_POINTS:
+            raise ValueError(f"a table needs 2 to {TABLE_POINTS} points, got {len(points)}")
+        p[count] = len(points)
+        for k, (x, y) in enumerate(points):
+            p[xs + k], p[ys + k] = x, y
+    return p
+
+
+def table_points(x: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
+    """One point per distinct x (the median y of its repetitions), ascending; more than
+    TABLE_POINTS distinct x are thinned to TABLE_POINTS spread over the range, ends kept."""
+    xs = np.unique(x)
+    points = [(float(v), float(np.median(y[x == v]))) for v in xs]
+    if len(points) > TABLE_POINTS:
+        keep = np.unique(np.round(np.linspace(0, len(points) - 1, TABLE_POINTS)).astype(int))
+        points = [points[k] for k in keep]
+    return points
