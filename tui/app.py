@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -28,6 +28,10 @@ EVENTS_MIN = 5
 # While a follower thread loads, the UI thread waits for the GIL up to one switch interval per
 # acquisition; Python's 5 ms default adds up to a visible lag per key.
 FOLLOW_SWITCH_INTERVAL_S = 0.001
+# A live run's new data is shown once no key (or click, or wheel) came for this long, so its
+# redraw does not sit in front of the next key; but never later than LIVE_DEFER_MAX_S.
+INPUT_QUIET_S = 0.1
+LIVE_DEFER_MAX_S = 1.0
 
 
 class RunUpdated(Message):
@@ -88,6 +92,10 @@ class Dashboard(App):
         self.exit_on_failure = exit_on_failure
         self.poll_s = poll_s
         self._stop = threading.Event()
+        self._pending: dict[int, RunUpdated] = {}
+        self._last_input = 0.0
+        self._deferred_since: float | None = None
+        self._apply_timer = None
 
     def compose(self) -> ComposeResult:
         yield Panel(header, id="header")
@@ -235,15 +243,46 @@ class Dashboard(App):
             # Reading holds the GIL in bursts: wait several times as long as it took.
             wait_s = max(self.poll_s, FOLLOW_COST_FACTOR * (time.perf_counter() - began))
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
+            self._last_input = time.monotonic()
+        await super().on_event(event)
+
     def on_run_updated(self, message: RunUpdated) -> None:
-        if message.data is not None:
-            runs = list(self.model.runs)
-            runs[message.index] = message.data
-            self.model.set_runs(runs)
-            if self.exit_on_failure and message.data.live is not None and message.data.live.state == "failed":
-                self.exit()
+        """New data waits while the user is pressing keys (a redraw for it would delay the next
+        key's), at most LIVE_DEFER_MAX_S; the newest of each run is what is then shown."""
+        self._pending[message.index] = message
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        quiet = now - self._last_input
+        if quiet >= INPUT_QUIET_S or now - self._deferred_since >= LIVE_DEFER_MAX_S:
+            self._apply_pending()
+        elif self._apply_timer is None:
+            self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
+
+    def _apply_later(self) -> None:
+        self._apply_timer = None
+        now = time.monotonic()
+        quiet = now - self._last_input
+        if quiet >= INPUT_QUIET_S or now - self._deferred_since >= LIVE_DEFER_MAX_S:
+            self._apply_pending()
         else:
-            self.model.view.message = f"stopped following: {message.error}"
+            self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
+
+    def _apply_pending(self) -> None:
+        pending, self._pending, self._deferred_since = self._pending, {}, None
+        if not pending:
+            return
+        runs = list(self.model.runs)
+        for index, message in sorted(pending.items()):
+            if message.data is not None:
+                runs[index] = message.data
+                if self.exit_on_failure and message.data.live is not None and message.data.live.state == "failed":
+                    self.exit()
+            else:
+                self.model.view.message = f"stopped following: {message.error}"
+        self.model.set_runs(runs)
         self.redraw()
 
 

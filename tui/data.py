@@ -75,6 +75,7 @@ class RunData:
     live: LiveStatus | None = None
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
 
     @property
     def name(self) -> str:
@@ -97,12 +98,34 @@ class RunData:
             return None
         return int(min(np.searchsorted(self.t_us, t_us, side="left"), len(self.t_us) - 1))
 
+    def scaling_events(self, scope: str) -> tuple[np.ndarray, list[str]]:
+        """(times, kinds) of the autoscalers' scale_up / scale_down decisions (every pool's for the
+        fleet), by time."""
+        key = ("scaling", scope)
+        if key not in self._memo:
+            ev = self.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
+            if scope != FLEET:
+                ev = ev.filter(pl.col("pool") == scope)
+            self._memo[key] = (ev["t_us"].to_numpy(), ev["kind"].to_list())
+        return self._memo[key]
+
     def scaling_times_in(self, scope: str) -> np.ndarray:
         """When the autoscalers decided to scale (every pool's for the fleet)."""
-        ev = self.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
-        if scope != FLEET:
-            ev = ev.filter(pl.col("pool") == scope)
-        return np.unique(ev["t_us"].to_numpy())
+        return np.unique(self.scaling_events(scope)[0])
+
+    def log_in(self, scope: str, decisions_only: bool) -> tuple[pl.DataFrame, np.ndarray]:
+        """The event log of a scope (only scaling decisions and replica state changes with
+        `decisions_only`), and its times."""
+        key = ("log", scope, decisions_only)
+        if key not in self._memo:
+            ev = self.events
+            if scope != FLEET:
+                ev = ev.filter(pl.col("pool") == scope)
+            if decisions_only:
+                ev = ev.filter(pl.col("kind").str.starts_with("scale") | pl.col("kind").str.starts_with("replica"))
+            ev = ev.rechunk()
+            self._memo[key] = (ev, ev["t_us"].to_numpy())
+        return self._memo[key]
 
     def request_events(self, request_id: int) -> pl.DataFrame:
         frame = self._all_events if self._all_events is not None else self.events
@@ -400,6 +423,10 @@ class RunBuilder:
                 series[FLEET] = series[pools[0]]
             else:
                 series[FLEET]["ttft_p50_ms"] = series[FLEET]["ttft_p99_ms"] = None  # RunData.fleet_ttft
+        # one chunk each (polars queries over hundreds of small chunks are slow), merged as they come
+        for frames in (self.events, self.log):
+            if len(frames) > 1:
+                frames[:] = [pl.concat(frames, rechunk=True)]
         all_events = _concat(self.events, EMPTY_EVENTS)
         log = _concat(self.log, EMPTY_EVENTS)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,

@@ -56,7 +56,10 @@ class Model:
                 and len(r.t_us) >= len(old[k].t_us) and r.pools == old[k].pools}
         self._cache = {key: v for key, v in self._cache.items() if key[0] in grew}
         ticks = [r.t_us for r in runs if len(r.t_us)]
-        self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
+        if len(ticks) == 1:
+            self.axis = ticks[0]  # sorted and unique already
+        else:
+            self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
         if self.view.scope not in self.scopes:
             self.view.scope = FLEET
         if self.view.following and len(self.axis):

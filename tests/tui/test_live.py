@@ -7,11 +7,12 @@ import json
 
 import numpy as np
 import polars as pl
+import pytest
 
 from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter
 from replay.outputs import write_run
 from replay.run import replay_trace
-from tests.tui.conftest import screen_text, tiny_config, tiny_trace
+from tests.tui.conftest import pd_config, screen_text, tiny_config, tiny_trace
 from tests.tui.test_keys import drive
 from tui.app import make_app
 from tui.data import LiveFollower, load_run
@@ -51,13 +52,15 @@ def chunk_frames(live, name: str) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(d / f"{name}.parquet") for d in sorted(live.glob("chunk-*"))])
 
 
-def test_the_chunks_are_the_finished_run(tmp_path):
+@pytest.mark.parametrize("config", [tiny_config, pd_config], ids=["one-pool", "prefill-decode"])
+def test_the_chunks_are_the_finished_run(tmp_path, config):
     """Chunks of irregular sizes, concatenated, are the finished run's rows: ticks and events
     as they are, each request once (ended ones in chunks, the rest in the newest in-flight file),
-    each first token once."""
+    each first token once; for a prefill/decode fleet too (its prefill pool's ticks count the
+    requests it prefilled)."""
     from replay.cluster import plan_pools
 
-    trace, cfg = tiny_trace(), tiny_config()
+    trace, cfg = tiny_trace(), config()
     plans = plan_pools(cfg)
     writer = LiveWriter(tmp_path / "run", trace.frame, cfg, plans, min_interval_s=1e9)
     writer.start()
@@ -72,7 +75,7 @@ def test_the_chunks_are_the_finished_run(tmp_path):
     result = replay_trace(trace, cfg, plans=plans, on_tick=on_tick)
     writer.flush()
     live = tmp_path / "run" / LIVE_DIR
-    assert writer.seq == len(list(live.glob("chunk-*"))) > 10
+    assert writer.seq == len(list(live.glob("chunk-*"))) > 5
     assert chunk_frames(live, "ticks").equals(result.ticks)
     assert chunk_frames(live, "events").equals(result.events)
     inflight = pl.read_parquet(live / f"inflight-{writer.seq:06d}.parquet")
@@ -234,3 +237,36 @@ def test_live_files_beside_an_old_run_win(tmp_path, one_pool_run):
     shutil.copytree(one_pool_run, out)
     live_until(out, 7)
     assert load_run(out).live is not None and load_run(out).end_us == 7_000_000
+
+
+def test_new_data_waits_while_keys_come_but_not_for_long(tmp_path):
+    """A live run's next data is shown once keys stop for INPUT_QUIET_S (its redraw would delay
+    the next key), and within LIVE_DEFER_MAX_S however fast keys come."""
+    from tui.app import INPUT_QUIET_S, LIVE_DEFER_MAX_S, RunUpdated
+
+    out = tmp_path / "run"
+    live_until(out, 10)
+    app = make_app(out, follow=False)
+    newer = []
+
+    async def script(pilot):
+        first = app.model.runs[0]
+        live_until(tmp_path / "more", 20)
+        newer.append(load_run(tmp_path / "more"))
+        await pilot.press("left")
+        app.post_message(RunUpdated(0, newer[0]))
+        await pilot.pause()
+        assert app.model.runs[0] is first  # a key just came: the data waits
+        await pilot.pause(INPUT_QUIET_S + 0.1)
+        assert app.model.runs[0] is newer[0]
+        # keys without a pause: the data still comes within LIVE_DEFER_MAX_S
+        app.post_message(RunUpdated(0, first))
+        import time
+
+        began = time.monotonic()
+        while app.model.runs[0] is not first and time.monotonic() - began < 3 * LIVE_DEFER_MAX_S:
+            await pilot.press("right")
+            await pilot.pause(INPUT_QUIET_S / 4)
+        assert app.model.runs[0] is first and time.monotonic() - began < LIVE_DEFER_MAX_S + 0.5
+
+    drive(app, script)
