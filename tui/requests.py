@@ -66,8 +66,9 @@ def request_rows(frame: pl.DataFrame, columns: tuple[str, ...] = COLUMNS) -> lis
     rows = []
     for r in frame.iter_rows(named=True):
         cells = {
-            "id": str(r["request_id"]), "pool": r["pool"], "replica": "-" if r["replica"] is None else str(r["replica"]),
-            "workload": r["workload"] or "-", "arrival": fmt_time(r["arrival_us"]), "TTFT": ms(r["ttft_us"]),
+            "id": str(r["request_id"]), "pool": r["pool"],
+            "replica": "-" if r["replica"] is None else str(r["replica"]), "workload": r["workload"] or "-",
+            "arrival": fmt_time(r["arrival_us"]), "TTFT": ms(r["ttft_us"]),
             "queue": ms(r["queue_us"]), "preempt": str(r["preemptions"]), "E2E": ms(r["e2e_us"]),
             "prompt": f"{r['prompt_tokens']:,}", "output": f"{r['output_tokens']:,}",
             "status": r["status"] if r["status"] != "rejected" else f"rejected: {r['reject_reason']}",
@@ -164,7 +165,8 @@ def _life_bar(r: dict, preempt_us: list[int], width: int) -> Text:
     end = max([m for m in marks if m is not None] + [start + 1])
     col = lambda t_us: min(int((t_us - start) / (end - start) * (width - 1)), width - 1)  # noqa: E731
     cells = [(" ", "")] * width
-    spans = [("░", "yellow", start, r["first_scheduled_us"]), ("▒", "cyan", r["first_scheduled_us"], r["first_token_us"]),
+    spans = [("░", "yellow", start, r["first_scheduled_us"]),
+             ("▒", "cyan", r["first_scheduled_us"], r["first_token_us"]),
              ("█", "green", r["first_token_us"], r["finished_us"])]
     remote = r.get("prefill_replica") is not None
     if remote:  # prefill on another replica, then the KV's wait and transfer, then the decode replica

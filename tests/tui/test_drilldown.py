@@ -137,3 +137,20 @@ def test_a_run_without_the_prefill_columns_still_shows_a_life(tmp_path):
     rid = run.requests["request_id"][0]
     assert "first token" in request_life(run, rid).plain and "KV" not in request_life(run, rid).plain
     assert worst_requests(run, 240 * S, "fleet").height
+
+
+def test_compare_a_prefill_decode_run_with_one_without(pd_run, one_pool_run):
+    """`c` switches the table to the other run, with that run's columns."""
+    app = make_app(pd_run, one_pool_run, at="0:20")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        columns = lambda: [str(c.value) for c in screen.query_one("DataTable").columns]  # noqa: E731
+        assert "prefill" in columns() and "KV xfer" in columns()
+        await pilot.press("c")
+        assert screen.run_index == 1 and "prefill" not in columns() and screen.ids
+        await pilot.press("c")
+        assert screen.run_index == 0 and "KV xfer" in columns()
+
+    drive(app, script, size=(160, 40))

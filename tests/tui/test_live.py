@@ -89,7 +89,8 @@ def test_the_chunks_are_the_finished_run(tmp_path, config):
     assert sorted(p.name for p in live.glob("inflight-*")) == [f"inflight-{k:06d}.parquet"
                                                                for k in (writer.seq - 1, writer.seq)]
     status = json.loads((live / STATUS_FILE).read_text())
-    assert status["state"] == "running" and status["seq"] == writer.seq and status["done_us"] == result.ticks["t_us"].max()
+    assert status["state"] == "running" and status["seq"] == writer.seq
+    assert status["done_us"] == result.ticks["t_us"].max()
 
 
 def test_the_live_layout_is_the_one_tui_reads():
@@ -218,7 +219,8 @@ def test_the_dashboard_follows_a_run_being_written_to_its_end(tmp_path):
 def test_a_failed_replay_shows_its_error(tmp_path):
     out = tmp_path / "run"
     live_until(out, 5)
-    body = json.loads((out / LIVE_DIR / STATUS_FILE).read_text()) | {"state": "failed", "error": "trace.csv line 9: bad"}
+    failed = {"state": "failed", "error": "trace.csv line 9: bad"}
+    body = json.loads((out / LIVE_DIR / STATUS_FILE).read_text()) | failed
     (out / LIVE_DIR / STATUS_FILE).write_text(json.dumps(body))
     app = make_app(out, follow=False)
 
