@@ -66,28 +66,37 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_run_tui(args: argparse.Namespace) -> int:
-    """Check what can be checked at once, start the replay in a child process, show the dashboard
-    until the user quits; quitting before the end stops the replay and leaves nothing behind."""
+    """Check the input before the dashboard starts (config, fleet, --out, the trace itself and
+    its split over the pools: a bad one is one line and exit 2, as without --tui), start the
+    replay of the loaded trace in a child process, show the dashboard until the user quits;
+    quitting before the end stops the replay and leaves nothing behind."""
     import dataclasses
     import multiprocessing
 
     import yaml
 
-    from replay.cli import _default_out
+    from replay.cli import _default_out, _report_trace_fixes
     from replay.cli_trace import effective_trace
-    from replay.cluster import plan_pools
+    from replay.cluster import plan_pools, split_requests
     from replay.config import load_config
     from replay.live import LIVE_DIR, STATUS_FILE
     from replay.outputs import check_out_dir
+    from traces import load_from_config
 
     cfg = load_config(args.config)
-    plan_pools(cfg, args.config or "default fleet")  # a fleet that cannot start fails here, before the dashboard
+    source = args.config or "default fleet"
+    plans = plan_pools(cfg, source)  # a fleet that cannot start fails here, before the dashboard
     base_dir = Path(args.config).resolve().parent if args.config else None
+    trace_cfg = effective_trace(cfg.trace, args, base_dir)
     resolved = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, resolved)
     check_out_dir(out, args.force)
+    # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
+    # before DIR is made). The child replays this very trace (it travels pickled).
+    trace = load_from_config(trace_cfg, strict=args.strict)
+    split_requests(trace.frame, resolved, plans, source)  # a split that strands a request: a config error
     live = out / LIVE_DIR
     if live.exists():
         raise UserError(f"--out {out}: {live} exists: another replay is writing this run (or one was killed; "
@@ -97,7 +106,8 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
     (live / STATUS_FILE).write_text(json.dumps({"state": "running", "seq": 0, "done_us": 0, "end_us": 0}))
 
-    proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out)), daemon=True)
+    proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out), trace),
+                                                        daemon=True)
     proc.start()
     try:
         from tui.app import make_app
@@ -105,15 +115,20 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         app = make_app(out, exit_on_failure=True)
         app.run()
     finally:
-        # A replay that has ended (its run written, which removed live/, or its failure recorded)
-        # is only exiting, which can take a while on a busy machine: not a replay cut short.
-        ended = not live.exists() or _status_error(live / STATUS_FILE) is not None
-        proc.join(timeout=30 if ended else 0.1)
+        # The replay ended (the finished run replaced live/, or its failure is recorded) or is
+        # writing its run: let the child finish (its exit can take a while on a busy machine);
+        # otherwise the user quit early and it stops here.
+        ended = (not live.exists() or _status_state(live / STATUS_FILE) == "writing"
+                 or _status_error(live / STATUS_FILE) is not None)
+        proc.join(timeout=60 if ended else 0.1)
         stopped = proc.is_alive()
         if stopped:
             proc.terminate()
             proc.join()
     if proc.exitcode == 0:
+        from rich.console import Console
+
+        _report_trace_fixes(Console(stderr=True), trace)
         print(f"run written to {out}")
         return 0
     error = _status_error(live / STATUS_FILE)
@@ -125,6 +140,13 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         raise UserError(error)
     print(f"llm-replay: the replay process failed (exit code {proc.exitcode}); nothing written", file=sys.stderr)
     return 1
+
+
+def _status_state(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("state")
+    except (OSError, ValueError):
+        return None
 
 
 def _status_error(path: Path) -> str | None:
@@ -141,9 +163,10 @@ def _clean(out: Path, live: Path, created: bool) -> None:
         out.rmdir()
 
 
-def replay_child(args: argparse.Namespace, out: str) -> None:
-    """The replay, in its own process so the dashboard never waits on it. Prints nothing (the
-    terminal is the dashboard's); an error goes to live/status.json and the exit code."""
+def replay_child(args: argparse.Namespace, out: str, trace) -> None:
+    """The replay of `trace` (loaded and checked by the parent), in its own process so the
+    dashboard never waits on it. Prints nothing (the terminal is the dashboard's); an error goes
+    to live/status.json and the exit code."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -155,7 +178,6 @@ def replay_child(args: argparse.Namespace, out: str) -> None:
     from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
     from replay.outputs import write_run
     from replay.run import replay_trace, warm_up
-    from traces import load_from_config
 
     out_dir = Path(out)
     try:
@@ -163,15 +185,14 @@ def replay_child(args: argparse.Namespace, out: str) -> None:
         source = args.config or "default fleet"
         plans = plan_pools(cfg, source)
         base_dir = Path(args.config).resolve().parent if args.config else None
-        trace_cfg = effective_trace(cfg.trace, args, base_dir)
         cfg = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
-        trace = load_from_config(trace_cfg, strict=args.strict)
         writer = LiveWriter(out_dir, trace.frame, cfg, plans, source)
         writer.start()
         if args.engine == "numba":
             warm_up()
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                               plans=plans, config_source=source, on_tick=writer.on_tick)
+        writer.flush()  # the last ticks: the dashboard then holds the whole run and keeps it
         writer.status("writing")
         write_run(out_dir, result, force=True)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard

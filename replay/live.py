@@ -1,10 +1,21 @@
-"""Live run directories: while a replay runs, `DIR/live/` holds the run so far (the same parquet
-files and config.yaml as a finished run, plus status.json), each file replaced atomically at every
-flush. The finished run then replaces DIR in one rename (replay/outputs.py), live/ included.
+"""Live run directories: while a replay runs, `DIR/live/` holds the run so far as immutable
+chunks, so a reader only ever reads what is new. The finished run then replaces DIR in one rename
+(replay/outputs.py), live/ included.
 
-The dashboard follows DIR by reading live/status.json (`seq` changes at every flush). Frames are
-computed by replay.metrics, the code that writes finished runs, so a live view is the final one
-for every tick whose window has closed. Times are int64 microseconds of simulated time.
+    live/config.yaml            the resolved config (written first)
+    live/status.json            {"state", "seq", "done_us", "end_us", ...}; seq = chunks written
+    live/chunk-000001/          one per flush, renamed into place whole, never changed again:
+        ticks.parquet           tick rows of the ticks (previous flush's done_us, done_us]
+        events.parquet          events with t_us in that interval
+        requests.parquet        requests that ended (finished, or rejected) by done_us, each once
+        firsts.parquet          request_id, pool, first_token_us, ttft_us of the first tokens
+                                seen since the previous flush, each request once
+    live/inflight-000001.parquet  requests arrived by done_us and not in any chunk's requests
+                                (their state at done_us); the newest two are kept
+
+Tick rows are final once written: every window of replay.metrics looks back only, and a tick's
+requests (first tokens, ends) are known when the replay has reached it. The concatenated chunks
+are the finished run's rows (tests/tui/test_live.py). Times are int64 microseconds.
 """
 
 from __future__ import annotations
@@ -27,13 +38,23 @@ from replay.metrics import event_frame, request_frame, tick_frame
 
 LIVE_DIR = "live"
 STATUS_FILE = "status.json"
-# A flush rewrites the whole run so far; waiting this many times its cost between flushes keeps
-# the live overhead of a long replay near 1 / (1 + FLUSH_COST_FACTOR) of its wall time.
+CHUNK_FILES = ("ticks", "events", "requests", "firsts")
+INFLIGHT_KEPT = 2
+# A flush recomputes the run so far (it writes only what is new); waiting this many times its
+# cost between flushes keeps the live overhead of a long replay near 1 / (1 + FLUSH_COST_FACTOR).
 FLUSH_COST_FACTOR = 4.0
 
 
 def live_dir(run_dir: Path) -> Path:
     return Path(run_dir) / LIVE_DIR
+
+
+def chunk_name(seq: int) -> str:
+    return f"chunk-{seq:06d}"
+
+
+def inflight_name(seq: int) -> str:
+    return f"inflight-{seq:06d}.parquet"
 
 
 def write_atomic(path: Path, write) -> None:
@@ -43,9 +64,40 @@ def write_atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
+def write_chunk(live: Path, seq: int, ticks: pl.DataFrame, events: pl.DataFrame, ended: pl.DataFrame,
+                firsts: pl.DataFrame, inflight: pl.DataFrame) -> None:
+    """Chunk `seq` (renamed into place whole), then its in-flight file; the caller then writes the
+    status that makes them visible and drops older in-flight files."""
+    chunk = live / chunk_name(seq)
+    tmp = live / f".{chunk.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    ticks.write_parquet(tmp / "ticks.parquet")
+    events.write_parquet(tmp / "events.parquet")
+    ended.write_parquet(tmp / "requests.parquet")
+    firsts.sort("first_token_us", "request_id").write_parquet(tmp / "firsts.parquet")
+    os.replace(tmp, chunk)
+    write_atomic(live / inflight_name(seq), inflight.write_parquet)
+
+
+def drop_old_inflight(live: Path, seq: int) -> None:
+    """Keep the newest INFLIGHT_KEPT in-flight files: a reader of an older status reads on."""
+    for old in range(seq - INFLIGHT_KEPT, 0, -1):
+        path = live / inflight_name(old)
+        if not path.exists():
+            break
+        path.unlink()
+
+
+def ended_us() -> pl.Expr:
+    """When a request left the system: its finish, or its arrival for a rejection (replay.metrics'
+    window rule); null while it is in flight."""
+    return pl.when(pl.col("status") == "unfinished").then(None).otherwise(pl.coalesce("finished_us", "arrival_us"))
+
+
 class LiveWriter:
     """The cluster loop's `on_tick` hook: keeps each tick's rows and, at most every
-    `min_interval_s` of wall time (longer when flushing is slow), rewrites DIR/live/."""
+    `min_interval_s` of wall time (longer when flushing is slow), appends a chunk to DIR/live/."""
 
     def __init__(self, run_dir: Path, trace: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan],
                  config_source: str = "config", min_interval_s: float = 0.5,
@@ -61,7 +113,10 @@ class LiveWriter:
         self.cost_factor = cost_factor
         self.seq = 0
         self.done_us = 0
+        self.flushed_us = -1  # done_us of the last chunk (events at 0 come first)
         self.end_us = int(trace["arrival_us"].max() or 0) if trace.height else 0
+        self._ended = np.zeros(trace.height, bool)  # in a chunk's requests already
+        self._first = np.zeros(trace.height, bool)  # in a chunk's firsts already
         self._rows: dict[str, list] = {k: [] for k in ("pools", "counts", "states", "gpus", "events")}
         self._control: ControlEvents = ControlEvents()
         self._request_columns = None
@@ -115,18 +170,31 @@ class LiveWriter:
                       self.done_us, self.tick_us)
 
     def flush(self) -> None:
-        if not self._rows["pools"]:
+        """Append what happened since the last chunk: (flushed_us, done_us]."""
+        if not self._rows["pools"] or self.done_us <= self.flushed_us:
             return
         began = time.monotonic()
         raw = self.raw_so_far()
         requests = request_frame(self.trace, raw, self.cfg)
-        ticks = tick_frame(raw, requests, self.cfg)
-        events = event_frame(raw)
-        arrived = requests.filter(pl.col("arrival_us") <= self.done_us)
-        for name, frame in (("ticks", ticks), ("events", events), ("requests", arrived)):
-            write_atomic(self.dir / f"{name}.parquet", frame.write_parquet)
+        lo, hi = self.flushed_us, self.done_us
+        in_span = (pl.col("t_us") > lo) & (pl.col("t_us") <= hi)
+        ticks = tick_frame(raw, requests, self.cfg).filter(in_span)
+        events = event_frame(raw).filter(in_span)
+        arrived = pl.col("arrival_us") <= hi
+        ended = requests.select((arrived & (ended_us() <= hi)).fill_null(False)).to_series().to_numpy()
+        new_ended = ended & ~self._ended
+        first = requests.select((pl.col("first_token_us") <= hi).fill_null(False)).to_series().to_numpy()
+        new_first = first & ~self._first
+        arrived_mask = requests.select(arrived).to_series().to_numpy()
+        firsts = requests.filter(new_first).select("request_id", "pool", "first_token_us", "ttft_us")
+        self._ended |= new_ended
+        self._first |= new_first
         self.seq += 1
+        write_chunk(self.dir, self.seq, ticks, events, requests.filter(new_ended), firsts,
+                    requests.filter(arrived_mask & ~self._ended))
+        self.flushed_us = hi
         self.status("running")
+        drop_old_inflight(self.dir, self.seq)
         cost = time.monotonic() - began
         self._next_flush = time.monotonic() + max(self.min_interval_s, self.cost_factor * cost)
 

@@ -1,6 +1,6 @@
 """The dashboard app and its factory (shared by the CLI and the tests). State lives in a Model;
-widgets redraw from it. A live run is followed by a worker thread that reloads the directory and
-posts the new data; it never touches widgets."""
+widgets redraw from it. A live run is followed by a worker thread that reads what the replay added
+and posts the new data; it never touches widgets."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import threading
 import time
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 
 from traces.errors import UserError
-from tui.data import RunData, load_run, run_source
+from tui.data import LiveFollower, RunData, load_run, run_source
 from tui.model import Model
 from tui.panels import METRICS, max_metric_offset
 from tui.screens import GotoScreen, HelpScreen, RequestsScreen
@@ -28,6 +28,10 @@ EVENTS_MIN = 5
 # While a follower thread loads, the UI thread waits for the GIL up to one switch interval per
 # acquisition; Python's 5 ms default adds up to a visible lag per key.
 FOLLOW_SWITCH_INTERVAL_S = 0.001
+# A live run's new data is shown once no key (or click, or wheel) came for this long, so its
+# redraw does not sit in front of the next key; but never later than LIVE_DEFER_MAX_S.
+INPUT_QUIET_S = 0.1
+LIVE_DEFER_MAX_S = 1.0
 
 
 class RunUpdated(Message):
@@ -78,13 +82,20 @@ class Dashboard(App):
     ]
 
     def __init__(self, runs: list[RunData], at_us: int | None = None, follow: bool = True, poll_s: float = 0.5,
-                 exit_on_failure: bool = False):
+                 exit_on_failure: bool = False, followers: dict | None = None):
         super().__init__()
+        # live runs: index -> tui.data.LiveFollower (one is made for a live run given as data)
+        self.followers = followers if followers is not None else {
+            i: LiveFollower(r.path) for i, r in enumerate(runs) if r.live is not None}
         self.model = Model(runs, at_us)
         self.follow = follow
         self.exit_on_failure = exit_on_failure
         self.poll_s = poll_s
         self._stop = threading.Event()
+        self._pending: dict[int, RunUpdated] = {}
+        self._last_input = 0.0
+        self._deferred_since: float | None = None
+        self._apply_timer = None
 
     def compose(self) -> ComposeResult:
         yield Panel(header, id="header")
@@ -96,7 +107,7 @@ class Dashboard(App):
     def on_mount(self) -> None:
         self._player = self.set_interval(PLAY_INTERVAL_S, self._play_tick, pause=True)
         self._fit_events()
-        if self.follow and any(r.live is not None for r in self.model.runs):
+        if self.follow and self.followers:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(FOLLOW_SWITCH_INTERVAL_S)
             self._follow_runs()
@@ -206,47 +217,72 @@ class Dashboard(App):
     # -- live ---------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="follow")
     def _follow_runs(self) -> None:
-        """Poll each live run's status; reload when a flush landed or the run finished."""
-        seen = {i: ((r.live.seq, r.live.state) if r.live else None) for i, r in enumerate(self.model.runs)}
-        following = {i for i, r in enumerate(self.model.runs) if r.live is not None and r.live.state != "failed"}
+        """Poll each live run: each poll reads only the chunks the replay added since the last
+        (tui.data.LiveFollower), so a reload costs what is new, not the whole run."""
+        following = {i: f for i, f in self.followers.items()
+                     if f.data.live is not None and f.data.live.state != "failed"}
         misses = dict.fromkeys(following, 0)
         wait_s = self.poll_s
         while following and not self._stop.wait(wait_s):
             began = time.perf_counter()
             for i in sorted(following):
-                path = self.model.runs[i].path
+                follower = following[i]
                 try:
-                    _, status = run_source(path)
-                    if status is not None:
-                        data = load_run(path)
-                        if (data.live.seq, data.live.state) == seen[i]:
-                            continue
-                        seen[i] = (data.live.seq, data.live.state)
-                        if data.live.state == "failed":
-                            following.discard(i)
-                    else:  # the finished run replaced the live directory
-                        data = load_run(path)
-                        following.discard(i)
+                    data = follower.poll()
                     misses[i] = 0
+                    if data is None:
+                        continue
+                    if data.live is None or data.live.state == "failed":
+                        del following[i]
                     self.post_message(RunUpdated(i, data))
                 except UserError as exc:  # between the final rename's two steps, or gone
                     misses[i] += 1
                     if misses[i] >= 10:
-                        following.discard(i)
+                        del following[i]
                         self.post_message(RunUpdated(i, None, str(exc)))
-            # Loading holds the GIL in bursts: wait several times as long as it took, so keys
-            # keep most of the interpreter when the run is large.
+            # Reading holds the GIL in bursts: wait several times as long as it took.
             wait_s = max(self.poll_s, FOLLOW_COST_FACTOR * (time.perf_counter() - began))
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
+            self._last_input = time.monotonic()
+        await super().on_event(event)
+
     def on_run_updated(self, message: RunUpdated) -> None:
-        if message.data is not None:
-            runs = list(self.model.runs)
-            runs[message.index] = message.data
-            self.model.set_runs(runs)
-            if self.exit_on_failure and message.data.live is not None and message.data.live.state == "failed":
-                self.exit()
+        """New data waits while the user is pressing keys (a redraw for it would delay the next
+        key's), at most LIVE_DEFER_MAX_S; the newest of each run is what is then shown."""
+        self._pending[message.index] = message
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        quiet = now - self._last_input
+        if quiet >= INPUT_QUIET_S or now - self._deferred_since >= LIVE_DEFER_MAX_S:
+            self._apply_pending()
+        elif self._apply_timer is None:
+            self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
+
+    def _apply_later(self) -> None:
+        self._apply_timer = None
+        now = time.monotonic()
+        quiet = now - self._last_input
+        if quiet >= INPUT_QUIET_S or now - self._deferred_since >= LIVE_DEFER_MAX_S:
+            self._apply_pending()
         else:
-            self.model.view.message = f"stopped following: {message.error}"
+            self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
+
+    def _apply_pending(self) -> None:
+        pending, self._pending, self._deferred_since = self._pending, {}, None
+        if not pending:
+            return
+        runs = list(self.model.runs)
+        for index, message in sorted(pending.items()):
+            if message.data is not None:
+                runs[index] = message.data
+                if self.exit_on_failure and message.data.live is not None and message.data.live.state == "failed":
+                    self.exit()
+            else:
+                self.model.view.message = f"stopped following: {message.error}"
+        self.model.set_runs(runs)
         self.redraw()
 
 
@@ -254,14 +290,22 @@ def make_app(run: str | Path, compare: str | Path | None = None, at: str | None 
              follow: bool = True, poll_s: float = 0.5, exit_on_failure: bool = False) -> Dashboard:
     """Load the run(s) (a UserError for anything unreadable) and build the dashboard, its cursor
     at `at` (M:SS from the start) when given."""
-    runs = [load_run(run)] + ([load_run(compare)] if compare is not None else [])
+    runs, followers = [], {}
+    for i, path in enumerate([run] + ([compare] if compare is not None else [])):
+        _, status = run_source(Path(path))
+        if status is None:
+            runs.append(load_run(path))
+        else:
+            followers[i] = LiveFollower(path)
+            runs.append(followers[i].data)
     at_us = None
     if at is not None:
         at_us = parse_time(at)
         end = max(max(r.end_us, r.live.end_us if r.live else 0) for r in runs)
         if at_us > end:
             raise UserError(f"--at {at}: outside the run (0:00 to {fmt_time(end)})")
-    return Dashboard(runs, at_us, follow=follow, poll_s=poll_s, exit_on_failure=exit_on_failure)
+    return Dashboard(runs, at_us, follow=follow, poll_s=poll_s, exit_on_failure=exit_on_failure,
+                     followers=followers)
 
 
 async def render_svg(app: Dashboard, size: tuple[int, int]) -> str:

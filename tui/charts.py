@@ -22,6 +22,14 @@ def column_of(t_us: int, t0_us: int, t1_us: int, width: int) -> int:
     return int(np.clip(np.ceil((t_us - t0_us) / (t1_us - t0_us) * width) - 1, 0, width - 1))
 
 
+def columns_of(t_us: np.ndarray, t0_us: int, t1_us: int, width: int) -> np.ndarray:
+    """column_of for many times at once."""
+    t = np.asarray(t_us, np.float64)
+    if t1_us <= t0_us or width <= 1:
+        return np.zeros(len(t), np.int64)
+    return np.clip(np.ceil((t - t0_us) / (t1_us - t0_us) * width) - 1, 0, width - 1).astype(np.int64)
+
+
 def time_of_column(col: int, t0_us: int, t1_us: int, width: int) -> int:
     """The end of column col's span: where a click on that column puts the cursor."""
     col = min(max(col, 0), max(width, 1) - 1)

@@ -2,8 +2,12 @@
 or a pool), indexed by tick, plus the event and request frames. Times are int64 microseconds
 from the first arrival; a tick row at t covers (t - tick, t].
 
-Reads the files of README "Run outputs" only, finished (DIR/*.parquet) or live (DIR/live/, see
-replay/live.py); never the engine. Anything unreadable is a UserError naming the file.
+Reads the files of README "Run outputs" only, finished (DIR/*.parquet) or live (DIR/live/, the
+chunks of replay/live.py); never the engine. Anything unreadable is a UserError naming the file.
+
+Both go through a RunBuilder, which turns rows into arrays in O(new rows): a finished run is one
+append; a live run is followed chunk by chunk (LiveFollower), so each reload reads and computes
+only what the replay added since the last one, never the whole run again.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import yaml
 
 from traces.errors import UserError
 
-LIVE_DIR = "live"  # replay/live.py: LIVE_DIR; kept as a constant here so tui imports no engine
+# replay/live.py's layout, repeated here so tui imports no engine (tests/tui/test_live.py holds
+# the two equal)
+LIVE_DIR = "live"
 STATUS_FILE = "status.json"
+CHUNK_FILES = ("ticks", "events", "requests", "firsts")
 RUN_FILES = ("ticks.parquet", "events.parquet", "requests.parquet", "config.yaml")
 TICK_COLUMNS = (
     "t_us", "pool", "replicas_active", "replicas_loading", "replicas_draining", "gpus", "waiting", "running",
@@ -33,9 +40,11 @@ REQUEST_COLUMNS = (
     "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "preemptions", "status", "reject_reason",
     "slo_met",
 )
+FIRST_COLUMNS = ("request_id", "pool", "first_token_us", "ttft_us")
 EMPTY_REQUESTS = {c: pl.Int64 for c in REQUEST_COLUMNS} | {
     "workload": pl.String, "pool": pl.String, "status": pl.String, "reject_reason": pl.String, "slo_met": pl.Boolean,
     "tpot_us": pl.Float64}
+EMPTY_EVENTS = {c: pl.String if c in ("pool", "kind", "detail") else pl.Int64 for c in EVENT_COLUMNS}
 # Per-request kinds of --detailed-events: shown in a request's life, not in the event log.
 REQUEST_KINDS = ("arrive", "schedule", "first_token", "finish")
 SUMMED = ("waiting", "running", "replicas_active", "replicas_loading", "replicas_draining", "gpus",
@@ -66,6 +75,7 @@ class RunData:
     live: LiveStatus | None = None
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
 
     @property
     def name(self) -> str:
@@ -88,20 +98,42 @@ class RunData:
             return None
         return int(min(np.searchsorted(self.t_us, t_us, side="left"), len(self.t_us) - 1))
 
+    def scaling_events(self, scope: str) -> tuple[np.ndarray, list[str]]:
+        """(times, kinds) of the autoscalers' scale_up / scale_down decisions (every pool's for the
+        fleet), by time."""
+        key = ("scaling", scope)
+        if key not in self._memo:
+            ev = self.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
+            if scope != FLEET:
+                ev = ev.filter(pl.col("pool") == scope)
+            self._memo[key] = (ev["t_us"].to_numpy(), ev["kind"].to_list())
+        return self._memo[key]
+
     def scaling_times_in(self, scope: str) -> np.ndarray:
         """When the autoscalers decided to scale (every pool's for the fleet)."""
-        ev = self.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
-        if scope != FLEET:
-            ev = ev.filter(pl.col("pool") == scope)
-        return np.unique(ev["t_us"].to_numpy())
+        return np.unique(self.scaling_events(scope)[0])
+
+    def log_in(self, scope: str, decisions_only: bool) -> tuple[pl.DataFrame, np.ndarray]:
+        """The event log of a scope (only scaling decisions and replica state changes with
+        `decisions_only`), and its times."""
+        key = ("log", scope, decisions_only)
+        if key not in self._memo:
+            ev = self.events
+            if scope != FLEET:
+                ev = ev.filter(pl.col("pool") == scope)
+            if decisions_only:
+                ev = ev.filter(pl.col("kind").str.starts_with("scale") | pl.col("kind").str.starts_with("replica"))
+            ev = ev.rechunk()
+            self._memo[key] = (ev, ev["t_us"].to_numpy())
+        return self._memo[key]
 
     def request_events(self, request_id: int) -> pl.DataFrame:
         frame = self._all_events if self._all_events is not None else self.events
         return frame.filter(pl.col("request_id") == request_id)
 
     def firsts(self) -> tuple[np.ndarray, np.ndarray]:
-        """First-token times and TTFTs (ms) of every request that got one, by time (computed by
-        the loader, off the interface's thread, for a run of several pools)."""
+        """First-token times and TTFTs (ms) of every request that got one, by time (kept by the
+        loader, off the interface's thread)."""
         if self._firsts is None:
             got = self.requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
             self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
@@ -135,6 +167,14 @@ def _read_parquet(path: Path, needed: tuple[str, ...]) -> pl.DataFrame:
     return frame
 
 
+def _rows_in(path: Path) -> int | None:
+    """A parquet file's row count from its footer (None when unreadable)."""
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
+
+
 def _read_status(path: Path) -> LiveStatus:
     try:
         body = json.loads(path.read_text())
@@ -165,18 +205,12 @@ def run_source(path: Path) -> tuple[Path, Path | None]:
 
 
 def load_run(path: Path | str) -> RunData:
+    """A run directory, finished or live (then as far as it is written)."""
     path = Path(path)
     src, status_file = run_source(path)
     if status_file is None:
-        return _load_files(path, src, None)
-    for _ in range(5):  # a flush may land between our reads: read until the status holds still
-        status = _read_status(status_file)
-        if status.seq == 0 or not (src / "ticks.parquet").is_file():
-            return _load_files(path, src, status, empty=True)
-        data = _load_files(path, src, status)
-        if _read_status(status_file).seq == status.seq:
-            return data
-    return data
+        return _load_finished(path, src)
+    return LiveFollower(path).data
 
 
 def _load_config(file: Path) -> dict:
@@ -189,56 +223,225 @@ def _load_config(file: Path) -> dict:
     return cfg
 
 
-def _load_files(path: Path, src: Path, live: LiveStatus | None, empty: bool = False) -> RunData:
-    cfg = _load_config(src / "config.yaml")
-    tick_us = max(1, round(float(cfg.get("tick_s", 1.0)) * 1e6))
-    window_us = round(float(cfg.get("metrics_window_s", 60.0)) * 1e6)
-    slo = cfg.get("slo") or {}
-    config_pools = [str(p.get("name")) for p in cfg.get("pools") or [] if isinstance(p, dict)]
-    if empty:
-        ticks = pl.DataFrame(schema={"t_us": pl.Int64, "pool": pl.String})
-        events = pl.DataFrame(schema={c: pl.String if c in ("pool", "kind", "detail") else pl.Int64
-                                      for c in EVENT_COLUMNS})
-        requests = pl.DataFrame(schema=EMPTY_REQUESTS)
-        return RunData(path, np.zeros(0, np.int64), tick_us, window_us, config_pools, {}, events, requests, slo, live)
+def _ended(requests: pl.DataFrame) -> pl.DataFrame:
+    """(ended_us, met) of requests that left the system (finished, or rejected at arrival: the
+    window rule of replay.metrics), by time."""
+    return (requests.filter(pl.col("status") != "unfinished")
+            .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met"))
+            .sort("ended_us"))
+
+
+def _load_finished(path: Path, src: Path) -> RunData:
+    builder = RunBuilder(path, _load_config(src / "config.yaml"))
     ticks = _read_parquet(src / "ticks.parquet", TICK_COLUMNS)
     events = _read_parquet(src / "events.parquet", EVENT_COLUMNS)
     requests = _read_parquet(src / "requests.parquet", REQUEST_COLUMNS)
-    present = ticks["pool"].unique().to_list()
-    pools = [p for p in config_pools if p in present] + sorted(p for p in present if p not in config_pools)
-    t_us, series = _series(src / "ticks.parquet", ticks, pools, tick_us, window_us)
-    # One pool is the fleet; several add up (TTFT percentiles excepted: see RunData.fleet_ttft).
-    series[FLEET] = _fleet(series, pools, t_us, tick_us, window_us, requests) if len(pools) > 1 else series[pools[0]]
-    log = events.filter(~pl.col("kind").is_in(REQUEST_KINDS))
-    data = RunData(path, t_us, tick_us, window_us, pools, series, log, requests, slo, live,
-                   _all_events=events if log.height != events.height else None)
-    if len(pools) > 1:
-        data.firsts()
-    return data
+    got = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+    builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+    builder.add_ticks(ticks, src / "ticks.parquet")
+    builder.add_events(events)
+    return builder.snapshot(requests, None)
 
 
-def _series(file: Path, ticks: pl.DataFrame, pools: list[str], tick_us: int, window_us: int):
-    """[T] arrays per pool: the file is one row per pool per tick, so a sort and a reshape."""
-    npool = len(pools)
-    ticks = ticks.sort(["t_us", "pool"])
-    if npool == 0 or ticks.height % npool:
-        raise UserError(f"{file}: {ticks.height} rows for {npool} pools; expected one row per pool per tick")
-    t_all = ticks["t_us"].to_numpy().reshape(-1, npool)
-    if not (t_all == t_all[:, :1]).all():
-        raise UserError(f"{file}: ticks do not have one row per pool at each t_us")
-    order = [sorted(pools).index(p) for p in pools]  # file order (by name) -> display order
-    tick_s = tick_us / 1e6
-    series: dict[str, dict[str, np.ndarray]] = {p: {} for p in pools}
-    cols = {c: ticks[c].cast(pl.Float64).to_numpy().reshape(-1, npool)[:, order] for c in TICK_COLUMNS[2:]}
-    for j, pool in enumerate(pools):
-        s = {c: np.ascontiguousarray(v[:, j]) for c, v in cols.items()}
-        s["kv_usage"] = np.where(s["kv_total_blocks"] > 0, s["kv_used_blocks"] / np.maximum(s["kv_total_blocks"], 1),
-                                 0.0)
-        s["arrivals_per_s"] = s["arrivals"] / tick_s
-        s["cost_per_mtok_cum_usd"] = _per_mtok(s["cost_usd"], np.cumsum(s["output_tokens_per_s"] * tick_s))
-        s["serving"] = s["replicas_active"] + s["replicas_draining"]
-        series[pool] = s
-    return t_all[:, 0].astype(np.int64), series
+class Grow:
+    """An array that grows at its end in amortised O(new values); `view()` is what it holds, and
+    stays valid (unchanged) however much is appended later."""
+
+    def __init__(self, dtype=np.float64):
+        self.buf = np.zeros(0, dtype)
+        self.n = 0
+
+    def append(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.buf):
+            buf = np.zeros(max(need, 2 * len(self.buf), 1024), self.buf.dtype)
+            buf[:self.n] = self.buf[:self.n]
+            self.buf = buf
+        self.buf[self.n:need] = values
+        self.n = need
+
+    def view(self) -> np.ndarray:
+        return self.buf[:self.n]
+
+    def last(self, default: float = 0.0) -> float:
+        return self.buf[self.n - 1] if self.n else default
+
+
+class SortedTimes:
+    """Times and values kept sorted by time, for window queries; appends in time order are O(new)."""
+
+    def __init__(self, dtype=np.float64):
+        self.t = Grow(np.int64)
+        self.v = Grow(dtype)
+
+    def append(self, times: np.ndarray, values: np.ndarray) -> None:
+        if not len(times):
+            return
+        order = np.argsort(times, kind="stable")
+        times, values = times[order], values[order]
+        if self.t.n and times[0] < self.t.last():  # out of order: merge (not expected from the writer)
+            times = np.concatenate((self.t.view(), times))
+            values = np.concatenate((self.v.view(), values))
+            order = np.argsort(times, kind="stable")
+            times, values = times[order], values[order]
+            self.t.n = self.v.n = 0
+        self.t.append(times)
+        self.v.append(values)
+
+
+class RunBuilder:
+    """Rows to arrays, incrementally: requests (ended ones, first tokens) first, then the ticks
+    they complete, then snapshots. Each append computes only the new rows' values."""
+
+    def __init__(self, path: Path, cfg: dict):
+        self.path = path
+        self.tick_us = max(1, round(float(cfg.get("tick_s", 1.0)) * 1e6))
+        self.window_us = round(float(cfg.get("metrics_window_s", 60.0)) * 1e6)
+        self.slo = cfg.get("slo") or {}
+        self.config_pools = [str(p.get("name")) for p in cfg.get("pools") or [] if isinstance(p, dict)]
+        self.pools: list[str] | None = None
+        self.t = Grow(np.int64)
+        self.cols: dict[str, dict[str, Grow]] = {}
+        self.ended = SortedTimes(np.int64)  # (ended_us, 1 if met else 0)
+        self.firsts = SortedTimes()  # (first_token_us, TTFT ms)
+        self.events: list[pl.DataFrame] = []
+        self.log: list[pl.DataFrame] = []
+        self.event_rows = 0
+        self.has_request_kinds = False
+
+    # -- appends ---------------------------------------------------------------------------------
+    def add_requests(self, ended: pl.DataFrame, first_us: np.ndarray, ttft_ms: np.ndarray) -> None:
+        self.ended.append(ended["ended_us"].to_numpy(), ended["met"].cast(pl.Int64).to_numpy())
+        self.firsts.append(first_us, ttft_ms)
+
+    def add_events(self, events: pl.DataFrame) -> None:
+        if not events.height:
+            return
+        log = events.filter(~pl.col("kind").is_in(REQUEST_KINDS))
+        self.has_request_kinds |= log.height != events.height
+        self.events.append(events)
+        self.log.append(log)
+        self.event_rows += events.height
+
+    def add_ticks(self, ticks: pl.DataFrame, file: Path) -> None:
+        if not ticks.height:
+            return
+        present = ticks["pool"].unique().to_list()
+        if self.pools is None:
+            self.pools = ([p for p in self.config_pools if p in present]
+                          + sorted(p for p in present if p not in self.config_pools))
+            self.cols = {s: {} for s in [*self.pools, FLEET]}
+        elif sorted(present) != sorted(self.pools):
+            raise UserError(f"{file}: pools {sorted(present)}; earlier ticks had {sorted(self.pools)}")
+        pools = self.pools
+        npool = len(pools)
+        ticks = ticks.sort(["t_us", "pool"])
+        if ticks.height % npool:
+            raise UserError(f"{file}: {ticks.height} rows for {npool} pools; expected one row per pool per tick")
+        t_all = ticks["t_us"].to_numpy().reshape(-1, npool)
+        if not (t_all == t_all[:, :1]).all():
+            raise UserError(f"{file}: ticks do not have one row per pool at each t_us")
+        t_new = t_all[:, 0].astype(np.int64)
+        if self.t.n and t_new[0] <= self.t.last():
+            raise UserError(f"{file}: ticks from {t_new[0]} us repeat or precede those already read")
+        order = [sorted(pools).index(p) for p in pools]  # file order (by name) -> display order
+        tick_s = self.tick_us / 1e6
+        n0 = self.t.n
+        self.t.append(t_new)
+        raw = {c: ticks[c].cast(pl.Float64).to_numpy().reshape(-1, npool)[:, order] for c in TICK_COLUMNS[2:]}
+        new: dict[str, dict[str, np.ndarray]] = {}
+        for j, pool in enumerate(pools):
+            s = {c: np.ascontiguousarray(v[:, j]) for c, v in raw.items()}
+            s["kv_usage"] = _share(s["kv_used_blocks"], s["kv_total_blocks"])
+            s["arrivals_per_s"] = s["arrivals"] / tick_s
+            s["serving"] = s["replicas_active"] + s["replicas_draining"]
+            s["out_tokens_cum"] = self._last(pool, "out_tokens_cum") + np.cumsum(s["output_tokens_per_s"] * tick_s)
+            s["cost_per_mtok_cum_usd"] = _per_mtok(s["cost_usd"], s["out_tokens_cum"])
+            new[pool] = s
+        if npool > 1:
+            new[FLEET] = self._fleet(new, n0, t_new)
+        for scope, s in new.items():
+            cols = self.cols[scope]
+            for key, values in s.items():
+                cols.setdefault(key, Grow()).append(values)
+
+    def _last(self, scope: str, key: str) -> float:
+        g = self.cols.get(scope, {}).get(key)
+        return float(g.last()) if g is not None else 0.0
+
+    def _fleet(self, new: dict, n0: int, t_new: np.ndarray) -> dict:
+        """Fleet rows from the pools' new rows: sums, block- and replica-weighted shares, the
+        windowed cost per M output tokens as replay.metrics defines it, windowed SLO attainment
+        from ended requests (TTFT percentiles do not add up over pools: RunData.fleet_ttft)."""
+        pools = self.pools
+        fleet = {k: sum(new[p][k] for p in pools)
+                 for k in (*SUMMED, "kv_used_blocks", "kv_total_blocks", "serving", "out_tokens_cum")}
+        fleet["kv_usage"] = _share(fleet["kv_used_blocks"], fleet["kv_total_blocks"])
+        busy = sum(new[p]["gpu_busy"] * new[p]["serving"] for p in pools)
+        fleet["gpu_busy"] = _share(busy, fleet["serving"])
+        # the window reaches back into rows already held: row i's starts after row i - win
+        win = max(1, round(self.window_us / self.tick_us))
+        base = max(n0 - win, 0)
+        held = self.cols[FLEET] if n0 else {}
+        cost = np.concatenate((held["cost_usd"].view()[base:] if n0 else [], fleet["cost_usd"]))
+        out = np.concatenate((held["out_tokens_cum"].view()[base:] if n0 else [], fleet["out_tokens_cum"]))
+        start = np.arange(n0, n0 + len(t_new)) - win
+        ok = start >= 0
+        at = np.where(ok, start - base, 0)
+        cost_win = fleet["cost_usd"] - np.where(ok, cost[at], 0.0)
+        out_win = fleet["out_tokens_cum"] - np.where(ok, out[at], 0.0)
+        fleet["cost_per_mtok_out_usd"] = _per_mtok(cost_win, out_win)
+        fleet["cost_per_mtok_cum_usd"] = _per_mtok(fleet["cost_usd"], fleet["out_tokens_cum"])
+        fleet["arrivals_per_s"] = fleet["arrivals"] / (self.tick_us / 1e6)
+        fleet["slo_attainment"] = self._attainment(t_new)
+        return fleet
+
+    def _attainment(self, t_us: np.ndarray) -> np.ndarray:
+        """Share of requests ending in (t - window, t] that met their SLO (replay.metrics' rule)."""
+        ended = self.ended.t.view()
+        met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
+        lo = np.searchsorted(ended, t_us - self.window_us, side="right")
+        hi = np.searchsorted(ended, t_us, side="right")
+        count = hi - lo
+        out = np.full(len(t_us), np.nan)
+        np.divide(met[hi] - met[lo], count, out=out, where=count > 0)
+        return out
+
+    # -- snapshots -------------------------------------------------------------------------------
+    @property
+    def tick_rows(self) -> int:
+        return self.t.n * len(self.pools or ())
+
+    def snapshot(self, requests: pl.DataFrame, live: LiveStatus | None) -> RunData:
+        if self.pools is None:  # no tick yet
+            series: dict = {}
+            pools = self.config_pools
+        else:
+            pools = self.pools
+            series = {scope: {k: g.view() for k, g in cols.items()} for scope, cols in self.cols.items()}
+            if len(pools) == 1:  # one pool is the fleet
+                series[FLEET] = series[pools[0]]
+            else:
+                series[FLEET]["ttft_p50_ms"] = series[FLEET]["ttft_p99_ms"] = None  # RunData.fleet_ttft
+        # one chunk each (polars queries over hundreds of small chunks are slow), merged as they come
+        for frames in (self.events, self.log):
+            if len(frames) > 1:
+                frames[:] = [pl.concat(frames, rechunk=True)]
+        all_events = _concat(self.events, EMPTY_EVENTS)
+        log = _concat(self.log, EMPTY_EVENTS)
+        return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
+                       self.slo, live, _all_events=all_events if self.has_request_kinds else None,
+                       _firsts=(self.firsts.t.view(), self.firsts.v.view()))
+
+
+def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=False)
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    return np.where(whole > 0, part / np.maximum(whole, 1), 0.0)
 
 
 def _per_mtok(cost: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -247,41 +450,77 @@ def _per_mtok(cost: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fleet(series: dict, pools: list[str], t_us: np.ndarray, tick_us: int, window_us: int,
-           requests: pl.DataFrame) -> dict:
-    """Fleet columns from the pools': sums, block- and replica-weighted shares, the windowed cost
-    per M output tokens as replay.metrics defines it, and windowed SLO attainment from requests
-    (TTFT percentiles do not add up over pools: RunData.fleet_ttft computes them on demand)."""
-    fleet = {name: sum(series[p][name] for p in pools) for name in (*SUMMED, "kv_used_blocks", "kv_total_blocks",
-                                                                     "serving")}
-    fleet["kv_usage"] = np.where(fleet["kv_total_blocks"] > 0,
-                                 fleet["kv_used_blocks"] / np.maximum(fleet["kv_total_blocks"], 1), 0.0)
-    busy = sum(series[p]["gpu_busy"] * series[p]["serving"] for p in pools)
-    fleet["gpu_busy"] = np.where(fleet["serving"] > 0, busy / np.maximum(fleet["serving"], 1), 0.0)
-    tick_s = tick_us / 1e6
-    win = max(1, round(window_us / tick_us))
-    out_tokens = np.concatenate(([0.0], np.cumsum(fleet["output_tokens_per_s"] * tick_s)))
-    cost = np.concatenate(([0.0], fleet["cost_usd"]))
-    idx = np.arange(1, len(cost))
-    lo = np.maximum(idx - win, 0)
-    fleet["cost_per_mtok_out_usd"] = _per_mtok(cost[idx] - cost[lo], out_tokens[idx] - out_tokens[lo])
-    fleet["cost_per_mtok_cum_usd"] = _per_mtok(fleet["cost_usd"], out_tokens[1:])
-    fleet["arrivals_per_s"] = fleet["arrivals"] / tick_s
-    fleet["slo_attainment"] = _window_attainment(requests, t_us, window_us)
-    fleet["ttft_p50_ms"] = fleet["ttft_p99_ms"] = None  # computed per chart column: RunData.fleet_ttft
-    return fleet
+class LiveFollower:
+    """A run directory followed while a replay writes it: each `poll()` reads the chunks added
+    since the last one and the newest in-flight requests (replay/live.py), and returns the run so
+    far, or None when nothing changed. When the finished run replaces the live directory, the data
+    already read is kept if it is that run's (same row counts), so finishing costs no reload."""
 
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.builder: RunBuilder | None = None
+        self.read_seq = 0
+        self.requests: list[pl.DataFrame] = []
+        self.inflight: pl.DataFrame | None = None
+        self.seen: tuple | None = None
+        self.finished = False
+        self.status: LiveStatus | None = None
+        self.data: RunData = self._load()  # the first read always returns the run
 
-def _window_attainment(requests: pl.DataFrame, t_us: np.ndarray, window_us: int) -> np.ndarray:
-    """Share of requests ending in (t - window, t] that met their SLO (replay.metrics' rule)."""
-    done = (requests.filter(pl.col("status") != "unfinished")
-            .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met"))
-            .sort("ended_us"))
-    ended = done["ended_us"].to_numpy()
-    met = np.concatenate(([0], np.cumsum(done["met"].to_numpy())))
-    lo = np.searchsorted(ended, t_us - window_us, side="right")
-    hi = np.searchsorted(ended, t_us, side="right")
-    count = hi - lo
-    out = np.full(len(t_us), np.nan)
-    np.divide(met[hi] - met[lo], count, out=out, where=count > 0)
-    return out
+    def poll(self) -> RunData | None:
+        if self.finished:
+            return None
+        data = self._load()
+        if data is not None:
+            self.data = data
+        return data
+
+    def _load(self) -> RunData | None:
+        src, status_file = run_source(self.path)
+        if status_file is None:  # the finished run replaced the live directory
+            self.finished = True
+            return self._finish(src)
+        if self.builder is None:
+            self.builder = RunBuilder(self.path, _load_config(src / "config.yaml"))
+        for _ in range(5):  # a flush may drop the in-flight file we are about to read: read on
+            status = _read_status(status_file)
+            if (status.seq, status.state) == self.seen:
+                return None
+            chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
+            inflight = None
+            if status.seq:
+                file = src / f"inflight-{status.seq:06d}.parquet"
+                if not file.is_file():
+                    continue
+                inflight = _read_parquet(file, REQUEST_COLUMNS)
+            for ticks, events, requests, firsts in chunks:  # everything read: now append
+                b = self.builder
+                b.add_requests(_ended(requests), firsts["first_token_us"].to_numpy(),
+                               firsts["ttft_us"].to_numpy() / 1000.0)
+                b.add_ticks(ticks, src)
+                b.add_events(events)
+                if requests.height:
+                    self.requests.append(requests)
+            self.read_seq, self.seen, self.status = status.seq, (status.seq, status.state), status
+            if inflight is not None:
+                self.inflight = inflight
+            parts = self.requests + ([self.inflight] if self.inflight is not None and self.inflight.height else [])
+            return self.builder.snapshot(_concat(parts, EMPTY_REQUESTS), status)
+        raise UserError(f"{status_file}: the replay flushed faster than the dashboard could read; retrying")
+
+    def _read_chunk(self, src: Path, k: int) -> tuple[pl.DataFrame, ...]:
+        chunk = src / f"chunk-{k:06d}"
+        if not chunk.is_dir():
+            raise UserError(f"{chunk}: missing; the live run's chunks end early (status.json says more)")
+        needed = {"ticks": TICK_COLUMNS, "events": EVENT_COLUMNS, "requests": REQUEST_COLUMNS,
+                  "firsts": FIRST_COLUMNS}
+        return tuple(_read_parquet(chunk / f"{name}.parquet", needed[name]) for name in CHUNK_FILES)
+
+    def _finish(self, src: Path) -> RunData:
+        b = self.builder
+        if b is not None and self.seen is not None and self.seen[1] == "writing":
+            held = sum(f.height for f in self.requests) + (self.inflight.height if self.inflight is not None else 0)
+            if (_rows_in(src / "ticks.parquet") == b.tick_rows and _rows_in(src / "requests.parquet") == held
+                    and _rows_in(src / "events.parquet") == b.event_rows):
+                return RunData(**{**self.data.__dict__, "live": None})
+        return _load_finished(self.path, src)

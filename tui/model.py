@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tui.charts import column_edges, downsample
+from tui.charts import column_edges, column_of, downsample
 from tui.data import FLEET, RunData
 
 SPEEDS = (1, 2, 5, 10, 30, 60, 120, 300, 600)  # simulated seconds per wall second
@@ -47,10 +47,19 @@ class Model:
     # -- data -------------------------------------------------------------------------------
     def set_runs(self, runs: list[RunData]) -> None:
         """New data (a live run's next flush): keep the cursor, or follow the newest tick."""
+        old = getattr(self, "runs", [])
         self.runs = runs
-        self._cache.clear()
+        # A run that only grew (a live run's next chunks) keeps its chart columns: those up to its
+        # old end are final (tick rows never change), so only the rest is recomputed. Any other
+        # change drops them.
+        grew = {k for k, r in enumerate(runs) if k < len(old) and r.path == old[k].path
+                and len(r.t_us) >= len(old[k].t_us) and r.pools == old[k].pools}
+        self._cache = {key: v for key, v in self._cache.items() if key[0] in grew}
         ticks = [r.t_us for r in runs if len(r.t_us)]
-        self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
+        if len(ticks) == 1:
+            self.axis = ticks[0]  # sorted and unique already
+        else:
+            self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
         if self.view.scope not in self.scopes:
             self.view.scope = FLEET
         if self.view.following and len(self.axis):
@@ -83,23 +92,37 @@ class Model:
         return max([*ends, 1])
 
     def column_values(self, run: RunData, key: str, width: int, how: str) -> np.ndarray:
-        """A metric of the current scope, one value per chart column (cached per data and width)."""
+        """A metric of the current scope, one value per chart column (cached per run, scope,
+        width and axis; after a live run grows, only the columns from its old end on are redone)."""
         scope = self.view.scope
-        cache_key = (id(run), scope, key, width, how, self.t_end)
-        if cache_key not in self._cache:
-            series = run.series.get(scope)
-            edges = column_edges(0, self.t_end, width)
-            if series is None:
-                values = np.full(width, np.nan)
-            elif series.get(key) is None:  # fleet TTFT of several pools: from the requests
-                q = 0 if key == "ttft_p50_ms" else 1
-                lo = np.minimum(edges[:-1] + 1, run.end_us)
-                values = run.fleet_ttft(lo, edges[1:])[:, q]
-                values[edges[:-1] >= run.end_us] = np.nan
-            else:
-                values = downsample(run.t_us, series[key], edges, how)
-            self._cache[cache_key] = values
-        return self._cache[cache_key]
+        k = next(i for i, r in enumerate(self.runs) if r is run)
+        cache_key = (k, scope, key, width, how, self.t_end)
+        edges = column_edges(0, self.t_end, width)
+        held = self._cache.get(cache_key)
+        if held is not None and held[1] == run.end_us:
+            return held[0]
+        if held is None:
+            values = self._columns(run, scope, key, edges, how)
+        else:
+            c0 = max(column_of(held[1], 0, self.t_end, width) - 1, 0)  # the old last tick's column grows too
+            values = held[0].copy()
+            values[c0:] = self._columns(run, scope, key, edges[c0:], how)
+        self._cache[cache_key] = (values, run.end_us)
+        return values
+
+    @staticmethod
+    def _columns(run: RunData, scope: str, key: str, edges: np.ndarray, how: str) -> np.ndarray:
+        """Chart columns between consecutive `edges`."""
+        series = run.series.get(scope)
+        if series is None:
+            return np.full(len(edges) - 1, np.nan)
+        if series.get(key) is None:  # fleet TTFT of several pools: from the requests
+            q = 0 if key == "ttft_p50_ms" else 1
+            lo = np.minimum(edges[:-1] + 1, run.end_us)
+            values = run.fleet_ttft(lo, edges[1:])[:, q]
+            values[edges[:-1] >= run.end_us] = np.nan
+            return values
+        return downsample(run.t_us, series[key], edges, how)
 
     def value_at(self, run: RunData, key: str) -> float | None:
         """The metric of the current scope at the cursor (None where the run has no such tick)."""

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 from rich.text import Text
 
-from tui.charts import bars, chart_top, column_of
+from tui.charts import bars, chart_top, column_of, columns_of
 from tui.data import FLEET, RunData
 from tui.model import SLO_OBJECTIVE, SPEEDS, Model
 from tui.timefmt import fmt_duration_ms, fmt_time
@@ -194,11 +194,9 @@ def timeline_lines(model: Model, width: int) -> list[Text]:
     cur = column_of(model.view.cursor_us, 0, t_end, w)
     cells = [("━", "white") if i <= cur else ("─", "grey50") for i in range(w)]
     for k, run in enumerate(model.runs):
-        scope_ev = run.events.filter(pl.col("kind").is_in(["scale_up", "scale_down"]))
-        if model.view.scope != FLEET:
-            scope_ev = scope_ev.filter(pl.col("pool") == model.view.scope)
-        for t_us, kind in zip(scope_ev["t_us"].to_list(), scope_ev["kind"].to_list()):
-            cells[column_of(t_us, 0, t_end, w)] = ("▲" if kind == "scale_up" else "▼", RUN_STYLES[k] + " bold")
+        times, kinds = run.scaling_events(model.view.scope)
+        for col, kind in zip(columns_of(times, 0, t_end, w).tolist(), kinds):
+            cells[col] = ("▲" if kind == "scale_up" else "▼", RUN_STYLES[k] + " bold")
     run = model.runs[0]
     series = run.series.get(model.view.scope)
     if series is not None and len(run.t_us):
@@ -223,12 +221,7 @@ def event_lines(model: Model, width: int, height: int) -> list[Text]:
     with their signals, replica state changes, rejections, preemptions ('v' keeps the first two)."""
     frames = []
     for k, run in enumerate(model.runs):
-        ev = run.events
-        if model.view.scope != FLEET:
-            ev = ev.filter(pl.col("pool") == model.view.scope)
-        if model.view.decisions_only:
-            ev = ev.filter(pl.col("kind").str.starts_with("scale") | pl.col("kind").str.starts_with("replica"))
-        t = ev["t_us"].to_numpy()
+        ev, t = run.log_in(model.view.scope, model.view.decisions_only)
         end = int(np.searchsorted(t, model.view.cursor_us, side="right"))
         frames.append(ev.slice(max(end - height, 0), min(end, height)).with_columns(run=pl.lit(k)))
     rows = pl.concat(frames).sort("t_us", "run", maintain_order=True).tail(height) if frames else None

@@ -24,6 +24,19 @@ SORTS = {
 SORT_ORDER = tuple(SORTS)
 COLUMNS = ("id", "pool", "replica", "workload", "arrival", "TTFT", "queue", "preempt", "E2E", "prompt", "output",
            "status")
+PD_COLUMNS = ("id", "prefill", "pool", "replica", "workload", "arrival", "TTFT", "queue", "KV xfer", "preempt",
+              "E2E", "prompt", "output", "status")
+
+
+def disaggregated(run: RunData) -> bool:
+    """A prefill/decode run: some request was prefilled on another pool's replica."""
+    req = run.requests
+    return "prefill_replica" in req.columns and req["prefill_replica"].null_count() < req.height
+
+
+def columns_of(run: RunData) -> tuple[str, ...]:
+    """The table's columns: a P/D run's add where each request was prefilled and its KV transfer."""
+    return PD_COLUMNS if disaggregated(run) else COLUMNS
 
 
 def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT", reverse: bool = False,
@@ -31,8 +44,11 @@ def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT",
     """Requests that were in the system during the metrics window ending at the cursor (arrived by
     then, not ended before it began), in the scope, worst first by `sort` (nulls last)."""
     req = run.requests
-    if scope != FLEET:
-        req = req.filter(pl.col("pool") == scope)
+    if scope != FLEET:  # a pool's requests: those it decoded, and those it prefilled for another
+        mine = pl.col("pool") == scope
+        if "prefill_pool" in req.columns:
+            mine = mine | (pl.col("prefill_pool") == scope).fill_null(False)
+        req = req.filter(mine)
     never = pl.lit(2**62, pl.Int64)
     ended = pl.when(pl.col("status") == "rejected").then(pl.col("arrival_us")).otherwise(
         pl.coalesce("finished_us", never))
@@ -44,17 +60,25 @@ def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT",
     return req.sort([expr, pl.col("request_id")], descending=[descending, False], nulls_last=True).head(limit)
 
 
-def request_rows(frame: pl.DataFrame) -> list[tuple]:
-    """The table's cells, in COLUMNS order."""
+def request_rows(frame: pl.DataFrame, columns: tuple[str, ...] = COLUMNS) -> list[tuple]:
+    """The table's cells, in `columns` order (COLUMNS or PD_COLUMNS)."""
     ms = lambda v: fmt_duration_ms(None if v is None else v / 1000)  # noqa: E731
     rows = []
     for r in frame.iter_rows(named=True):
-        rows.append((
-            str(r["request_id"]), r["pool"], "-" if r["replica"] is None else str(r["replica"]), r["workload"] or "-",
-            fmt_time(r["arrival_us"]), ms(r["ttft_us"]), ms(r["queue_us"]), str(r["preemptions"]), ms(r["e2e_us"]),
-            f"{r['prompt_tokens']:,}", f"{r['output_tokens']:,}",
-            r["status"] if r["status"] != "rejected" else f"rejected: {r['reject_reason']}",
-        ))
+        cells = {
+            "id": str(r["request_id"]), "pool": r["pool"],
+            "replica": "-" if r["replica"] is None else str(r["replica"]), "workload": r["workload"] or "-",
+            "arrival": fmt_time(r["arrival_us"]), "TTFT": ms(r["ttft_us"]),
+            "queue": ms(r["queue_us"]), "preempt": str(r["preemptions"]), "E2E": ms(r["e2e_us"]),
+            "prompt": f"{r['prompt_tokens']:,}", "output": f"{r['output_tokens']:,}",
+            "status": r["status"] if r["status"] != "rejected" else f"rejected: {r['reject_reason']}",
+        }
+        if "prefill" in columns:
+            local = r.get("prefill_replica") is None
+            cells["prefill"] = "local" if local else f"{r['prefill_pool']} r{r['prefill_replica']}"
+            start, end = r.get("kv_transfer_start_us"), r.get("kv_transfer_end_us")
+            cells["KV xfer"] = "-" if start is None or end is None else ms(end - start)
+        rows.append(tuple(cells[c] for c in columns))
     return rows
 
 
@@ -80,7 +104,10 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
     t = Text()
     t.append(f"request {request_id}", "bold")
     t.append(f"  {run.name} · workload {r['workload'] or '-'} · pool {r['pool']} · replica "
-             f"{'-' if r['replica'] is None else r['replica']}\n")
+             f"{'-' if r['replica'] is None else r['replica']}")
+    if r.get("prefill_replica") is not None:
+        t.append(f" · prefilled on pool {r['prefill_pool']} replica {r['prefill_replica']}")
+    t.append("\n")
     t.append(f"prompt {r['prompt_tokens']:,} tokens ({r['cached_tokens']:,} from the prefix cache) · output "
              f"{r['output_tokens']:,} tokens\n\n")
     arrival = r["arrival_us"]
@@ -93,9 +120,22 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
     step("arrival", arrival, "")
     if r["status"] == "rejected":
         step("rejected", arrival, f"reason: {r['reject_reason']}", "red")
+    remote = r.get("prefill_replica") is not None
     if r["first_scheduled_us"] is not None:
+        where = f" (prefill: pool {r['prefill_pool']} replica {r['prefill_replica']})" if remote else ""
         step("admitted", r["first_scheduled_us"],
-             f"after {fmt_duration_ms((r['first_scheduled_us'] - arrival) / 1000)} in the queue")
+             f"after {fmt_duration_ms((r['first_scheduled_us'] - arrival) / 1000)} in the queue{where}")
+    if remote and r.get("prefill_end_us") is not None:
+        step("prefilled", r["prefill_end_us"], f"on pool {r['prefill_pool']} replica {r['prefill_replica']}",
+             "cyan")
+    xfer_start, xfer_end = r.get("kv_transfer_start_us"), r.get("kv_transfer_end_us")
+    if xfer_start is not None:
+        step("KV transfer", xfer_start, f"to pool {r['pool']} replica {'-' if r['replica'] is None else r['replica']}"
+             + (f", waited {fmt_duration_ms((xfer_start - r['prefill_end_us']) / 1000)} for room"
+                if r.get("prefill_end_us") is not None and xfer_start > r["prefill_end_us"] else ""), "blue")
+    if xfer_end is not None:
+        step("KV arrived", xfer_end, f"transfer took {fmt_duration_ms((xfer_end - xfer_start) / 1000)}"
+             if xfer_start is not None else "", "blue")
     preempts = run.request_events(request_id).filter(pl.col("kind").str.starts_with("preempt")).sort("t_us")
     for ev in preempts.iter_rows(named=True):
         step("preempted", ev["t_us"], ev["detail"] or ev["kind"], "magenta")
@@ -121,12 +161,18 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
 
 def _life_bar(r: dict, preempt_us: list[int], width: int) -> Text:
     start = r["arrival_us"]
-    marks = [r["first_scheduled_us"], r["first_token_us"], r["finished_us"]]
+    marks = [r["first_scheduled_us"], r["first_token_us"], r["finished_us"], r.get("kv_transfer_end_us")]
     end = max([m for m in marks if m is not None] + [start + 1])
     col = lambda t_us: min(int((t_us - start) / (end - start) * (width - 1)), width - 1)  # noqa: E731
     cells = [(" ", "")] * width
-    spans = (("░", "yellow", start, r["first_scheduled_us"]), ("▒", "cyan", r["first_scheduled_us"], r["first_token_us"]),
-             ("█", "green", r["first_token_us"], r["finished_us"]))
+    spans = [("░", "yellow", start, r["first_scheduled_us"]),
+             ("▒", "cyan", r["first_scheduled_us"], r["first_token_us"]),
+             ("█", "green", r["first_token_us"], r["finished_us"])]
+    remote = r.get("prefill_replica") is not None
+    if remote:  # prefill on another replica, then the KV's wait and transfer, then the decode replica
+        spans[1] = ("▒", "cyan", r["first_scheduled_us"], r.get("prefill_end_us"))
+        spans.insert(2, ("≈", "blue", r.get("prefill_end_us"), r.get("kv_transfer_end_us")))
+        spans.insert(3, ("░", "yellow", r.get("kv_transfer_end_us"), r["first_token_us"]))
     for ch, style, a, b in spans:
         if a is not None and b is not None:
             for i in range(col(a), col(b) + 1):
@@ -137,8 +183,11 @@ def _life_bar(r: dict, preempt_us: list[int], width: int) -> Text:
     for ch, style in cells:
         bar.append(ch, style)
     bar.append("\n  ")
-    for ch, style, label in (("░", "yellow", "queue"), ("▒", "cyan", "prefill"), ("█", "green", "decode"),
-                             ("x", "bold magenta", "preempted")):
+    legend = [("░", "yellow", "queue"), ("▒", "cyan", "prefill"), ("█", "green", "decode"),
+              ("x", "bold magenta", "preempted")]
+    if remote:
+        legend.insert(2, ("≈", "blue", "KV wait + transfer"))
+    for ch, style, label in legend:
         bar.append(ch, style)
         bar.append(f" {label}  ")
     return bar

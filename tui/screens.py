@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
 from traces.errors import UserError
-from tui.requests import COLUMNS, SORT_ORDER, request_life, request_rows, worst_requests
+from tui.requests import SORT_ORDER, columns_of, request_life, request_rows, worst_requests
 from tui.timefmt import fmt_time, parse_time
 
 MOUSE_HELP = (
@@ -119,8 +119,6 @@ class RequestsScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for name in COLUMNS:
-            table.add_column(name, key=name)
         self.fill()
         table.focus()
 
@@ -130,8 +128,13 @@ class RequestsScreen(Screen):
         frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse)
         self.ids = frame["request_id"].to_list()
         table = self.query_one(DataTable)
+        columns = columns_of(run)
+        if tuple(str(c.value) for c in table.columns) != columns:  # compare mode: the runs may differ
+            table.clear(columns=True)
+            for name in columns:
+                table.add_column(name, key=name)
         table.clear()
-        for row in request_rows(frame):
+        for row in request_rows(frame, columns):
             table.add_row(*row)
         order = "best" if self.reverse else "worst"
         self.query_one("#req-title", Static).update(Text.assemble(

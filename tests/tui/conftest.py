@@ -52,3 +52,23 @@ def screen_text(app) -> str:
                       legacy_windows=False)
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
+
+
+def pd_config():
+    """Prefill/decode disaggregation on llama-3.1-8b: pools named prefill and decode."""
+    from replay.config import EngineArgs, FleetConfig, PoolConfig, SplitConfig
+
+    engine = EngineArgs(num_gpu_blocks_override=2000, max_model_len=7000)
+    return FleetConfig(model="llama-3.1-8b", split=SplitConfig(policy="prefill-decode"),
+                       pools=(PoolConfig(name="prefill", replicas=1, engine=engine),
+                              PoolConfig(name="decode", replicas=2, engine=engine)))
+
+
+@pytest.fixture(scope="session")
+def pd_run(tmp_path_factory) -> Path:
+    """A finished prefill/decode run of the tiny trace."""
+    from replay.outputs import write_run
+    from replay.run import replay_trace
+
+    out = tmp_path_factory.mktemp("runs") / "pd"
+    return write_run(out, replay_trace(tiny_trace(), pd_config()))

@@ -104,12 +104,53 @@ def test_run_tui_watches_the_replay_to_a_finished_run(cli, tmp_path, monkeypatch
         ["config.yaml", "events.parquet", "requests.parquet", "summary.json", "ticks.parquet"])
 
 
-def test_run_tui_bad_trace_is_exit_2_and_leaves_nothing(cli, tmp_path, monkeypatch):
-    (tmp_path / "trace.csv").write_text(TRACE + "oops,1\n")
+def _no_dashboard(self):
+    pytest.fail("the dashboard should not start")
+
+
+@pytest.mark.parametrize("trace, fragment", [
+    (TRACE + "oops,1\n", "trace.csv"),
+    ("arrival_s,prompt\n0.1,30\n", "output"),
+])
+def test_run_tui_bad_trace_fails_before_the_dashboard(cli, tmp_path, monkeypatch, trace, fragment):
+    (tmp_path / "trace.csv").write_text(trace)
     (tmp_path / "fleet.yaml").write_text(FLEET)
+    monkeypatch.setattr(Dashboard, "run", _no_dashboard)
+    code, out, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
+    assert code == 2 and err.startswith("llm-replay: error: ") and fragment in err and err.count("\n") == 1
+    assert "Traceback" not in err and not out
+    assert not (tmp_path / "watched").exists()
+
+
+def test_run_tui_missing_trace_fails_before_the_dashboard(cli, tmp_path, monkeypatch):
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    monkeypatch.setattr(Dashboard, "run", _no_dashboard)
+    code, _, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
+    assert code == 2 and "trace.csv" in err and err.count("\n") == 1
+    assert not (tmp_path / "watched").exists()
+
+
+def test_run_tui_bad_out_fails_before_the_dashboard(cli, tmp_path, monkeypatch):
+    (tmp_path / "trace.csv").write_text(TRACE)
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("x")
+    monkeypatch.setattr(Dashboard, "run", _no_dashboard)
+    code, _, err = cli("run", "--config", "fleet.yaml", "--out", "taken", "--tui")
+    assert code == 2 and "--out taken: already exists" in err and err.count("\n") == 1
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["x"]
+
+
+def test_a_failing_replay_is_exit_2_and_leaves_nothing(cli, tmp_path, monkeypatch):
+    """A failure the child meets (here: a UserError raised by the replay) still reaches the user
+    as one line after the dashboard closes, and nothing stays behind."""
+    (tmp_path / "trace.csv").write_text(TRACE)
+    scaled = FLEET.replace("replicas: 1,", "replicas: 1, autoscaler: {policy: 'tests.tui.failing_scaler:fails', "
+                           "min_replicas: 1, max_replicas: 2},")
+    (tmp_path / "fleet.yaml").write_text(scaled)
     monkeypatch.setattr(Dashboard, "run", _headless(lambda app: False))  # the app exits by itself
     code, _, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
-    assert code == 2 and err.startswith("llm-replay: error: ") and "trace.csv" in err and err.count("\n") == 1
+    assert code == 2 and err == "llm-replay: error: tests.tui.failing_scaler:fails: the replay ran out of luck\n"
     assert not (tmp_path / "watched").exists()
 
 

@@ -125,3 +125,13 @@ def test_downsample_keeps_peaks_and_width():
     # more columns than ticks: each column shows the tick covering it; past the end, nothing
     short = downsample(t[:3], np.array([1.0, 2.0, 3.0]), column_edges(0, 6_000_000, 12))
     assert short[:6].tolist() == [1, 1, 2, 2, 3, 3] and np.isnan(short[6:]).all()
+
+
+def test_columns_of_is_column_of_for_each_time():
+    from tui.charts import column_of, columns_of
+
+    times = np.array([0, 1, 999_999, 1_000_000, 1_000_001, 59_999_999, 60_000_000, 75_000_000])
+    for width in (1, 7, 60, 200):
+        assert columns_of(times, 0, 60_000_000, width).tolist() == [column_of(int(t), 0, 60_000_000, width)
+                                                                    for t in times]
+    assert columns_of(times, 5, 5, 10).tolist() == [0] * len(times)

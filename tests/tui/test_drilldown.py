@@ -91,3 +91,66 @@ def test_click_on_a_header_sorts_by_it():
         assert screen.sort == "preempt" and screen.reverse
 
     drive(app, script, size=(140, 40))
+
+
+def test_a_prefill_decode_run_opens_and_its_drill_down_shows_where_requests_prefilled(pd_run):
+    from tests.tui.conftest import pd_config
+
+    run = load_run(pd_run)
+    assert run.pools == ["prefill", "decode"] and run.scopes == ["fleet", "prefill", "decode"]
+    assert run.series["prefill"]["prompt_tokens_per_s"].sum() > 0  # the prefill pool's tick rows
+    cursor = int(run.t_us[len(run.t_us) // 2])
+    # the prefill pool's requests are those it prefilled (all of them decode elsewhere)
+    prefilled = worst_requests(run, cursor, "prefill")
+    assert prefilled.height and set(prefilled["pool"]) == {"decode"} and set(prefilled["prefill_pool"]) == {"prefill"}
+    remote = run.requests.filter(pl.col("prefill_replica").is_not_null() & pl.col("finished_us").is_not_null()).row(
+        0, named=True)
+    text = request_life(run, remote["request_id"]).plain
+    assert f"prefilled on pool prefill replica {remote['prefill_replica']}" in text
+    for step in ("admitted", "prefilled", "KV transfer", "KV arrived", "first token", "finished", "≈ KV wait"):
+        assert step in text, step
+    assert pd_config().split.policy == "prefill-decode"
+    app = make_app(pd_run, at=f"{cursor // S}")
+
+    async def script(pilot):
+        await pilot.press("p", "d")
+        screen = app.screen
+        assert isinstance(screen, RequestsScreen)
+        assert "prefill r0" in screen_text(app) and "KV xfer" in screen_text(app)
+        await pilot.press("enter")
+        assert isinstance(app.screen, RequestLifeScreen)
+        assert "KV transfer" in screen_text(app)
+
+    drive(app, script, size=(160, 40))
+
+
+def test_a_run_without_the_prefill_columns_still_shows_a_life(tmp_path):
+    """Runs written before P/D lack its request columns: the drill-down does without them."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(BEFORE, old)
+    req = pl.read_parquet(old / "requests.parquet")
+    req.drop([c for c in req.columns if c.startswith(("prefill_", "kv_transfer"))]).write_parquet(
+        old / "requests.parquet")
+    run = load_run(old)
+    rid = run.requests["request_id"][0]
+    assert "first token" in request_life(run, rid).plain and "KV" not in request_life(run, rid).plain
+    assert worst_requests(run, 240 * S, "fleet").height
+
+
+def test_compare_a_prefill_decode_run_with_one_without(pd_run, one_pool_run):
+    """`c` switches the table to the other run, with that run's columns."""
+    app = make_app(pd_run, one_pool_run, at="0:20")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        columns = lambda: [str(c.value) for c in screen.query_one("DataTable").columns]  # noqa: E731
+        assert "prefill" in columns() and "KV xfer" in columns()
+        await pilot.press("c")
+        assert screen.run_index == 1 and "prefill" not in columns() and screen.ids
+        await pilot.press("c")
+        assert screen.run_index == 0 and "KV xfer" in columns()
+
+    drive(app, script, size=(160, 40))

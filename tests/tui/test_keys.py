@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
+from textual import events
 
 from tests.tui.conftest import AFTER, BEFORE, screen_text
 from tui.app import Dashboard, make_app
@@ -214,3 +216,47 @@ def test_drill_down_key_and_quit():
 
     drive(app, script)
     assert app.return_code == 0 and not app.is_running
+
+
+def test_mouse_click_and_wheel_seek_and_scroll():
+    """Every entry of the help's mouse section: a click on the timeline or a chart puts the cursor
+    at that time, the wheel on the timeline seeks by a minute, on the metrics scrolls them."""
+    from tui.charts import time_of_column
+    from tui.panels import LABEL_W, VALUE_W
+
+    app = make_app(BEFORE)
+
+    async def script(pilot):
+        model = app.model
+        timeline = app.query_one("#timeline")
+        width = timeline.size.width
+        await pilot.click("#timeline", offset=(width // 2, 0))
+        model_at = model.view.cursor_us
+        assert model_at == model.axis[np.searchsorted(model.axis, time_of_column(width // 2, 0, model.t_end, width))]
+        await pilot.click("#metrics", offset=(LABEL_W, 0))  # the first chart column
+        chart_w = app.query_one("#metrics").size.width - LABEL_W - VALUE_W - 2
+        assert model.view.cursor_us == model.axis[np.searchsorted(model.axis, time_of_column(0, 0, model.t_end,
+                                                                                              chart_w))]
+        before = model.view.cursor_us
+        await pilot.mouse_down("#metrics", offset=(2, 0))  # on a label: no seek
+        assert model.view.cursor_us == before
+        await pilot._post_mouse_events([events.MouseScrollDown], "#timeline")  # Pilot has no wheel helper
+        await pilot.pause()
+        assert model.view.cursor_us == before + 60 * S
+        await pilot._post_mouse_events([events.MouseScrollUp], "#timeline")
+        await pilot.pause()
+        assert model.view.cursor_us == before
+
+    drive(app, script, size=(120, 40))
+
+    small = make_app(BEFORE, AFTER)
+
+    async def scroll(pilot):
+        await pilot._post_mouse_events([events.MouseScrollDown], "#metrics")
+        await pilot.pause()
+        assert small.model.view.metric_offset == 1  # 80x24 of two runs: the rows do not all fit
+        await pilot._post_mouse_events([events.MouseScrollUp], "#metrics")
+        await pilot.pause()
+        assert small.model.view.metric_offset == 0
+
+    drive(small, scroll, size=(80, 24))

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
+import pytest
 
 from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter
 from replay.outputs import write_run
 from replay.run import replay_trace
-from tests.tui.conftest import screen_text, tiny_config, tiny_trace
+from tests.tui.conftest import pd_config, screen_text, tiny_config, tiny_trace
 from tests.tui.test_keys import drive
 from tui.app import make_app
-from tui.data import load_run
+from tui.data import LiveFollower, load_run
+from tui.model import Model
+from tui.panels import METRICS
 
 
 class Stop(Exception):
@@ -44,15 +48,126 @@ def live_until(out, ticks: int | None):
     return writer, result
 
 
-def test_the_last_flush_is_the_finished_run(tmp_path):
-    writer, result = live_until(tmp_path / "run", None)
+def chunk_frames(live, name: str) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(d / f"{name}.parquet") for d in sorted(live.glob("chunk-*"))])
+
+
+@pytest.mark.parametrize("config", [tiny_config, pd_config], ids=["one-pool", "prefill-decode"])
+def test_the_chunks_are_the_finished_run(tmp_path, config):
+    """Chunks of irregular sizes, concatenated, are the finished run's rows: ticks and events
+    as they are, each request once (ended ones in chunks, the rest in the newest in-flight file),
+    each first token once; for a prefill/decode fleet too (its prefill pool's ticks count the
+    requests it prefilled)."""
+    from replay.cluster import plan_pools
+
+    trace, cfg = tiny_trace(), config()
+    plans = plan_pools(cfg)
+    writer = LiveWriter(tmp_path / "run", trace.frame, cfg, plans, min_interval_s=1e9)
+    writer.start()
+    n = []
+
+    def on_tick(**kw):
+        writer.on_tick(**kw)  # flushes the first tick only (then never by itself)
+        n.append(1)
+        if len(n) < 5 or len(n) % 7 == 0:
+            writer.flush()
+
+    result = replay_trace(trace, cfg, plans=plans, on_tick=on_tick)
     writer.flush()
     live = tmp_path / "run" / LIVE_DIR
-    assert pl.read_parquet(live / "ticks.parquet").equals(result.ticks)
-    assert pl.read_parquet(live / "events.parquet").equals(result.events)
-    assert pl.read_parquet(live / "requests.parquet").equals(result.requests)
+    assert writer.seq == len(list(live.glob("chunk-*"))) > 5
+    assert chunk_frames(live, "ticks").equals(result.ticks)
+    assert chunk_frames(live, "events").equals(result.events)
+    inflight = pl.read_parquet(live / f"inflight-{writer.seq:06d}.parquet")
+    ended = chunk_frames(live, "requests")
+    assert ended["status"].is_in(["finished", "rejected"]).all()
+    assert pl.concat([ended, inflight]).sort("request_id").equals(result.requests)
+    firsts = chunk_frames(live, "firsts")
+    got = result.requests.filter(pl.col("first_token_us").is_not_null())
+    assert firsts["request_id"].is_unique().all() and firsts.height == got.height
+    assert firsts.sort("request_id").equals(got.select(firsts.columns))
+    assert sorted(p.name for p in live.glob("inflight-*")) == [f"inflight-{k:06d}.parquet"
+                                                               for k in (writer.seq - 1, writer.seq)]
     status = json.loads((live / STATUS_FILE).read_text())
-    assert status["state"] == "running" and status["seq"] == writer.seq and status["done_us"] == result.ticks["t_us"].max()
+    assert status["state"] == "running" and status["seq"] == writer.seq
+    assert status["done_us"] == result.ticks["t_us"].max()
+
+
+def test_the_live_layout_is_the_one_tui_reads():
+    import replay.live as writer_side
+    import replay.metrics as metrics
+    import tui.data as reader_side
+
+    assert (reader_side.LIVE_DIR, reader_side.STATUS_FILE, reader_side.CHUNK_FILES) == (
+        writer_side.LIVE_DIR, writer_side.STATUS_FILE, writer_side.CHUNK_FILES)
+    assert set(reader_side.REQUEST_COLUMNS) <= set(metrics.REQUEST_COLUMNS)
+    assert set(reader_side.TICK_COLUMNS) <= set(metrics.TICK_COLUMNS)
+
+
+def _same_run(a, b) -> None:
+    assert a.pools == b.pools and np.array_equal(a.t_us, b.t_us)
+    for scope, series in b.series.items():
+        for key, values in series.items():
+            if values is None:
+                assert a.series[scope][key] is None
+            else:
+                assert np.allclose(a.series[scope][key], values, equal_nan=True, rtol=1e-9), (scope, key)
+    assert a.requests.sort("request_id").equals(b.requests.sort("request_id").select(a.requests.columns))
+    assert a.events.equals(b.events)
+    for x, y in zip(a.firsts(), b.firsts()):
+        assert np.array_equal(x, y)
+
+
+def test_the_follower_reads_only_new_chunks_and_keeps_the_finished_run(tmp_path, monkeypatch):
+    """Polls read the chunks added since the last one; what they add up to is what a fresh read
+    of the directory gives, and, once the finished run replaces live/, that run."""
+    from replay.cluster import plan_pools
+
+    trace, cfg = tiny_trace(), tiny_config()
+    plans = plan_pools(cfg)
+    out = tmp_path / "run"
+    writer = LiveWriter(out, trace.frame, cfg, plans, min_interval_s=0.0, cost_factor=0.0)
+    writer.start()
+    read: list[int] = []
+    original = LiveFollower._read_chunk
+    monkeypatch.setattr(LiveFollower, "_read_chunk", lambda self, src, k: read.append(k) or original(self, src, k))
+    follower = model = None
+
+    def on_tick(**kw):
+        nonlocal follower, model
+        writer.on_tick(**kw)
+        if writer.seq == 10:
+            follower = LiveFollower(out)
+            assert read == list(range(1, 11))
+            model = Model([follower.data])
+            model.view.following = False
+            for spec in METRICS:
+                model.column_values(model.runs[0], spec.key, 50, spec.how)
+        elif writer.seq in (11, 25):
+            read.clear()
+            data = follower.poll()
+            assert read == (list(range(11, 12)) if writer.seq == 11 else list(range(12, 26)))
+            assert follower.poll() is None  # nothing new
+            _same_run(data, load_run(out))
+            assert data.live.done_us == writer.done_us
+            model.set_runs([data])  # charts: the columns kept from before, the rest redone
+            fresh = Model([load_run(out)])
+            for spec in METRICS:
+                assert np.array_equal(model.column_values(data, spec.key, 50, spec.how),
+                                      fresh.column_values(fresh.runs[0], spec.key, 50, spec.how), equal_nan=True)
+
+    result = replay_trace(trace, cfg, plans=plans, on_tick=on_tick)
+    writer.flush()
+    writer.status("writing")
+    live_data = follower.poll()
+    assert live_data.live.state == "writing" and live_data.end_us == result.ticks["t_us"].max()
+    write_run(out, result, force=True)
+    read.clear()
+    final = follower.poll()
+    assert final.live is None and read == []
+    assert final.series is live_data.series  # kept, not read again
+    _same_run(final, load_run(out))
+    assert follower.poll() is None
 
 
 def test_a_run_not_yet_flushed_opens_empty(tmp_path):
@@ -104,7 +219,8 @@ def test_the_dashboard_follows_a_run_being_written_to_its_end(tmp_path):
 def test_a_failed_replay_shows_its_error(tmp_path):
     out = tmp_path / "run"
     live_until(out, 5)
-    body = json.loads((out / LIVE_DIR / STATUS_FILE).read_text()) | {"state": "failed", "error": "trace.csv line 9: bad"}
+    failed = {"state": "failed", "error": "trace.csv line 9: bad"}
+    body = json.loads((out / LIVE_DIR / STATUS_FILE).read_text()) | failed
     (out / LIVE_DIR / STATUS_FILE).write_text(json.dumps(body))
     app = make_app(out, follow=False)
 
@@ -123,3 +239,36 @@ def test_live_files_beside_an_old_run_win(tmp_path, one_pool_run):
     shutil.copytree(one_pool_run, out)
     live_until(out, 7)
     assert load_run(out).live is not None and load_run(out).end_us == 7_000_000
+
+
+def test_new_data_waits_while_keys_come_but_not_for_long(tmp_path):
+    """A live run's next data is shown once keys stop for INPUT_QUIET_S (its redraw would delay
+    the next key), and within LIVE_DEFER_MAX_S however fast keys come."""
+    from tui.app import INPUT_QUIET_S, LIVE_DEFER_MAX_S, RunUpdated
+
+    out = tmp_path / "run"
+    live_until(out, 10)
+    app = make_app(out, follow=False)
+    newer = []
+
+    async def script(pilot):
+        first = app.model.runs[0]
+        live_until(tmp_path / "more", 20)
+        newer.append(load_run(tmp_path / "more"))
+        await pilot.press("left")
+        app.post_message(RunUpdated(0, newer[0]))
+        await pilot.pause()
+        assert app.model.runs[0] is first  # a key just came: the data waits
+        await pilot.pause(INPUT_QUIET_S + 0.1)
+        assert app.model.runs[0] is newer[0]
+        # keys without a pause: the data still comes within LIVE_DEFER_MAX_S
+        app.post_message(RunUpdated(0, first))
+        import time
+
+        began = time.monotonic()
+        while app.model.runs[0] is not first and time.monotonic() - began < 3 * LIVE_DEFER_MAX_S:
+            await pilot.press("right")
+            await pilot.pause(INPUT_QUIET_S / 4)
+        assert app.model.runs[0] is first and time.monotonic() - began < LIVE_DEFER_MAX_S + 0.5
+
+    drive(app, script)
