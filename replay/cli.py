@@ -12,6 +12,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from traces.errors import UserError
 
@@ -132,20 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What `run` (with or without --tui) checked before it replays."""
 
+    cfg: Any  # FleetConfig as run: its trace section with every CLI override applied
+    source: str  # the config file, for messages
+    plans: list  # cluster.PoolPlan per pool
+    out: Path
+    trace: Any  # traces.LoadedTrace
+
+
+def prepare_run(args: argparse.Namespace) -> RunInputs:
+    """The config, the fleet (one that cannot start fails before the trace is read), --out, then
+    the trace: every user mistake is a UserError before anything is replayed or written."""
     from replay.cli_trace import effective_trace
     from replay.cluster import plan_pools
     from replay.config import load_config
-    from replay.outputs import check_out_dir, write_run
-    from replay.report import print_summary, progress_bar
-    from replay.run import replay_trace, warm_up
+    from replay.outputs import check_out_dir
     from traces import load_from_config
 
     cfg = load_config(args.config)
     source = args.config or "default fleet"
-    plans = plan_pools(cfg, source)  # a fleet that cannot start fails before the trace is read
+    plans = plan_pools(cfg, source)
     base_dir = Path(args.config).resolve().parent if args.config else None
     trace_cfg = effective_trace(cfg.trace, args, base_dir)
     # What ran is what config.yaml records: the trace section with every CLI override applied.
@@ -154,7 +164,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, cfg)
     check_out_dir(out, args.force)
-    trace = load_from_config(trace_cfg, strict=args.strict)
+    return RunInputs(cfg, source, plans, out, load_from_config(trace_cfg, strict=args.strict))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from replay.outputs import write_run
+    from replay.report import print_summary, progress_bar
+    from replay.run import replay_trace, warm_up
+
+    run = prepare_run(args)
+    cfg, out, trace = run.cfg, run.out, run.trace
     console = Console(stderr=True)
     _report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
@@ -164,7 +185,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             warm_up()
     with progress_bar(console, enabled=show) as progress:
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
-                              progress=progress, plans=plans, config_source=source)
+                              progress=progress, plans=run.plans, config_source=run.source)
     write_run(out, result, force=args.force)
     if args.json:
         print(json.dumps(result.summary, indent=2))

@@ -70,32 +70,18 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     its split over the pools: a bad one is one line and exit 2, as without --tui), start the
     replay of the loaded trace in a child process, show the dashboard until the user quits;
     quitting before the end stops the replay and leaves nothing behind."""
-    import dataclasses
     import multiprocessing
 
     import yaml
 
-    from replay.cli import _default_out, _report_trace_fixes
-    from replay.cli_trace import effective_trace
-    from replay.cluster import plan_pools, split_requests
-    from replay.config import load_config
+    from replay.cli import _report_trace_fixes, prepare_run
+    from replay.cluster import split_requests
     from replay.live import LIVE_DIR, STATUS_FILE
-    from replay.outputs import check_out_dir
-    from traces import load_from_config
 
-    cfg = load_config(args.config)
-    source = args.config or "default fleet"
-    plans = plan_pools(cfg, source)  # a fleet that cannot start fails here, before the dashboard
-    base_dir = Path(args.config).resolve().parent if args.config else None
-    trace_cfg = effective_trace(cfg.trace, args, base_dir)
-    resolved = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
-    if args.out is not None and not args.out.strip():
-        raise UserError("--out: empty path; give a directory for the run")
-    out = Path(args.out) if args.out else _default_out(args, resolved)
-    check_out_dir(out, args.force)
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
-    trace = load_from_config(trace_cfg, strict=args.strict)
+    run = prepare_run(args)
+    resolved, source, plans, out, trace = run.cfg, run.source, run.plans, run.out, run.trace
     split_requests(trace.frame, resolved, plans, source)  # a split that strands a request: a config error
     live = out / LIVE_DIR
     if live.exists():

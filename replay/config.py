@@ -502,21 +502,20 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
-def load_config(path: str | Path | None) -> FleetConfig:
-    """Read a fleet config; None gives the default fleet. Every problem is a ConfigError."""
-    if path is None:
-        return FleetConfig()
+def read_yaml(path: str | Path, what: str = "config") -> Any:
+    """A YAML file through the strict loader (YAML 1.2 floats, no duplicate keys, no Python
+    tags); every problem is one ConfigError naming the file (and line), as `what` file."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raise ConfigError(f"{path}: {what} file not found") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file (expected YAML)") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         line = f" line {mark.line + 1}" if mark else ""
@@ -528,6 +527,14 @@ def load_config(path: str | Path | None) -> FleetConfig:
         line = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from None
+
+
+def load_config(path: str | Path | None) -> FleetConfig:
+    """Read a fleet config; None gives the default fleet. Every problem is a ConfigError."""
+    if path is None:
+        return FleetConfig()
+    path = Path(path)
+    data = read_yaml(path)
     if data is None:
         raise ConfigError(f"{path}: config file is empty (expected a mapping with 'pools', 'model', ...)")
     cfg = from_dict(FleetConfig, data, "", source=str(path))

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import yaml
 
-from replay.config import FleetConfig, _StrictLoader, load_config
+from replay.config import FleetConfig, load_config, read_yaml
 from traces.configtools import from_dict
 from traces.errors import ConfigError, UserError
 
@@ -245,20 +244,7 @@ def _tolerance(path: Path, where: str, value: Any) -> float:
 def load_scenarios(path: str | Path) -> list[Scenario]:
     """Every scenario of a file, fully checked; any problem is a ConfigError naming the key path."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: scenario file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file (expected YAML)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read scenario file: {exc.strerror}") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    data = read_yaml(path, "scenario")
     top = _mapping(path, "top level", data, {"tolerance", "scenarios", "notes"}, ("scenarios",)) \
         if isinstance(data, dict) else None
     if top is None:
