@@ -28,7 +28,7 @@ def test_incident_before_and_after(cli, tmp_path):
     # After: chat within its 2 s SLO, on at most 1.25x the GPU-hours.
     assert chat_p99_ms(after) <= 2_000
     assert after.summary["gpu_hours"] <= 1.25 * before.summary["gpu_hours"]
-    assert set(after.requests["pool"].unique()) == {"chat", "docs", "batch"}
+    assert set(after.requests["pool"].unique()) == {"chat", "background"}
 
 
 def test_incident_refuses_to_overwrite(cli, tmp_path):
