@@ -130,7 +130,7 @@ class Dashboard(App):
 
     def redraw(self) -> None:
         for widget in self.query(Panel):
-            widget.refresh()
+            widget.redraw()
 
     # -- time ---------------------------------------------------------------------------------
     def seek_to(self, t_us: int) -> None:

@@ -4,6 +4,8 @@ length. Times are int64 microseconds."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from rich.text import Text
 
@@ -68,31 +70,51 @@ def levels(values: np.ndarray, top: float, rows: int) -> np.ndarray:
     return lv
 
 
+def bar_cells(values: np.ndarray, top: float, rows: int, style: str = "cyan",
+              col_styles: list[str | None] | None = None) -> list[tuple[list[str], list[str]]]:
+    """`rows` lines of (characters, styles), one per column, top line first, without a cursor;
+    unknown values (NaN) as a dim dot on the bottom line."""
+    lv = levels(values, top, rows)
+    unknown = np.flatnonzero(np.isnan(values)).tolist()
+    styles = [(s or style) for s in col_styles] if col_styles else [style] * len(lv)
+    lines = []
+    for r in range(rows - 1, -1, -1):
+        chars = [BLOCKS[c] for c in np.clip(lv - 8 * r, 0, 8).tolist()]
+        line_styles = list(styles)
+        if r == 0:
+            for i in unknown:
+                chars[i], line_styles[i] = "·", "grey30"
+        lines.append((chars, line_styles))
+    return lines
+
+
+def cursor_cell(char: str, style: str, cursor_style: str = "reverse") -> str:
+    """The style of the cursor's cell: the cell's own, reversed; a blank cell shaded instead."""
+    return f"{style} {cursor_style}" if char != " " else "on grey35"
+
+
+def cells_text(chars: Sequence[str], styles: Sequence[str], cursor: int | None = None,
+               cursor_style: str = "reverse") -> Text:
+    """One chart line as Text, the cursor column (if any) in cursor_style. Runs of one style are
+    one span: a frame of charts is a few hundred spans, not one per cell."""
+    if cursor is not None and 0 <= cursor < len(chars):
+        styles = list(styles)
+        styles[cursor] = cursor_cell(chars[cursor], styles[cursor], cursor_style)
+    text = Text()
+    start = 0
+    for i in range(1, len(chars) + 1):
+        if i == len(chars) or styles[i] != styles[start]:
+            text.append("".join(chars[start:i]), styles[start])
+            start = i
+    return text
+
+
 def bars(values: np.ndarray, top: float, rows: int, cursor: int | None, style: str = "cyan",
          col_styles: list[str | None] | None = None, cursor_style: str = "reverse") -> list[Text]:
     """`rows` lines of block characters, top line first; the cursor column drawn in cursor_style;
-    unknown values (NaN) as a dim dot on the bottom line. Runs of one style are one span: a frame
-    of charts is a few hundred spans, not one per cell."""
-    lv = levels(values, top, rows)
-    unknown = np.isnan(values)
-    lines = []
-    for r in range(rows - 1, -1, -1):
-        cells = np.clip(lv - 8 * r, 0, 8)
-        chars = [BLOCKS[c] for c in cells.tolist()]
-        styles = [(col_styles[i] if col_styles and col_styles[i] else style) for i in range(len(chars))]
-        if r == 0:
-            for i in np.flatnonzero(unknown).tolist():
-                chars[i], styles[i] = "·", "grey30"
-        if cursor is not None and 0 <= cursor < len(chars):
-            styles[cursor] = f"{styles[cursor]} {cursor_style}" if chars[cursor] != " " else "on grey35"
-        text = Text()
-        start = 0
-        for i in range(1, len(chars) + 1):
-            if i == len(chars) or styles[i] != styles[start]:
-                text.append("".join(chars[start:i]), styles[start])
-                start = i
-        lines.append(text)
-    return lines
+    unknown values (NaN) as a dim dot on the bottom line."""
+    return [cells_text(chars, styles, cursor, cursor_style)
+            for chars, styles in bar_cells(values, top, rows, style, col_styles)]
 
 
 def chart_top(*arrays: np.ndarray, fixed: float | None = None) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 from rich.text import Text
 
-from tui.charts import bars, chart_top, column_of, columns_of
+from tui.charts import bar_cells, cells_text, chart_top, column_of, columns_of, cursor_cell
 from tui.data import FLEET, RunData
 from tui.model import SLO_OBJECTIVE, SPEEDS, Model
 from tui.timefmt import fmt_duration_ms, fmt_time
@@ -118,12 +118,55 @@ def max_metric_offset(model: Model, height: int) -> int:
     return 0 if fit >= len(METRICS) else len(METRICS) - max(fit - 1, 1)
 
 
-def metric_lines(model: Model, width: int, height: int) -> list[Text]:
+@dataclass(frozen=True, eq=False)
+class ChartRow:
+    """One line of a metric's rows: label, chart line, value at the cursor (on the first line),
+    all over the row's base style. The chart's cells come from a cache: between two seeks only the
+    cursor and the values move, so a widget can keep what it drew of the rest."""
+
+    label: str  # LABEL_W cells
+    base: str  # the row's style, under all of it
+    cells: tuple[tuple[str, ...], tuple[str, ...]]  # the chart line's characters and styles, without the cursor
+    cursor: int
+    value: Text | None
+
+    def chart(self, cursor: int | None = None) -> Text:
+        return cells_text(*self.cells, cursor)
+
+    def cursor_style(self) -> str:
+        chars, styles = self.cells
+        return cursor_cell(chars[self.cursor], styles[self.cursor])
+
+    def text(self) -> Text:
+        row = Text(self.label, self.base)
+        row.append_text(self.chart(self.cursor))
+        if self.value is not None:
+            row.append_text(self.value)
+        return row
+
+
+_CELLS: dict = {}
+_CELLS_MAX = 4096
+
+
+def _chart_cells(col: np.ndarray, top: float, rows: int, style: str, styles: list[str | None] | None):
+    """bar_cells, cached by what it draws (a seek changes none of it)."""
+    key = (col.tobytes(), top, rows, style, tuple(styles) if styles else None)
+    held = _CELLS.get(key)
+    if held is None:
+        if len(_CELLS) >= _CELLS_MAX:
+            _CELLS.clear()
+        held = _CELLS[key] = tuple((tuple(chars), tuple(line_styles))
+                                   for chars, line_styles in bar_cells(col, top, rows, style=style, col_styles=styles))
+    return held
+
+
+def metric_rows(model: Model, width: int, height: int) -> list[Text | ChartRow]:
     """One row per metric (two in compare mode, the run then the one compared): label, chart over
     the whole run with the cursor's column marked, value at the cursor. Rows grow taller on a tall
     terminal; when they do not all fit, the first shown is view.metric_offset."""
     chart_w = max(width - LABEL_W - VALUE_W - 2, 4)
-    lines: list[Text] = []
+    lines: list[Text | ChartRow] = []
     scope = model.view.scope
     runs = [(k, run) for k, run in enumerate(model.runs) if scope in run.series]
     for k, run in enumerate(model.runs):
@@ -140,25 +183,28 @@ def metric_lines(model: Model, width: int, height: int) -> list[Text]:
         values = [model.value_at(run, spec.key) for _, run in runs]
         for n, ((k, run), col) in enumerate(zip(runs, cols)):
             styles = _diff_styles(spec, cols[0], col) if n == 1 else None
-            chart = bars(col, top, rows, cursor_col, style=RUN_STYLES[k], col_styles=styles)
-            for r, line in enumerate(chart):
+            chart = _chart_cells(col, top, rows, RUN_STYLES[k], styles)
+            for r, cells in enumerate(chart):
                 label = spec.label if (n == 0 and r == 0) else (f"  {run.name}" if r == 0 else "")
                 lab_style = "bold" if n == 0 else RUN_STYLES[k]
                 if spec.key == "gpu_busy" and n == 0 and r == 0:
                     lab_style = "bold yellow"
-                row = Text(f"{label[:LABEL_W - 1]:<{LABEL_W}}", lab_style)
-                row.append_text(line)
+                value = None
                 if r == 0:
                     value = Text(" " + _value_text(model, run, spec), "bold" if n == 0 else RUN_STYLES[k])
                     if n == 1:
                         value.append_text(_delta(spec, values[0], values[1]))
                     value.truncate(VALUE_W + 2)
-                    row.append_text(value)
-                lines.append(row)
+                lines.append(ChartRow(f"{label[:LABEL_W - 1]:<{LABEL_W}}", lab_style, cells, cursor_col, value))
     if len(shown) < len(METRICS):
         rest = len(METRICS) - len(shown) - offset
         lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({offset} above, {rest} below)", "grey50 italic"))
     return lines
+
+
+def metric_lines(model: Model, width: int, height: int) -> list[Text]:
+    """metric_rows as one Text per line."""
+    return [row.text() if isinstance(row, ChartRow) else row for row in metric_rows(model, width, height)]
 
 
 def header_text(model: Model, width: int) -> Text:
