@@ -6,7 +6,9 @@ requests, written directly as run files (no replay). Prints medians of:
 - seek: a seek key, until the frame is redrawn;
 - live key latency: keys while the dashboard follows a live run that a separate process extends
   (replay/live.py's chunk layout) by 600 ticks every half second, from half the run to its end;
-  an unbound key's round trip (the harness alone: Pilot's press and pause) is given beside it.
+  an unbound key's round trip (the harness alone: Pilot's press and pause) is given beside it;
+- frame time: from a key sent to its screen update ready for the terminal, timed at Textual's
+  `App._display`, without the harness's idle polling (which waits in 20 ms steps).
 
     python bench/bench_tui.py [--ticks 86400] [--pools 4] [--requests 400000]
 """
@@ -97,10 +99,33 @@ def median_ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:7.1f} ms (max {max(values) * 1000:.1f}, n={len(values)})"
 
 
-async def _press(pilot, key: str) -> float:
+FRAMES: list[float] = []  # when the app handed a screen update to its driver, newest last
+
+
+def _watch_frames(app) -> None:
+    """Record when each screen update is ready for the terminal (Textual's `App._display` gets the
+    compositor's update after the layout and every changed line are rendered): a key's frame time
+    is then measured without the test harness's idle polling, which waits in 20 ms steps."""
+    display = app._display
+
+    def timed(screen, renderable):
+        if renderable is not None:
+            FRAMES.append(time.perf_counter())
+        return display(screen, renderable)
+
+    app._display = timed
+
+
+async def _press(pilot, key: str, frames: list[float] | None = None) -> float:
+    """The round trip of a key through the harness; with `frames`, also appends the key's frame
+    time (key sent -> its first screen update ready, None when it drew nothing)."""
     t0 = time.perf_counter()
+    seen = len(FRAMES)
     await pilot.press(key)
     await pilot.pause()
+    if frames is not None:
+        drawn = [t for t in FRAMES[seen:] if t > t0]
+        frames.append(drawn[0] - t0 if drawn else None)
     return time.perf_counter() - t0
 
 
@@ -108,13 +133,15 @@ async def open_and_seek(path: Path, size=(200, 60), seeks: int = 40):
     """(open time, seek round trips, round trips of an unbound key: the test harness's own floor)."""
     began = time.perf_counter()
     app = make_app(path, at="12:00:00")
+    _watch_frames(app)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         opened = time.perf_counter() - began
         keys = ["right", "shift+right", "pagedown", "left", "b", "w", "n", "p"]
-        times = [await _press(pilot, keys[i % len(keys)]) for i in range(seeks)]
+        frames: list[float] = []
+        times = [await _press(pilot, keys[i % len(keys)], frames) for i in range(seeks)]
         floor = [await _press(pilot, "x") for _ in range(seeks // 2)]
-        return opened, times, floor
+        return opened, times, floor, [f for f in frames if f is not None]
 
 
 LIVE_KEYS = ("left", "right", "p", "shift+left")
@@ -132,15 +159,16 @@ async def live_keys(path: Path, size=(200, 60), presses: int = 60) -> tuple[list
         original(runs)
 
     app.model.set_runs = counted
+    _watch_frames(app)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        times, idle = [], []
+        times, idle, frames = [], [], []
         for i in range(presses):
-            times.append(await _press(pilot, LIVE_KEYS[i % len(LIVE_KEYS)]))
+            times.append(await _press(pilot, LIVE_KEYS[i % len(LIVE_KEYS)], frames))
             await asyncio.sleep(0.1)  # spread the presses over the follower's reloads
             idle.append(await _press(pilot, "x"))
             await asyncio.sleep(0.05)
-        return times, idle, reloads
+        return times, idle, reloads, [f for f in frames if f is not None]
 
 
 def feed_live(src: str, dst: str, ready, stop, start_share: float = 0.5, chunks_before: int = 100,
@@ -197,12 +225,13 @@ def main() -> None:
         run = synthetic_run(tmp / "run", args.ticks, args.pools, args.requests)
         print(f"run: {args.ticks:,} ticks x {args.pools} pools = {args.ticks * args.pools:,} tick rows, "
               f"{args.requests:,} requests ({sum(f.stat().st_size for f in run.iterdir()) / 1e6:.1f} MB)")
-        opens, seeks, floor = [], [], []
+        opens, seeks, floor, seek_frames = [], [], [], []
         for _ in range(args.repeat):
-            opened, times, idle = asyncio.run(open_and_seek(run))
+            opened, times, idle, frames = asyncio.run(open_and_seek(run))
             opens.append(opened)
             seeks += times
             floor += idle
+            seek_frames += frames
         print(f"open (load + mount + first frame, in-process): {median_ms(opens)}   target < 2000 ms")
         cold = []
         for _ in range(3):
@@ -216,13 +245,15 @@ def main() -> None:
         net_seek = np.array(seeks) - statistics.median(floor)
         print(f"seek redraw, net of the floor's median: median {np.median(net_seek) * 1000:.1f} ms, p90 "
               f"{np.percentile(net_seek, 90) * 1000:.1f}, max {net_seek.max() * 1000:.1f}")
+        print(f"seek frame time (key sent -> screen update ready, no harness polling): {figures(seek_frames)}   "
+              "target < 100 ms")
         ctx = multiprocessing.get_context("spawn")
         ready, stop = ctx.Event(), ctx.Event()
         feeder = ctx.Process(target=feed_live, args=(str(run), str(tmp / "live-run"), ready, stop))
         feeder.start()
         try:
             ready.wait(300)
-            keys, idle, reloads = asyncio.run(live_keys(tmp / "live-run"))
+            keys, idle, reloads, live_frames = asyncio.run(live_keys(tmp / "live-run"))
         finally:
             stop.set()
             feeder.join()
@@ -233,6 +264,7 @@ def main() -> None:
         for k, name in enumerate(LIVE_KEYS):
             print(f"    {name:<11} {figures(keys[k::len(LIVE_KEYS)])}")
         print(f"  unbound key (floor included):  {figures(idle)}")
+        print(f"  seek keys' frame time (no harness polling): {figures(live_frames)}   target < 100 ms")
         net = np.array(keys) - floor_med
         print(f"  seek keys net of the floor's median: median {np.median(net) * 1000:.1f} ms, p90 "
               f"{np.percentile(net, 90) * 1000:.1f}, max {net.max() * 1000:.1f}")
