@@ -430,20 +430,27 @@ def simulate(
                     request_columns=eng.request_columns)
         if (eng.done and t >= last_arrival) or t >= limit_us:
             break
+    ticks = tick_arrays(snapshots, pool_counts, by_state, billed, tick_us)
+    ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
+    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
+                  tick_us)
+
+
+def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_state: list[np.ndarray],
+                billed: list[np.ndarray], tick_us: int) -> dict[str, np.ndarray]:
+    """RawRun.ticks from the per-tick rows the loop collected: each column [tick, pool]."""
     per_pool = np.stack(snapshots)  # [tick, pool, column]
     counts = np.stack(pool_counts)
     states = np.stack(by_state)  # [tick, pool, replica state]
     ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
     ticks["arrivals"], ticks["rejected"] = counts[:, :, 0], counts[:, :, 1]
-    ntick = len(snapshots)
-    ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], len(plans), axis=1)
+    ntick, npool = per_pool.shape[:2]
+    ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], npool, axis=1)
     ticks["replicas_loading"] = states[:, :, R_STARTING]
     ticks["replicas_active"] = states[:, :, R_ACTIVE]
     ticks["replicas_draining"] = states[:, :, R_DRAINING]
     ticks["gpus"] = np.stack(billed)
-    ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
-    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
-                  tick_us)
+    return ticks
 
 
 def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:

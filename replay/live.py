@@ -30,10 +30,9 @@ import numpy as np
 import polars as pl
 import yaml
 
-from replay.cluster import PoolPlan, RawRun, replica_slots, split_requests
+from replay.cluster import PoolPlan, RawRun, replica_slots, split_requests, tick_arrays
 from replay.config import FleetConfig
 from replay.control import ControlEvents
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS
 from replay.metrics import event_frame, request_frame, tick_frame
 
 LIVE_DIR = "live"
@@ -149,20 +148,9 @@ class LiveWriter:
             self.flush()
 
     def raw_so_far(self) -> RawRun:
-        """What `simulate` returns at its end, for the ticks seen so far (its assembly, repeated:
-        tests/tui/test_live.py holds the two equal)."""
+        """What `simulate` returns at its end, for the ticks seen so far."""
         rows = self._rows
-        per_pool = np.stack(rows["pools"])  # [tick, pool, column]
-        counts = np.stack(rows["counts"])
-        states = np.stack(rows["states"])
-        ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
-        ticks["arrivals"], ticks["rejected"] = counts[:, :, 0], counts[:, :, 1]
-        ntick = len(rows["pools"])
-        ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * self.tick_us)[:, None], len(self.plans), axis=1)
-        ticks["replicas_loading"] = states[:, :, R_STARTING]
-        ticks["replicas_active"] = states[:, :, R_ACTIVE]
-        ticks["replicas_draining"] = states[:, :, R_DRAINING]
-        ticks["gpus"] = np.stack(rows["gpus"])
+        ticks = tick_arrays(rows["pools"], rows["counts"], rows["states"], rows["gpus"], self.tick_us)
         ev = {k: np.concatenate([e[k] for e in rows["events"]]) for k in rows["events"][0]}
         c = self._control
         control = ControlEvents(list(c.t_us), list(c.pool), list(c.replica), list(c.kind), list(c.detail))
