@@ -104,11 +104,14 @@ def _number(path: Path, i: int, row: dict[str, str], col: str, *, integer: bool 
     return value
 
 
-def _finish(path: Path, points: list[tuple], rows_read: int, excluded: Counter, sha: str, what: str) -> Measured:
+def _finish(path: Path, points: list[tuple], rows_read: int, excluded: Counter, sha: str, what: str,
+            fitting: bool) -> Measured:
     configs = {p[-1] for p in points}
-    if len(configs) < MIN_CONFIGS:
+    if fitting and len(configs) < MIN_CONFIGS:
         raise UserError(f"{path}: {len(configs)} distinct batch composition(s) {what}; need at least {MIN_CONFIGS} "
                         "to fit the step model's 5 coefficients and cross-validate them")
+    if not points:
+        raise UserError(f"{path}: no measured steps {what}")
     cols = list(zip(*points))
     f = lambda k: np.asarray(cols[k], dtype=np.float64)  # noqa: E731
     return Measured(f(0), f(1), f(2), f(3), f(4), f(5), f(6).astype(np.int64), f(7),
@@ -116,7 +119,7 @@ def _finish(path: Path, points: list[tuple], rows_read: int, excluded: Counter, 
                     rows_read=rows_read, excluded=dict(excluded), sha256=sha)
 
 
-def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None) -> Measured:
+def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitting: bool = True) -> Measured:
     """Splitwise rows for `model` on `gpu` (catalog ids) at `tp` (None: every TP in the file).
 
     A row is a batch of `batch_size` identical requests (`prompt_size` tokens in, `token_size`
@@ -156,10 +159,10 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None) -> Me
         generated = min(t, max(1.0, 1 + (e2e_ms - prompt_ms) / token_ms))
         points.append((0.0, 0.0, 0.0, b, b * (p + generated / 2), b, row_tp, token_ms * 1000, "token_time", key))
     what = f"for {model} on {gpu}" + (f" at tensor_parallel {tp}" if tp is not None else "")
-    return _finish(path, points, len(rows), excluded, sha, what)
+    return _finish(path, points, len(rows), excluded, sha, what, fitting)
 
 
-def read_generic(path: str | Path, tp: int) -> Measured:
+def read_generic(path: str | Path, tp: int, fitting: bool = True) -> Measured:
     """Rows of the generic format (see GENERIC_HELP); prefill chunks are taken as equal in size."""
     path = Path(path)
     rows, sha = _read(path, GENERIC_REQUIRED)
@@ -183,4 +186,4 @@ def read_generic(path: str | Path, tp: int) -> Measured:
         pairs = ps * (chunk * (pctx / ps if ps else 0.0) + chunk * (chunk + 1) / 2)
         key = f"prefill{pt:g}x{ps:g}+{pctx:g} decode{ds:g}@{dctx:g}"
         points.append((pt, pairs, pctx, ds, dctx, ps + ds, tp, ms * 1000, "step_time", key))
-    return _finish(path, points, len(rows), Counter(), sha, "in the file")
+    return _finish(path, points, len(rows), Counter(), sha, "in the file", fitting)

@@ -128,7 +128,8 @@ def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: st
     if eng.speculative_config is not None or eng.enable_lora:
         raise ConfigError(f"{where}.step_model.backend: the table backend has no speculative-decoding or LoRA "
                           "terms; use the roofline for this pool")
-    m = read_generic(sm.table, tp) if sm.table_format == "generic" else read_splitwise(sm.table, model_id, gpu_id, tp)
+    m = read_generic(sm.table, tp, fitting=False) if sm.table_format == "generic" \
+        else read_splitwise(sm.table, model_id, gpu_id, tp, fitting=False)
     prefill = (m.prefill_tokens > 0) & (m.decode_seqs == 0)
     decode = (m.prefill_tokens == 0) & (m.decode_seqs > 0)
     ctx_ref = float(np.median(m.decode_ctx[decode] / m.decode_seqs[decode])) if decode.any() else 0.0

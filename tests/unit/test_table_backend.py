@@ -127,3 +127,19 @@ def test_the_table_backend_refuses_terms_it_does_not_have(tmp_path):
     with pytest.raises(ConfigError) as err:
         plan_pools(cfg, "fleet.yaml")
     assert "step_model.backend" in str(err.value) and "LoRA" in str(err.value)
+
+
+def test_a_small_table_needs_only_two_sizes_of_each_kind(tmp_path):
+    """Calibration needs six batch compositions to fit five coefficients; a table needs two points
+    of each kind, and the error for fewer names what is missing, not the fit."""
+    csv = tmp_path / "steps.csv"
+    csv.write_text("prefill_tokens,decode_seqs,decode_context_tokens,step_time_ms\n"
+                   "512,0,0,40\n2048,0,0,150\n0,1,600,20\n0,8,4800,24\n")
+    cfg = load_config(_fleet(tmp_path, "{backend: table, table: steps.csv}"))
+    params = plan_pools(cfg, "fleet.yaml")[0].step_params
+    assert int(step_time_us_nb(params, 512, 0.0, 0, 0, 0, 1)) == 40_000
+    assert int(step_time_us_nb(params, 0, 0.0, 0, 1, 600, 1)) == 20_000
+    csv.write_text("prefill_tokens,decode_seqs,decode_context_tokens,step_time_ms\n512,0,0,40\n0,1,600,20\n")
+    with pytest.raises(ConfigError) as err:
+        plan_pools(load_config(_fleet(tmp_path, "{backend: table, table: steps.csv}")), "fleet.yaml")
+    assert "1 distinct sizes of prefill-only steps" in str(err.value) and "coefficients" not in str(err.value)
