@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from replay.calibrate import COEFFICIENTS
+from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from traces.errors import ConfigError
 
 FORMAT = "llm-replay-step-profile/1"
@@ -83,6 +83,18 @@ def write_profile(path: str | Path, document: dict[str, Any]) -> None:
         raise
 
 
+REQUIRED = tuple(k for k in COEFFICIENTS if k not in KNEE_COEFFICIENTS)
+
+
+def _coefficients(step_model: dict[str, Any]) -> dict[str, float]:
+    """A fit's coefficients; profiles written before the knee existed have none (no knee)."""
+    values = {k: float(step_model[k]) for k in (*REQUIRED, "allreduce_latency_us")}
+    if float(step_model.get("knee_tokens") or 0) > 0:
+        values["knee_tokens"] = float(step_model["knee_tokens"])
+        values["past_knee_mfu"] = float(step_model["past_knee_mfu"])
+    return values
+
+
 def read_profile(path: str | Path, where: str = "") -> Profile:
     """A profile file, checked; every problem is a ConfigError naming `where` (the config key) and the file."""
     path = Path(path)
@@ -100,10 +112,11 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
     for j, entry in enumerate(data.get("fits") or []):
         try:
             tp = int(entry["tensor_parallel_size"])
-            values = {k: float(entry["step_model"][k]) for k in (*COEFFICIENTS, "allreduce_latency_us")}
+            values = _coefficients(entry["step_model"])
         except (KeyError, TypeError, ValueError):
             raise ConfigError(f"{head}: fits[{j}]: expected tensor_parallel_size and step_model with "
-                              f"{', '.join(COEFFICIENTS)}, allreduce_latency_us") from None
+                              f"{', '.join(REQUIRED)}, allreduce_latency_us (and optionally "
+                              f"{', '.join(KNEE_COEFFICIENTS)})") from None
         fits[tp] = values
     if not fits or not isinstance(data.get("model"), str) or not isinstance(data.get("gpu"), str):
         raise ConfigError(f"{head}: expected model, gpu and at least one entry in fits")
@@ -124,8 +137,7 @@ def _defaults_table() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     if not isinstance(data, dict) or data.get("format") != DEFAULTS_FORMAT:
         raise ConfigError(f"{DEFAULTS_FILE}: expected 'format: {DEFAULTS_FORMAT}' (regenerate it: "
                           "python -m replay.calibrate_vidur ../shared/profiles/vidur --out replay/profiles/defaults.yaml)")
-    keys = (*COEFFICIENTS, "allreduce_latency_us")
-    gpus = {gpu: {k: float(entry["step_model"][k]) for k in keys} for gpu, entry in data["gpus"].items()}
+    gpus = {gpu: _coefficients(entry["step_model"]) for gpu, entry in data["gpus"].items()}
     return gpus, dict(data.get("borrow") or {})
 
 
@@ -192,4 +204,7 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
         value = getattr(args, key, None)
         if value is not None:
             base[key] = value
+    if base["knee_tokens"] and base["past_knee_mfu"] is None:
+        raise ConfigError(f"{where}.past_knee_mfu: knee_tokens {base['knee_tokens']:g} needs the matmul efficiency "
+                          "past the knee, a value in (0, 1]")
     return base

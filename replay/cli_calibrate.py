@@ -13,7 +13,10 @@ from replay.calibrate_data import FORMATS, GENERIC_HELP
 DESCRIPTION = f"""\
 Fit the step model's efficiencies and overheads (mfu, mbu, per-step, per-sequence and prefill
 overheads) to measured step times and report k-fold cross-validated error (MAPE) per measured
-column; folds hold out whole configurations, repetitions included.
+column; folds hold out whole configurations, repetitions included. Where the data bend, the fit
+also places a matmul knee: tokens of a step past knee_tokens compute at past_knee_mfu (the
+position is searched on a grid and kept only if it predicts held-out configurations better;
+the search is repeated inside every cross-validation fold).
 
 splitwise: SplitwiseSim's perf_model.csv (model, hardware, prompt_size, batch_size, token_size,
 prompt_time, token_time, e2e_time, tensor_parallel; times in ms). prompt_time is read as one
@@ -44,7 +47,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.calibrate import cross_validate, fit, step_shape, terms, unit_params
+    from replay.calibrate import cross_validate, fit_knee, step_shape, terms, unit_params
     from replay.calibrate_data import read_generic, read_splitwise
     from replay.calprofile import profile_document, write_profile
     from replay.specs import get_gpu, get_model
@@ -71,11 +74,11 @@ def run(args: argparse.Namespace) -> int:
         except UserError as exc:
             raise UserError(f"{path}: tensor_parallel {tp}: {exc}") from None
         t = terms({tp: params}, sub)
-        coef = fit(t, sub.step_us)
+        coef = fit_knee(t, sub.step_us, sub.config)
         errors = cross_validate(t, sub, k=args.folds, coef=coef)
         fits.append({
             "tensor_parallel_size": int(tp),
-            "step_model": {**{k: round(float(v), 6) for k, v in coef.items()},
+            "step_model": {**{k: round(float(v), 6) for k, v in coef.items()}, "knee_tokens": int(coef["knee_tokens"]),
                            "allreduce_latency_us": DEFAULT_ALLREDUCE_LATENCY_US},
             "points": len(sub),
             "error": [{"column": e.column, "points": e.points, "cv_mape_pct": round(e.cv_mape_pct, 2),
@@ -115,7 +118,8 @@ def print_table(console: Any, document: dict[str, Any], out: str) -> None:
     for name in ("TP", "column", "points", "cross-validated", "in-sample", "noise floor", "worst (CV)"):
         errors.add_column(name, justify="left" if name == "column" else "right")
     coefs = Table(title="fitted coefficients")
-    for name in ("TP", "mfu", "mbu", "per step us", "per seq us", "prefill us", "all-reduce us (assumed)"):
+    for name in ("TP", "mfu", "mbu", "per step us", "per seq us", "prefill us", "knee tokens", "mfu past knee",
+                 "all-reduce us (assumed)"):
         coefs.add_column(name, justify="right")
     for f in document["fits"]:
         tp, c = str(f["tensor_parallel_size"]), f["step_model"]
@@ -124,7 +128,8 @@ def print_table(console: Any, document: dict[str, Any], out: str) -> None:
                            f"{e['noise_mape_pct']:.1f}%", f"{e['cv_max_ape_pct']:.0f}%")
         coefs.add_row(tp, f"{c['mfu']:.3f}", f"{c['mbu']:.3f}", f"{c['per_step_overhead_us']:,.0f}",
                       f"{c['per_seq_overhead_us']:,.0f}", f"{c['prefill_overhead_us']:,.0f}",
-                      f"{c['allreduce_latency_us']:g}")
+                      f"{c['knee_tokens']:,}" if c["knee_tokens"] else "none",
+                      f"{c['past_knee_mfu']:.3f}" if c["knee_tokens"] else "-", f"{c['allreduce_latency_us']:g}")
     console.print(errors)
     console.print(coefs)
     console.print(f"rows: {prov['rows_read']} read, {prov['rows_used']} used")

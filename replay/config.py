@@ -165,6 +165,10 @@ class StepModelArgs:
     per_seq_overhead_us: float | None = None
     prefill_overhead_us: float | None = None
     allreduce_latency_us: float | None = None
+    # The matmul knee (replay/stepmodel.py): a step's tokens past knee_tokens compute at
+    # past_knee_mfu. Calibration sets both where the data bend; 0 turns a profile's knee off.
+    knee_tokens: int | None = None
+    past_knee_mfu: float | None = None
     profile: str | None = None
     # MoE under expert parallelism: the busiest GPU's expert load over the mean (1.0 = perfectly
     # balanced, as with EPLB; ref 000 section 07 measures 1.16x for a uniform router at 8K
@@ -186,11 +190,12 @@ class StepModelArgs:
                              f"got backend {self.backend!r} with table {self.table!r}")
         if self.table_format not in ("generic", "splitwise"):
             raise ValueError(f"table_format: got {self.table_format!r}, expected 'generic' or 'splitwise'")
-        for name in ("mfu", "mbu"):
+        for name in ("mfu", "mbu", "past_knee_mfu"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name}: got {value}, expected a value in (0, 1]")
-        for name in ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us"):
+        for name in ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
+                     "knee_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name}: got {value}, expected >= 0")

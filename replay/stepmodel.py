@@ -1,6 +1,6 @@
 """Roofline step model: how long one engine step takes, in integer microseconds.
 
-`step_time_us = max(FLOPs / (peak_flops * mfu), bytes / (hbm_bw * mbu)) + tp_allreduce
+`step_time_us = max(FLOPs / (peak_flops * mfu) [+ knee], bytes / (hbm_bw * mbu)) + tp_allreduce
                + ep_all_to_all + draft_model + per_step_overhead + per_seq_overhead * seqs
                + prefill_overhead (steps that compute prompt tokens)`   (DESIGN.md, "The step model").
 Everything is per GPU: a replica's GPUs run the same step in lock-step. The terms for weight
@@ -64,7 +64,13 @@ TABLE_PREFILL_X = 27
 TABLE_PREFILL_Y = TABLE_PREFILL_X + TABLE_POINTS
 TABLE_DECODE_X = TABLE_PREFILL_Y + TABLE_POINTS
 TABLE_DECODE_Y = TABLE_DECODE_X + TABLE_POINTS
-NUM_PARAMS = TABLE_DECODE_Y + TABLE_POINTS
+# The matmul knee: the step's tokens beyond KNEE_TOKENS (0: no knee) run their dense matmuls at
+# PAST_KNEE_FLOPS_RATE (peak FLOP/s * past_knee_mfu) instead of FLOPS_RATE. Calibration finds one
+# in the Splitwise profile, where a step's prefill cost per token rises 15-100% once it holds more
+# than 2-3k tokens, whether in one prompt or many (replay/calibrate.py, `fit_knee`).
+KNEE_TOKENS = TABLE_DECODE_Y + TABLE_POINTS
+PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
+NUM_PARAMS = PAST_KNEE_FLOPS_RATE + 1
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -142,8 +148,11 @@ def step_params(
     draft: DraftShape | None = None,
     lora_bytes_per_adapter: float = 0.0,
     lora_flops_per_token: float = 0.0,
+    knee_tokens: float | None = None,
+    past_knee_mfu: float | None = None,
 ) -> np.ndarray:
-    """The parameter vector of `step_time_us_nb` for one pool."""
+    """The parameter vector of `step_time_us_nb` for one pool. Without `knee_tokens` (or with 0)
+    every token's matmuls run at `mfu`; with it, tokens past it run at `past_knee_mfu`."""
     tp = shape.tp
     p = np.zeros(NUM_PARAMS, dtype=np.float64)
     imbalance = expert_parallel.load_imbalance if expert_parallel is not None else 1.0
@@ -188,6 +197,11 @@ def step_params(
         p[DRAFT_KV_BYTES_PER_TOKEN] = draft.kv_bytes_per_token
     p[LORA_BYTES_PER_ADAPTER] = lora_bytes_per_adapter
     p[LORA_FLOPS_PER_TOKEN] = lora_flops_per_token
+    if knee_tokens:
+        if past_knee_mfu is None:
+            raise ValueError("a knee (knee_tokens) needs the efficiency past it (past_knee_mfu)")
+        p[KNEE_TOKENS] = knee_tokens
+        p[PAST_KNEE_FLOPS_RATE] = shape.peak_flops * past_knee_mfu
     return p
 
 
@@ -216,6 +230,7 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
         # Each draft token attends to about its sequence's context: the batch's mean.
         decode_pairs += spec_tokens * (decode_ctx_tokens / decode_seqs)
     flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_pairs)
+    past_knee = tokens - p[KNEE_TOKENS]
     weight_bytes = p[WEIGHT_BYTES]
     if p[NUM_EXPERTS] > 0 and tokens > 0:
         # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
@@ -229,6 +244,9 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
         flops += p[LORA_FLOPS_PER_TOKEN] * tokens
     nbytes = weight_bytes + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + tokens)
     compute_us = flops / p[FLOPS_RATE] * 1e6
+    if p[KNEE_TOKENS] > 0 and past_knee > 0:
+        # The dense matmuls of the tokens past the knee run at the past-knee rate instead.
+        compute_us += p[FLOPS_PER_TOKEN] * past_knee * (1.0 / p[PAST_KNEE_FLOPS_RATE] - 1.0 / p[FLOPS_RATE]) * 1e6
     memory_us = nbytes / p[BYTES_RATE] * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]
     comm_us += p[A2A_US_PER_TOKEN] * tokens + p[A2A_FIXED_US]

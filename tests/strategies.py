@@ -16,10 +16,11 @@ from replay.stepterms import spec_credit_table
 # llama-3.1-8b-like numbers on one H100; what matters here is that steps take realistic time.
 SHAPE = StepShape(8.0e9, 32, 32, 128, 4096, 1, 16.0e9, 131072.0, 989e12, 3.35e12, 450e9)
 STEP = step_params(SHAPE)
-# The same with a 1B draft model proposing and 64 MB LoRA adapters (what the engines pass the
-# step model for speculative and multi-LoRA batches must move its times).
+# The same with a 1B draft model proposing, 64 MB LoRA adapters (what the engines pass the step
+# model for speculative and multi-LoRA batches must move its times) and a matmul knee at 64
+# tokens, which the drawn batches cross.
 STEP_TERMS = step_params(SHAPE, draft=DraftShape(3, 2.5e9, 2.5e9, 32768.0), lora_bytes_per_adapter=64e6,
-                         lora_flops_per_token=1e8)
+                         lora_flops_per_token=1e8, mfu=0.5, knee_tokens=64, past_knee_mfu=0.2)
 
 
 def make_inputs(

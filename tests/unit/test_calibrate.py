@@ -3,11 +3,14 @@ is computed on held-out configurations, and bad profiles fail with the file, row
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay import calibrate as cal
 from replay.calibrate_data import Measured, read_generic, read_splitwise
@@ -19,6 +22,7 @@ from traces.errors import ConfigError, UserError
 
 TRUE = {"mfu": 0.55, "mbu": 0.7, "per_step_overhead_us": 3000.0, "per_seq_overhead_us": 150.0,
         "prefill_overhead_us": 5000.0}
+KNEE = {**TRUE, "knee_tokens": 2048.0, "past_knee_mfu": 0.3}
 HEADER = "prefill_tokens,prefill_seqs,decode_seqs,decode_context_tokens,step_time_ms\n"
 
 
@@ -55,7 +59,8 @@ def _fit(path: Path, tp: int = 2):
     return m, t, cal.fit(t, m.step_us)
 
 
-def test_terms_reproduce_the_kernel():
+@pytest.mark.parametrize("coef", [TRUE, KNEE], ids=["no knee", "knee"])
+def test_terms_reproduce_the_kernel(coef):
     """`predict_us` (the fit's model) and `step_time_us_nb` (the engine's) are the same formula."""
     rng = np.random.default_rng(1)
     n = 200
@@ -68,8 +73,8 @@ def test_terms_reproduce_the_kernel():
     m.decode_ctx[:] = m.decode_seqs * rng.integers(1, 9000, n)
     m.num_seqs[:] = (m.prefill_tokens > 0) + m.decode_seqs
     shape = cal.step_shape("llama-3.1-70b", "a100-sxm-80gb", 4)
-    pred = cal.predict_us(cal.terms({4: cal.unit_params(shape, 6.0)}, m), TRUE)
-    p = step_params(shape, allreduce_latency_us=6.0, **TRUE)
+    pred = cal.predict_us(cal.terms({4: cal.unit_params(shape, 6.0)}, m), coef)
+    p = step_params(shape, allreduce_latency_us=6.0, **coef)
     for i in range(n):
         kernel = step_time_us_nb(p, m.prefill_tokens[i], m.prefill_pairs[i], m.prefill_ctx[i], m.decode_seqs[i],
                                  m.decode_ctx[i], m.num_seqs[i])
@@ -80,6 +85,32 @@ def test_fit_recovers_the_coefficients_that_generated_the_data(tmp_path):
     _, _, coef = _fit(_synthetic_csv(tmp_path / "exact.csv", TRUE))
     for key, value in TRUE.items():
         assert coef[key] == pytest.approx(value, rel=0.01, abs=1.0), key
+
+
+def test_a_knee_in_the_data_is_found_where_it_is(tmp_path):
+    """Steps past 2,048 tokens computing at mfu 0.3 instead of 0.55: the search puts the knee at
+    2,048 and recovers both efficiencies. Exact data without a knee get none; noisy ones may get
+    a mild one (a 2-point grid in 24 configurations is not much to tell noise from a bend), which
+    leaves both efficiencies within the noise of the truth."""
+    m = read_generic(_synthetic_csv(tmp_path / "knee.csv", KNEE), 2)
+    coef = cal.fit_knee(cal.terms({2: cal.unit_params(_shape())}, m), m.step_us, m.config)
+    assert coef["knee_tokens"] == 2048
+    for key, value in KNEE.items():
+        assert coef[key] == pytest.approx(value, rel=0.01, abs=1.0), key
+    m = read_generic(_synthetic_csv(tmp_path / "exact.csv", TRUE), 2)
+    assert cal.fit_knee(cal.terms({2: cal.unit_params(_shape())}, m), m.step_us, m.config)["knee_tokens"] == 0
+    m = read_generic(_synthetic_csv(tmp_path / "noisy.csv", TRUE, noise=0.02), 2)
+    coef = cal.fit_knee(cal.terms({2: cal.unit_params(_shape())}, m), m.step_us, m.config)
+    assert coef["mfu"] == pytest.approx(TRUE["mfu"], rel=0.06)
+    assert coef["past_knee_mfu"] == pytest.approx(TRUE["mfu"], rel=0.06)
+
+
+def test_the_knee_is_only_tried_where_measured_sizes_pin_it(tmp_path):
+    """A knee needs two measured step sizes on each side. The grid's steps hold 1 to 2,112 tokens,
+    then 4,096 and 16,384: 4,096 has one size above it, so 3,072 is the last position tried."""
+    m = read_generic(_synthetic_csv(tmp_path / "plain.csv", TRUE), 2)
+    got = cal.knee_candidates(cal.terms({2: cal.unit_params(_shape())}, m))
+    assert got == [512, 768, 1024, 1536, 2048, 3072]
 
 
 def test_fit_with_noise_stays_close_and_cv_error_is_near_the_noise(tmp_path):
@@ -142,7 +173,7 @@ def test_splitwise_reader_maps_names_and_leaves_out_what_the_readme_warns_about(
     m = read_splitwise(path, "llama-2-70b", "h100-sxm-80gb", 2)
     assert set(m.tp.tolist()) == {2} and set(m.column.tolist()) == {"prompt_time", "token_time"}
     assert m.excluded["tensor_parallel 2, batch_size 64: anomalous (memory exhaustion; README caveat 3)"] == 5
-    assert m.excluded["hardware h100-80gb-pcap: derived from h100-80gb, not measured"] == 5
+    assert m.excluded["hardware h100-80gb-pcap: derived from h100-80gb, not measured"] == 420
     # a decode step of batch 16 at prompt 512 reads 16 contexts of 512 + 64 tokens
     i = (m.column == "token_time") & (m.num_seqs == 16)
     assert np.all(m.decode_ctx[i] == pytest.approx(16 * (512 + 64), rel=0.01))
@@ -210,3 +241,71 @@ def test_shipped_calibrations_cover_every_catalog_gpu_and_pick_the_nearest_tp():
     assert gpu_defaults("h100-sxm-80gb", 1) == h100.fits[2]
     assert gpu_defaults("h200-sxm-141gb", 16) == h100.fits[8]
     assert gpu_defaults("h100-sxm-80gb", 4) == h100.fits[4]
+
+
+def _exhaustive_nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min |a x - b|^2 over x >= 0 by trying every set of free unknowns (the oracle)."""
+    k = a.shape[1]
+    best, best_x = np.inf, np.zeros(k)
+    for r in range(k + 1):
+        for free in itertools.combinations(range(k), r):
+            x = np.zeros(k)
+            if free:
+                sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+                if (sol < 0).any():
+                    continue
+                x[list(free)] = sol
+            loss = float(np.sum((a @ x - b) ** 2))
+            if loss < best:
+                best, best_x = loss, x
+    return best_x
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(6, 40), zero_column=st.integers(-1, 5))
+def test_the_bounded_solver_finds_the_least_squares_optimum_over_nonnegative_x(seed, rows, zero_column):
+    """Lawson-Hanson NNLS against trying every active set, on columns scaled over 12 orders of
+    magnitude (as the fit's are: microseconds against per-token counts)."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(rows, 6)) * 10.0 ** rng.integers(-6, 6, size=6)
+    if zero_column >= 0:
+        a[:, zero_column] = 0.0
+    b = rng.normal(size=rows) * 10.0 ** rng.integers(-3, 3)
+    x = cal._bounded_lstsq(a, b)
+    assert (x >= 0).all()
+    if zero_column >= 0:
+        assert x[zero_column] == 0.0
+    oracle = _exhaustive_nnls(a, b)
+    loss, best = np.sum((a @ x - b) ** 2), np.sum((a @ oracle - b) ** 2)
+    assert loss <= best * (1 + 1e-9) + 1e-300
+
+
+def test_knee_keys_in_config_and_profile(tmp_path):
+    """A profile written before the knee has none; config's knee_tokens 0 turns a profile's knee
+    off; a knee without its efficiency, or an efficiency outside (0, 1], is a config error."""
+    old = _profile(tmp_path)
+    assert "knee_tokens" not in read_profile(old).fits[1]
+    fits = [{"tensor_parallel_size": 1, "step_model": {**KNEE, "allreduce_latency_us": 6.0}, "points": 1, "error": []}]
+    path = tmp_path / "knee.yaml"
+    write_profile(path, profile_document("llama-3.1-8b", "h100-sxm-80gb", fits, {"source_file": "x.csv"}))
+    got = step_coefficients(StepModelArgs(profile=str(path)), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
+    assert (got["knee_tokens"], got["past_knee_mfu"]) == (2048.0, 0.3)
+    off = step_coefficients(StepModelArgs(profile=str(path), knee_tokens=0), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
+    assert np.array_equal(step_params(_shape(1), **off), step_params(_shape(1), **{**off, "past_knee_mfu": None}))
+    with pytest.raises(ConfigError, match=r"cfg: pools\[0\].step_model.past_knee_mfu: knee_tokens 4096 needs"):
+        step_coefficients(StepModelArgs(knee_tokens=4096), "llama-3.1-8b", "h100-sxm-80gb", 1, "cfg: pools[0].step_model")
+    with pytest.raises(ValueError, match=r"past_knee_mfu: got 1.5, expected a value in \(0, 1\]"):
+        StepModelArgs(knee_tokens=4096, past_knee_mfu=1.5)
+
+
+def test_tokens_past_the_knee_cost_what_the_past_knee_efficiency_says():
+    """A prefill of n > knee tokens costs the dense matmuls of `knee` tokens at mfu plus n - knee
+    at past_knee_mfu; below the knee nothing changes."""
+    shape = _shape(1)
+    plain = step_params(shape, **TRUE)
+    knee = step_params(shape, **KNEE)
+    dense_us = 2 * shape.active_params / shape.peak_flops * 1e6  # one token's matmuls at peak
+    for n in (512, 2048):
+        assert step_time_us_nb(knee, n, 0.0, 0, 0, 0, 1) == step_time_us_nb(plain, n, 0.0, 0, 0, 0, 1)
+    extra = step_time_us_nb(knee, 8192, 0.0, 0, 0, 0, 1) - step_time_us_nb(plain, 8192, 0.0, 0, 0, 0, 1)
+    assert extra == pytest.approx((8192 - 2048) * dense_us * (1 / 0.3 - 1 / 0.55), abs=1.0)
