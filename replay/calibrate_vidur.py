@@ -1,5 +1,6 @@
-"""Fit the roofline's kernel efficiencies (mfu, mbu) and the all-reduce latency to Vidur's measured
-operator profiles (`../shared/profiles/vidur/`): the data behind the shipped per-GPU defaults.
+"""Fit the roofline's kernel efficiencies (mfu, mbu) and the all-reduce's link efficiency to Vidur's
+measured operator and collective profiles (`../shared/profiles/vidur/`): the data behind the
+shipped per-GPU defaults.
 
 Vidur's `compute/<gpu>/<org>/<model>/mlp.csv` times every non-attention op of one decoder layer on
 one TP rank (milliseconds, CUDA-event / Kineto kernel time, no CPU overhead). The step model has no
@@ -214,8 +215,95 @@ def fit_gpu(profiles: list[LayerProfile]) -> GpuFit:
     return GpuFit(profiles[0].gpu, mfu, mbu, errors)
 
 
+# Vidur device directory -> its single-node (DGX, NVSwitch) collective profiles.
+VIDUR_NETWORK = {"a100": "a100_dgx", "h100": "h100_dgx"}
+# The link efficiency is the slope of time against bytes, fitted on messages of at least 8 MiB (each
+# world size gets its own intercept). Below that the curve bends as NCCL changes protocol, and the
+# slope there is not the link's: fitted from 1 MiB the error doubles (to 7-9%). 8 MiB is also vLLM's
+# custom all-reduce's classic max_size, above which the all-reduce went to NCCL.
+SLOPE_FROM_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class AllReduceFit:
+    """A GPU's all-reduce fit: the share of its interconnect bandwidth a ring all-reduce's traffic
+    (2 (n - 1) / n of the message per GPU) attains, and per world size the fitted intercept and
+    the MAPE of the fit."""
+
+    gpu: str
+    link_efficiency: float
+    intercept_us: dict[int, float]
+    mape_pct: dict[int, float]
+    points: dict[int, int]
+    sha256: str
+
+
+def read_all_reduce(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(world size, message bytes, median time in us) of the single-node rows of a Vidur
+    network/<node>/all_reduce.csv; malformed cells are UserErrors naming file, row and column."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read Vidur all-reduce profile: {exc.strerror}") from None
+    rows = list(csv.DictReader(raw.decode("utf-8", errors="replace").splitlines()))
+    needed = ("num_workers", "size", "devices_per_node", f"time_stats.all_reduce.{STAT}")
+    missing = [c for c in needed if c not in (rows[0].keys() if rows else [])]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (a Vidur network/<node>/all_reduce.csv)")
+    n, size, us = [], [], []
+    for i, row in enumerate(rows, start=1):
+        workers = _cell(path, i, row, "num_workers")
+        if workers != _cell(path, i, row, "devices_per_node") or workers < 2:
+            continue  # multi-node rows: not a TP group inside one replica
+        n.append(workers)
+        size.append(_cell(path, i, row, "size"))
+        us.append(_cell(path, i, row, f"time_stats.all_reduce.{STAT}") * 1000)
+    if not n:
+        raise UserError(f"{path}: no single-node all-reduce rows")
+    return np.asarray(n), np.asarray(size), np.asarray(us), hashlib.sha256(raw).hexdigest()
+
+
+def fit_all_reduce(path: str | Path, gpu: str) -> AllReduceFit:
+    """time = intercept(n) + bytes * 2 (n - 1) / n / (interconnect bw * link_efficiency) over the
+    messages of at least SLOPE_FROM_BYTES, one efficiency for all world sizes, least squares in
+    relative error.
+
+    Only the efficiency ships: the intercepts (20-90 us) are eager NCCL's, CPU launch included,
+    while vLLM runs decode's small all-reduces in CUDA graphs through its own all-reduce kernels;
+    the per-all-reduce latency stays the assumed `allreduce_latency_us`."""
+    n, size, us, sha = read_all_reduce(path)
+    keep = size >= SLOPE_FROM_BYTES
+    n, size, us = n[keep], size[keep], us[keep]
+    worlds = sorted(set(n.astype(int).tolist()))
+    if not worlds or len(set(size.tolist())) < 2:
+        raise UserError(f"{path}: fewer than two message sizes of at least {SLOPE_FROM_BYTES} bytes")
+    traffic_us = size * 2 * (n - 1) / n / get_gpu(gpu).interconnect_bytes_per_s * 1e6
+    a = np.stack([(n == k).astype(float) for k in worlds] + [traffic_us], axis=1) / us[:, None]
+    x, *_ = np.linalg.lstsq(a, np.ones_like(us), rcond=None)
+    pred = a @ x * us
+    efficiency = float(1.0 / x[-1]) if x[-1] > 0 else float("nan")
+    if not 0.0 < efficiency <= 1.0:
+        raise UserError(f"{path}: the all-reduce fit gives a link efficiency of {efficiency:.3g}, outside (0, 1]")
+    return AllReduceFit(gpu, efficiency, {k: float(x[j]) for j, k in enumerate(worlds)},
+                        {k: mape_pct(pred[n == k], us[n == k]) for k in worlds},
+                        {k: int((n == k).sum()) for k in worlds}, sha)
+
+
+def find_all_reduce_profiles(vidur_dir: str | Path) -> list[tuple[Path, str]]:
+    """(path, catalog GPU) of every network/<gpu>_dgx/all_reduce.csv under a Vidur data copy."""
+    network = Path(vidur_dir) / "data" / "profiling" / "network"
+    found = [(network / node / "all_reduce.csv", VIDUR_GPUS[device]) for device, node in VIDUR_NETWORK.items()
+             if (network / node / "all_reduce.csv").is_file()]
+    if not found:
+        raise UserError(f"{network}: no <gpu>_dgx/all_reduce.csv for {', '.join(VIDUR_NETWORK)}")
+    return found
+
+
 # Not fitted here, and said so in the file this writes: no shipped measurement of current vLLM's CPU
-# overheads or of its CUDA-graphed all-reduce exists (README.md, "Calibration").
+# overheads or of its CUDA-graphed all-reduce latency exists (README.md, "Calibration"). The 6 us
+# per all-reduce sits below the 8.7-11.8 us that sglang-project/sglang#2904 measured for vLLM's
+# custom all-reduce on H100 at <= 32 KB without CUDA graphs (launches included).
 ASSUMED = {"per_step_overhead_us": 1000.0, "per_seq_overhead_us": 10.0, "prefill_overhead_us": 0.0,
            "allreduce_latency_us": 6.0}
 # GPUs Vidur did not profile take the fit of the nearest measured architecture (same vendor libraries
@@ -233,29 +321,46 @@ def defaults_document(vidur_dir: str | Path) -> dict:
         prof = read_layer_profile(path, gpu, model)
         by_gpu.setdefault(gpu, []).append(prof)
         files[str(path.relative_to(Path(vidur_dir)))] = prof.sha256
+    all_reduce = {}
+    for path, gpu in find_all_reduce_profiles(vidur_dir):
+        all_reduce[gpu] = fit_all_reduce(path, gpu)
+        files[str(path.relative_to(Path(vidur_dir)))] = all_reduce[gpu].sha256
     gpus = {}
     for gpu, profiles in sorted(by_gpu.items()):
         f = fit_gpu(profiles)
+        ar = all_reduce.get(gpu)
         gpus[gpu] = {
-            "step_model": {"mfu": round(f.mfu, 4), "mbu": round(f.mbu, 4), **ASSUMED},
+            "step_model": {"mfu": round(f.mfu, 4), "mbu": round(f.mbu, 4), **ASSUMED,
+                           **({"link_efficiency": round(ar.link_efficiency, 3)} if ar else {})},
             "error": [{"model": e.model, "tensor_parallel_size": e.tp, "points": e.points,
                        "fit_mape_pct": round(e.fit_mape_pct, 1), "held_out_model_mape_pct": round(e.held_out_mape_pct, 1),
                        "memory_bound_mape_pct": round(e.memory_bound_mape_pct, 1)} for e in f.errors],
         }
+        if ar:
+            gpus[gpu]["all_reduce_error"] = [
+                {"tensor_parallel_size": k, "points": ar.points[k], "fit_mape_pct": round(ar.mape_pct[k], 1),
+                 "nccl_intercept_us": round(ar.intercept_us[k], 1)} for k in sorted(ar.mape_pct)]
     return {
         "format": DEFAULTS_FORMAT,
         "gpus": gpus,
         "borrow": dict(BORROW),
         "provenance": {
-            "fitted": "mfu, mbu: `python -m replay.calibrate_vidur ../shared/profiles/vidur --out "
+            "fitted": "mfu, mbu, link_efficiency: `python -m replay.calibrate_vidur ../shared/profiles/vidur --out "
                       "replay/profiles/defaults.yaml`",
             "data": "Vidur operator profiles (github.com/microsoft/vidur @ 7d47513, MIT): compute/<gpu>/<model>/mlp.csv, "
-                    "per-layer per-rank kernel times (ms, median), Sarathi-Serve (vLLM 0.3-era) kernels, 2024",
+                    "per-layer per-rank kernel times (ms, median), Sarathi-Serve (vLLM 0.3-era) kernels, 2024; "
+                    "network/<gpu>_dgx/all_reduce.csv, NCCL all-reduce times on one DGX node (ms, median)",
             "target": "sum of one layer's non-attention ops (4 GEMMs + norms, RoPE, SiLU, residual add; emb left out)",
             "method": "weighted MAPE of max(FLOPs / (peak * mfu), weight bytes / (HBM bw * mbu)); every (model, TP) "
                       "weighs the same; exhaustive grid (0.0005 steps); held-out error: the model left out of the fit",
+            "all_reduce": f"link_efficiency: time = intercept(TP) + bytes * 2 (TP - 1) / TP / (interconnect bw * "
+                          f"link_efficiency), least squares in relative error over messages of at least "
+                          f"{SLOPE_FROM_BYTES} bytes; the intercepts (eager NCCL, CPU launch "
+                          "included) are reported, not used",
             "assumed": "per_step_overhead_us, per_seq_overhead_us, prefill_overhead_us, allreduce_latency_us are "
-                       "not fitted (no shipped measurement of current vLLM; see replay/profiles/README.md)",
+                       "not fitted (no shipped measurement of current vLLM; see replay/profiles/README.md); the 6 us "
+                       "all-reduce latency is below the 8.7-11.8 us sglang-project/sglang#2904 measured for vLLM's "
+                       "custom all-reduce on H100 at <= 32 KB without CUDA graphs",
             "files_sha256": files,
         },
     }
@@ -280,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(text + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
     for gpu, entry in doc["gpus"].items():
         sm = entry["step_model"]
-        print(f"{gpu}: mfu {sm['mfu']}, mbu {sm['mbu']}")
+        print(f"{gpu}: mfu {sm['mfu']}, mbu {sm['mbu']}, link_efficiency {sm.get('link_efficiency', '-')}")
+        for e in entry.get("all_reduce_error", []):
+            print(f"  all-reduce TP{e['tensor_parallel_size']}: MAPE {e['fit_mape_pct']}% ({e['points']} messages "
+                  f">= {SLOPE_FROM_BYTES} bytes)")
         for e in entry["error"]:
             print(f"  {e['model']:<38} TP{e['tensor_parallel_size']}: MAPE {e['fit_mape_pct']}% "
                   f"(model held out {e['held_out_model_mape_pct']}%, memory-bound rows {e['memory_bound_mape_pct']}%)")

@@ -89,6 +89,8 @@ REQUIRED = tuple(k for k in COEFFICIENTS if k not in KNEE_COEFFICIENTS)
 def _coefficients(step_model: dict[str, Any]) -> dict[str, float]:
     """A fit's coefficients; profiles written before the knee existed have none (no knee)."""
     values = {k: float(step_model[k]) for k in (*REQUIRED, "allreduce_latency_us")}
+    if step_model.get("link_efficiency") is not None:
+        values["link_efficiency"] = float(step_model["link_efficiency"])
     if float(step_model.get("knee_tokens") or 0) > 0:
         values["knee_tokens"] = float(step_model["knee_tokens"])
         values["past_knee_mfu"] = float(step_model["past_knee_mfu"])
@@ -177,7 +179,7 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
 
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
-    base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us"))
+    base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us", "link_efficiency"))
     if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some
         base.update(default_coefficients(gpu_id) or {})
     elif args.profile == VIDUR:

@@ -169,6 +169,8 @@ class StepModelArgs:
     # past_knee_mfu. Calibration sets both where the data bend; 0 turns a profile's knee off.
     knee_tokens: int | None = None
     past_knee_mfu: float | None = None
+    # Share of the GPU's interconnect bandwidth the TP all-reduce attains (defaults: fitted per GPU).
+    link_efficiency: float | None = None
     profile: str | None = None
     # MoE under expert parallelism: the busiest GPU's expert load over the mean (1.0 = perfectly
     # balanced, as with EPLB; ref 000 section 07 measures 1.16x for a uniform router at 8K
@@ -190,7 +192,7 @@ class StepModelArgs:
                              f"got backend {self.backend!r} with table {self.table!r}")
         if self.table_format not in ("generic", "splitwise"):
             raise ValueError(f"table_format: got {self.table_format!r}, expected 'generic' or 'splitwise'")
-        for name in ("mfu", "mbu", "past_knee_mfu"):
+        for name in ("mfu", "mbu", "past_knee_mfu", "link_efficiency"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
                 raise ValueError(f"{name}: got {value}, expected a value in (0, 1]")

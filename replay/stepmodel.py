@@ -25,7 +25,7 @@ KV_BYTES_PER_TOKEN = 3  # KV bytes per token per GPU, read for context and writt
 FLOPS_RATE = 4  # peak FLOP/s * mfu
 BYTES_RATE = 5  # HBM bytes/s * mbu
 ALLREDUCE_BYTES_PER_TOKEN = 6  # ring all-reduce traffic per token per GPU (0 when tp == 1)
-LINK_BYTES_RATE = 7  # interconnect bytes/s per GPU, one direction
+LINK_BYTES_RATE = 7  # interconnect bytes/s per GPU, one direction, times link_efficiency
 ALLREDUCE_FIXED_US = 8  # latency of the step's all-reduces (2 per layer), 0 when tp == 1
 STEP_OVERHEAD_US = 9  # scheduler, sampling, launch: never zero
 SEQ_OVERHEAD_US = 10  # per sequence in the batch (input prep, detokenise)
@@ -82,6 +82,9 @@ DEFAULT_STEP_OVERHEAD_US = 1000.0
 DEFAULT_SEQ_OVERHEAD_US = 10.0
 DEFAULT_ALLREDUCE_LATENCY_US = 6.0
 DEFAULT_PREFILL_OVERHEAD_US = 0.0
+# Share of the GPU's interconnect bandwidth the all-reduce's traffic attains (1.0: the data sheet's).
+# The shipped per-GPU defaults fit it to Vidur's NCCL measurements (replay/calibrate_vidur.py).
+DEFAULT_LINK_EFFICIENCY = 1.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ def step_params(
     lora_flops_per_token: float = 0.0,
     knee_tokens: float | None = None,
     past_knee_mfu: float | None = None,
+    link_efficiency: float | None = None,
 ) -> np.ndarray:
     """The parameter vector of `step_time_us_nb` for one pool. Without `knee_tokens` (or with 0)
     every token's matmuls run at `mfu`; with it, tokens past it run at `past_knee_mfu`."""
@@ -174,7 +178,8 @@ def step_params(
         per_token = reduces * shape.hidden_size * shape.activation_bytes
         p[ALLREDUCE_BYTES_PER_TOKEN] = per_token * 2.0 * (tp - 1) / tp
         p[ALLREDUCE_FIXED_US] = reduces * latency
-    p[LINK_BYTES_RATE] = max(shape.link_bytes_per_s, 1.0)
+    efficiency = DEFAULT_LINK_EFFICIENCY if link_efficiency is None else link_efficiency
+    p[LINK_BYTES_RATE] = max(shape.link_bytes_per_s * efficiency, 1.0)
     p[STEP_OVERHEAD_US] = DEFAULT_STEP_OVERHEAD_US if per_step_overhead_us is None else per_step_overhead_us
     p[SEQ_OVERHEAD_US] = DEFAULT_SEQ_OVERHEAD_US if per_seq_overhead_us is None else per_seq_overhead_us
     p[PREFILL_OVERHEAD_US] = DEFAULT_PREFILL_OVERHEAD_US if prefill_overhead_us is None else prefill_overhead_us

@@ -41,6 +41,30 @@ def _synthetic_rows(gpu: str, mfu: float, mbu: float) -> list[dict[str, object]]
     return rows
 
 
+def _write_all_reduce(path: Path, gpu: str, efficiency: float, intercepts: dict[int, float]) -> Path:
+    """A Vidur all_reduce.csv whose times are exactly intercept(n) + ring traffic at `efficiency`,
+    from 2 KiB to 64 MiB, plus a two-node row the fit must leave out."""
+    link = get_gpu(gpu).interconnect_bytes_per_s
+    lines = [",time_stats.all_reduce.median,rank,num_workers,size,collective,devices_per_node,max_devices_per_node"]
+    for n, intercept_us in intercepts.items():
+        for size in (2**11, 2**16, 2**20, 2**23, 2**24, 2**25, 2**26):
+            ms = (intercept_us + size * 2 * (n - 1) / n / (link * efficiency) * 1e6) / 1000
+            lines.append(f"{len(lines)},{ms},0,{n},{size},all_reduce,{n},8")
+    lines.append(f"{len(lines)},99.0,0,16,{2**26},all_reduce,8,8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_all_reduce_fit_recovers_the_link_efficiency(tmp_path):
+    path = _write_all_reduce(tmp_path / "all_reduce.csv", "h100-sxm-80gb", 0.7, {2: 15.0, 4: 25.0, 8: 40.0})
+    fit = cv.fit_all_reduce(path, "h100-sxm-80gb")
+    assert fit.link_efficiency == pytest.approx(0.7, rel=1e-6)
+    assert fit.intercept_us == pytest.approx({2: 15.0, 4: 25.0, 8: 40.0}, rel=1e-6)
+    assert fit.points == {2: 4, 4: 4, 8: 4}  # 8 to 64 MiB; the two-node row is left out
+    assert max(fit.mape_pct.values()) < 1e-6
+
+
 def test_fit_recovers_known_efficiencies(tmp_path):
     path = _write_mlp(tmp_path / "m.csv", _synthetic_rows("h100-sxm-80gb", 0.62, 0.78))
     prof = cv.read_layer_profile(path, "h100-sxm-80gb", "x/y")
@@ -79,6 +103,7 @@ def test_missing_column_and_missing_tree(tmp_path, capsys):
 
 def test_main_writes_a_defaults_file_the_lookup_reads(tmp_path):
     root = tmp_path / "vidur"
+    _write_all_reduce(root / "data/profiling/network/a100_dgx/all_reduce.csv", "a100-sxm-80gb", 0.6, {2: 40.0, 8: 80.0})
     _write_mlp(root / "data/profiling/compute/a100/org/model-a/mlp.csv", _synthetic_rows("a100-sxm-80gb", 0.6, 0.7))
     _write_mlp(root / "data/profiling/compute/a100/org/model-b/mlp.csv", _synthetic_rows("a100-sxm-80gb", 0.6, 0.7))
     out = tmp_path / "defaults.yaml"
@@ -86,7 +111,8 @@ def test_main_writes_a_defaults_file_the_lookup_reads(tmp_path):
     doc = yaml.safe_load(out.read_text())
     sm = doc["gpus"]["a100-sxm-80gb"]["step_model"]
     assert (sm["mfu"], sm["mbu"]) == (pytest.approx(0.6, abs=0.001), pytest.approx(0.7, abs=0.001))
-    assert len(doc["provenance"]["files_sha256"]) == 2
+    assert sm["link_efficiency"] == 0.6
+    assert len(doc["provenance"]["files_sha256"]) == 3
     assert {e["held_out_model_mape_pct"] for e in doc["gpus"]["a100-sxm-80gb"]["error"]} == {0.0}
 
 
@@ -97,11 +123,14 @@ def test_shipped_defaults_match_the_shared_data():
         pytest.skip("no ../shared/profiles/vidur here")
     shipped = yaml.safe_load(DEFAULTS_FILE.read_text())
     files = {str(p.relative_to(vidur)) for p, _, _ in cv.find_layer_profiles(vidur)}
+    files |= {str(p.relative_to(vidur)) for p, _ in cv.find_all_reduce_profiles(vidur)}
     assert set(shipped["provenance"]["files_sha256"]) == files
     prof = [cv.read_layer_profile(p, g, m) for p, g, m in cv.find_layer_profiles(vidur) if g == "h100-sxm-80gb"]
     fit = cv.fit_gpu(prof)
     sm = shipped["gpus"]["h100-sxm-80gb"]["step_model"]
     assert (round(fit.mfu, 4), round(fit.mbu, 4)) == (sm["mfu"], sm["mbu"])
+    for path, gpu in cv.find_all_reduce_profiles(vidur):
+        assert round(cv.fit_all_reduce(path, gpu).link_efficiency, 3) == shipped["gpus"][gpu]["step_model"]["link_efficiency"]
 
 
 def test_profile_vidur_takes_the_gpu_entry_and_keys_still_win():
@@ -117,3 +146,23 @@ def test_profile_vidur_takes_the_gpu_entry_and_keys_still_win():
     assert default_coefficients("no-such-gpu") is None
     with pytest.raises(ConfigError, match="no Vidur-fitted defaults for no-such-gpu"):
         step_coefficients(StepModelArgs(profile="vidur"), "llama-3.1-70b", "no-such-gpu", 4, "w")
+
+
+def test_default_pools_get_the_fitted_link_efficiency_and_a_slower_link_slows_tp_steps():
+    from replay.calibrate import step_shape
+    from replay.stepmodel import LINK_BYTES_RATE, step_params, step_time_us_nb
+
+    got = step_coefficients(StepModelArgs(), "llama-3.1-70b", "h100-sxm-80gb", 4, "w")
+    shipped = yaml.safe_load(DEFAULTS_FILE.read_text())["gpus"]["h100-sxm-80gb"]["step_model"]
+    assert got["link_efficiency"] == shipped["link_efficiency"] < 1.0
+    shape = step_shape("llama-3.1-70b", "h100-sxm-80gb", 4)
+    p = step_params(shape, **got)
+    assert p[LINK_BYTES_RATE] == pytest.approx(450e9 * shipped["link_efficiency"])
+    # A prefill of 4,096 tokens moves 80 layers x 2 all-reduces x 4096 x 8192 x 2 bytes x 1.5 per
+    # GPU; halving the efficiency adds that traffic's time once more.
+    half = step_params(shape, **{**got, "link_efficiency": got["link_efficiency"] / 2})
+    traffic_us = 160 * 4096 * 8192 * 2 * 1.5 / p[LINK_BYTES_RATE] * 1e6
+    slower = step_time_us_nb(half, 4096, 0.0, 0, 0, 0, 1) - step_time_us_nb(p, 4096, 0.0, 0, 0, 0, 1)
+    assert slower == pytest.approx(traffic_us, abs=2)
+    with pytest.raises(ValueError, match=r"link_efficiency: got 0, expected a value in \(0, 1\]"):
+        StepModelArgs(link_efficiency=0)
