@@ -21,7 +21,7 @@ from policies.registry import admission_spec, queue_order_id, router_id, split_f
 from replay.calprofile import step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, Engine, EngineInputs
+from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import BYTES_RATE, KV_BYTES_PER_TOKEN, table_points, with_table, step_params, step_time_us_nb
@@ -297,16 +297,25 @@ def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, An
 def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
     """What one replica can do, from the step model: prefill throughput with full token budgets,
     and decode throughput and inter-token latency at a few batch sizes (contexts of
-    `context_tokens`), for planners that size pools from targets."""
-    eng = plan.config.engine
+    `context_tokens`), for planners that size pools from targets.
+
+    With speculative decoding a decode step verifies k drafts per sequence and yields the credit
+    table's expected tokens; with multi-LoRA every step is charged min(sequences, max_loras)
+    distinct adapters (a prefill one), the most a step can hold: planners size for the worst mix."""
+    eng, terms = plan.config.engine, plan.terms
+    k = terms.spec_k
+    tokens_per_verify = float(terms.spec_credit[k]) / SPEC_CREDIT_SCALE if k else 1.0
+    adapters = (lambda seqs: min(seqs, terms.lora_slots)) if terms.lora_slots else (lambda seqs: 0)
     chunk = eng.max_num_batched_tokens
-    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 0, 1)
+    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 0, 1, 0, adapters(1))
     points = []
     for seqs in sorted({1, 8, 32, 64, 128, eng.max_num_seqs}):
         if seqs > eng.max_num_seqs:
             continue
-        step_us = step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context_tokens, seqs)
-        points.append((seqs, seqs / step_us * 1e6, step_us / 1000.0))
+        step_us = step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context_tokens, seqs, seqs * k,
+                                  adapters(seqs))
+        tokens = seqs * tokens_per_verify
+        points.append((seqs, tokens / step_us * 1e6, step_us / tokens_per_verify / 1000.0))
     return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
                         kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)
 

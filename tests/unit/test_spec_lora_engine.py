@@ -181,3 +181,33 @@ def test_every_step_holds_at_most_max_loras_adapters_all_resident(inputs):
     cols = engine.request_columns()
     done = cols["state"] == FINISHED
     np.testing.assert_array_equal(cols["generated"][done], inputs.output_tokens[done])
+
+
+def test_replica_model_counts_speculative_tokens_and_lora_adapters(tmp_path):
+    """Planners see what the engines run: at batch 1 a verify step yields its expected tokens, so
+    the inter-token latency is the step over them; LoRA steps cost more, never less."""
+    from replay.cluster import replica_model
+
+    base = replica_model(_fleet(tmp_path, "      max_num_seqs: 64\n", model="llama-3.1-70b")[0])
+    spec_plan = _fleet(tmp_path, "      max_num_seqs: 64\n      speculative_config:\n        method: draft_model\n"
+                                 "        model: llama-3.1-8b\n        num_speculative_tokens: 4\n"
+                                 "        acceptance_rate: 0.7\n", model="llama-3.1-70b")[0]
+    spec = replica_model(spec_plan)
+    expected = (1 - 0.7**5) / 0.3
+    (seqs, tok_s, itl_ms), (b_seqs, b_tok_s, b_itl_ms) = spec.decode_tokens_per_s_at[0], base.decode_tokens_per_s_at[0]
+    assert seqs == b_seqs == 1
+    assert tok_s * itl_ms / 1000 == pytest.approx(1.0)  # one sequence: tokens/s is 1 / ITL
+    assert itl_ms < b_itl_ms  # at batch 1, speculation pays (the 70B's weights dominate)
+    assert tok_s == pytest.approx(expected * 1e6 / _verify_step_us(spec_plan, 1), rel=1e-9)
+    lora = replica_model(_fleet(tmp_path, "      max_num_seqs: 64\n      enable_lora: true\n      max_loras: 4\n"
+                                          "      max_lora_rank: 64\n", model="llama-3.1-70b")[0])
+    for (_, t_lora, _), (_, t_base, _) in zip(lora.decode_tokens_per_s_at, base.decode_tokens_per_s_at, strict=True):
+        assert t_lora < t_base
+    assert lora.prefill_tokens_per_s < base.prefill_tokens_per_s
+
+
+def _verify_step_us(plan, seqs: int, context: int = 1024) -> int:
+    from replay.stepmodel import step_time_us_nb
+
+    k = plan.terms.spec_k
+    return step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context, seqs, seqs * k, 0)
