@@ -18,7 +18,7 @@ import numpy as np
 from replay import stepmodel as sm
 from replay.calibrate_data import Measured
 from replay.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
-from replay.specs import get_gpu, get_model
+from replay.specs import get_gpu, get_model, weight_bits
 from traces.errors import UserError
 
 # Fitted coefficients. The knee's two are optional in a profile (files written before it have none).
@@ -43,6 +43,7 @@ def step_shape(model_id: str, gpu_id: str, tp: int, weight_dtype: str | None = N
     """The StepShape a pool of `model_id` on `gpu_id` at `tp` gets (as replay/cluster.py builds it)."""
     model, gpu = get_model(model_id), get_gpu(gpu_id)
     dtype = weight_dtype or model.default_weight_dtype
+    expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
     fp8 = dtype == "fp8" and gpu.fp8_native
     return sm.StepShape(
         active_params=model.active_params, num_layers=model.num_layers,
@@ -51,6 +52,10 @@ def step_shape(model_id: str, gpu_id: str, tp: int, weight_dtype: str | None = N
         kv_bytes_per_token_per_gpu=float(kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)),
         peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops, hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         link_bytes_per_s=gpu.interconnect_bytes_per_s,
+        # MoE: a step reads only the experts its tokens touch (`terms`, as the kernel does)
+        expert_weights_bytes_per_gpu=model.expert_params * weight_bits(expert_dtype) / 8 / tp if model.is_moe else 0.0,
+        expert_active_params=model.expert_active_params, num_experts=model.num_experts,
+        experts_per_token=model.experts_per_token, moe_layers=model.moe_layers,
     )
 
 
@@ -84,7 +89,11 @@ def terms(params_by_tp: dict[int, np.ndarray], m: Measured) -> Terms:
         tokens = m.prefill_tokens[i] + m.decode_seqs[i]
         out["dense_us_per_token"][i] = p[sm.FLOPS_PER_TOKEN] / p[sm.FLOPS_RATE] * 1e6
         flops = p[sm.FLOPS_PER_TOKEN] * tokens + p[sm.ATTN_FLOPS_PER_PAIR] * (m.prefill_pairs[i] + m.decode_ctx[i])
-        nbytes = p[sm.WEIGHT_BYTES] + p[sm.KV_BYTES_PER_TOKEN] * (m.decode_ctx[i] + m.prefill_ctx[i] + tokens)
+        weight_bytes = np.full(int(i.sum()), p[sm.WEIGHT_BYTES])
+        if p[sm.NUM_EXPERTS] > 0:  # MoE: only the experts the step's tokens touch are read (as the kernel)
+            e = p[sm.NUM_EXPERTS]
+            weight_bytes += p[sm.EXPERT_BYTES_EACH] * e * (1.0 - (1.0 - p[sm.EXPERTS_PER_TOKEN] / e) ** tokens)
+        nbytes = weight_bytes + p[sm.KV_BYTES_PER_TOKEN] * (m.decode_ctx[i] + m.prefill_ctx[i] + tokens)
         out["compute_us"][i] = flops / p[sm.FLOPS_RATE] * 1e6
         out["memory_us"][i] = nbytes / p[sm.BYTES_RATE] * 1e6
         out["comm_us"][i] = (p[sm.ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[sm.LINK_BYTES_RATE] * 1e6

@@ -59,8 +59,9 @@ def _fit(path: Path, tp: int = 2):
     return m, t, cal.fit(t, m.step_us)
 
 
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "mixtral-8x7b"])
 @pytest.mark.parametrize("coef", [TRUE, KNEE], ids=["no knee", "knee"])
-def test_terms_reproduce_the_kernel(coef):
+def test_terms_reproduce_the_kernel(coef, model):
     """`predict_us` (the fit's model) and `step_time_us_nb` (the engine's) are the same formula."""
     rng = np.random.default_rng(1)
     n = 200
@@ -72,7 +73,7 @@ def test_terms_reproduce_the_kernel(coef):
     m.prefill_pairs[:] = m.prefill_tokens * (m.prefill_ctx + (m.prefill_tokens + 1) / 2)
     m.decode_ctx[:] = m.decode_seqs * rng.integers(1, 9000, n)
     m.num_seqs[:] = (m.prefill_tokens > 0) + m.decode_seqs
-    shape = cal.step_shape("llama-3.1-70b", "a100-sxm-80gb", 4)
+    shape = cal.step_shape(model, "a100-sxm-80gb", 4)
     pred = cal.predict_us(cal.terms({4: cal.unit_params(shape, 6.0)}, m), coef)
     p = step_params(shape, allreduce_latency_us=6.0, **coef)
     for i in range(n):
