@@ -211,6 +211,23 @@ def fit(t: Terms, step_us: np.ndarray, max_iterations: int = MAX_ITERATIONS,
     return coef
 
 
+def check_fit(t: Terms, coef: dict[str, float], what: str) -> None:
+    """Refuse a fit the data do not support: an efficiency no measured step pins (no step on its
+    side of the roofline), or one pressed against its bound of 1, which means the steps ran faster
+    than the GPU's peak allows for this model (the wrong --model, --gpu or --tp, or scaled-down
+    shapes)."""
+    compute_side = _compute_us(t, coef) >= t.memory_us / coef["mbu"]
+    for name, side, kind in (("mfu", compute_side, "compute-bound (large prefills)"),
+                             ("mbu", ~compute_side, "memory-bound (decode steps)")):
+        if not side.any():
+            raise CalibrationError(f"{what}: no measured step is {kind}, so {name} cannot be fitted; add such steps. "
+                                   "Nothing written")
+        if coef[name] >= 1.0 - 1e-9:
+            raise CalibrationError(
+                f"{what}: the fit needs {name} above 1: the {kind.split(' (')[0]} steps ran faster than the GPU's peak "
+                f"allows for this model. Are --model, --gpu and --tp those of the measurement? Nothing written")
+
+
 def knee_candidates(t: Terms) -> list[int]:
     """Grid positions with at least two distinct step sizes (in tokens) on each side: a knee the
     data cannot place between measured points is not tried."""

@@ -35,7 +35,8 @@ GENERIC_HELP = (
     "(sequences decoding one token), decode_context_tokens (their context lengths summed), "
     "step_time_ms (measured step duration). Optional: prefill_seqs (sequences with a prefill "
     "chunk; default 1 when prefill_tokens > 0), prefill_context_tokens (tokens already in the KV "
-    "cache that the chunks attend to, summed; default 0). Other columns are ignored."
+    "cache that the chunks attend to, summed; default 0). A row whose device column is cpu is "
+    "refused (CPU timings cannot stand for a GPU's). Other columns are ignored."
 )
 
 # Minimum distinct batch compositions to fit the five coefficients and hold some out.
@@ -152,7 +153,7 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitti
         token_ms = _number(path, i, row, "token_time", positive=True)
         e2e_ms = _number(path, i, row, "e2e_time", positive=True)
         if row_tp == 2 and b == 64:
-            excluded["tensor_parallel 2, batch_size 64: anomalous (memory exhaustion; README caveat 3)"] += 1
+            excluded["tensor_parallel 2, batch_size 64: anomalous (memory exhaustion; the data's README, caveat 3)"] += 1
             continue
         key = f"tp{row_tp} prompt{int(p)} batch{int(b)} tokens{int(t)}"
         points.append((b * p, b * p * (p + 1) / 2, 0.0, 0.0, 0.0, b, row_tp, prompt_ms * 1000, "prompt_time", key))
@@ -176,6 +177,10 @@ def read_generic(path: str | Path, tp: int, fitting: bool = True) -> Measured:
             else float(pt > 0)
         pctx = _number(path, i, row, "prefill_context_tokens", integer=True) \
             if (row.get("prefill_context_tokens") or "").strip() else 0.0
+        if (row.get("device") or "").strip().lower() == "cpu":
+            raise UserError(f"{path}: row {i} (line {i + 1}), column 'device': got 'cpu'; steps timed on the CPU "
+                            "(llm-replay profile --device cpu --tiny: a pipeline check on scaled-down shapes) cannot "
+                            "stand for a GPU's steps")
         if pt + ds == 0:
             raise UserError(f"{path}: row {i} (line {i + 1}), columns 'prefill_tokens' and 'decode_seqs': both 0, "
                             "expected a step that computes at least one token")

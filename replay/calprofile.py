@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import yaml
 
 from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
+from replay.files import write_atomically
 from traces.errors import ConfigError
 
 FORMAT = "llm-replay-step-profile/1"
@@ -69,18 +68,9 @@ def profile_document(model: str, gpu: str, fits: list[dict[str, Any]], provenanc
 
 def write_profile(path: str | Path, document: dict[str, Any]) -> None:
     """Write atomically (temp file then rename): a failed run leaves no partial profile."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = "# Step-model profile written by `llm-replay calibrate`; use it with step_model: {profile: <this file>}\n"
     text += yaml.safe_dump(document, sort_keys=False, width=110)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda fh: fh.write(text))
 
 
 REQUIRED = tuple(k for k in COEFFICIENTS if k not in KNEE_COEFFICIENTS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ llama-2-70b, a100-80gb -> a100-sxm-80gb, h100-80gb -> h100-sxm-80gb. h100-80gb-p
 not measured) and TP 2 batch 64 rows (anomalous) are excluded and counted. Without --tp every TP
 in the file gets its own fit.
 
-{GENERIC_HELP}
+{textwrap.fill(GENERIC_HELP, 100)}
 """
 
 
@@ -47,7 +49,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.calibrate import cross_validate, fit_knee, step_shape, terms, unit_params
+    from replay.calibrate import check_fit, cross_validate, fit_knee, step_shape, terms, unit_params
     from replay.calibrate_data import read_generic, read_splitwise
     from replay.calprofile import profile_document, write_profile
     from replay.specs import get_gpu, get_model
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         data = read_generic(path, args.tp or 1)
         weight_dtype = None
-    fits = []
+    fits, notes = [], []
     for tp in sorted(set(data.tp.tolist())):
         sub = data.take(data.tp == tp)
         try:
@@ -75,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{path}: tensor_parallel {tp}: {exc}") from None
         t = terms({tp: params}, sub)
         coef = fit_knee(t, sub.step_us, sub.config)
+        check_fit(t, coef, f"{path}: tensor_parallel {tp}")
         errors = cross_validate(t, sub, k=args.folds, coef=coef)
+        configs = len(set(sub.config.tolist()))
+        if configs < args.folds:
+            notes.append(f"tensor_parallel {tp}: {configs} batch compositions, so {configs}-fold cross-validation "
+                         f"(one composition held out at a time), not {args.folds}-fold")
         fits.append({
             "tensor_parallel_size": int(tp),
             "step_model": {**{k: round(float(v), 6) for k, v in coef.items()}, "knee_tokens": int(coef["knee_tokens"]),
@@ -103,10 +110,13 @@ def run(args: argparse.Namespace) -> int:
     }
     document = profile_document(model, gpu, fits, provenance)
     write_profile(args.out, document)
+    for note in notes:
+        print(f"llm-replay calibrate: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(document, indent=2))
     else:
-        print_table(Console(), document, args.out)
+        # the coefficient table is about 110 columns wide: never fold it into a narrower pipe or log
+        print_table(Console(width=max(Console().width, 112)), document, args.out)
     return 0
 
 

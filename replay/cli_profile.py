@@ -21,7 +21,8 @@ in them, so a calibration from this file fits its overheads near zero. Then:
   llm-replay calibrate profile.csv --format generic --model MODEL --gpu GPU --tp N --out gpu.yaml
 
 Needs PyTorch (pip install 'llm-replay[profile]') and, for real profiles, a CUDA GPU;
---device cpu --tiny runs scaled-down shapes on the CPU (for tests).
+--device cpu --tiny runs scaled-down shapes on the CPU: a check of the pipeline (calibrate refuses
+CPU rows).
 """
 
 
@@ -75,13 +76,24 @@ def run(args: argparse.Namespace) -> int:
                   f"{found}); the steps hold one GPU's shard of the compute only, and calibrate keeps the step "
                   "model's assumed all-reduce cost", file=sys.stderr)
 
+    live = sys.stderr.isatty()
+
     def progress(done: int, total: int) -> None:
-        print(f"\rprofiling {model.id}: {done}/{total} batch compositions", end="", file=sys.stderr, flush=True)
+        # one line redrawn on a terminal; in a log, a line per tenth of the grid
+        if live:
+            print(f"\rprofiling {model.id}: {done}/{total} batch compositions", end="", file=sys.stderr, flush=True)
+        elif done == total or done % max(1, total // 10) == 0:
+            print(f"profiling {model.id}: {done}/{total} batch compositions", file=sys.stderr, flush=True)
 
     rows = profile_rows(model, gpu_name=args.gpu_name, tp=args.tp, device=args.device, tiny=args.tiny,
                         repeats=args.repeats, allreduce=allreduce, progress=progress)
-    print(file=sys.stderr)
+    if live:
+        print(file=sys.stderr)
     write_csv(args.out, rows)
+    if not cuda:
+        print(f"wrote {len(rows)} measured steps to {args.out}: CPU timings of scaled-down shapes, a check of the "
+              "profiler's pipeline only (calibrate refuses them); run it on the GPU to calibrate")
+        return 0
     print(f"wrote {len(rows)} measured steps to {args.out}; next:\n  llm-replay calibrate {args.out} --format generic "
           f"--model {model.id} --gpu {args.gpu_name} --tp {args.tp} --out {model.id}-{args.gpu_name}.yaml")
     return 0

@@ -11,7 +11,6 @@ when the measured steps include it; these composed steps do not.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.files import write_atomically
 from replay.specs_models import ModelSpec
 
 # Batch compositions of a full-size profile: (prefill tokens, prefill seqs, decode seqs, context per decode seq).
@@ -282,15 +282,9 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
     """Write atomically (temp file, then rename): an interrupted profile leaves nothing behind."""
     import csv
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    def write(fh) -> None:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    write_atomically(path, write, newline="")

@@ -173,7 +173,7 @@ def test_splitwise_reader_maps_names_and_leaves_out_what_the_readme_warns_about(
     path = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "splitwise" / "perf_model.csv"
     m = read_splitwise(path, "llama-2-70b", "h100-sxm-80gb", 2)
     assert set(m.tp.tolist()) == {2} and set(m.column.tolist()) == {"prompt_time", "token_time"}
-    assert m.excluded["tensor_parallel 2, batch_size 64: anomalous (memory exhaustion; README caveat 3)"] == 5
+    assert m.excluded["tensor_parallel 2, batch_size 64: anomalous (memory exhaustion; the data's README, caveat 3)"] == 5
     assert m.excluded["hardware h100-80gb-pcap: derived from h100-80gb, not measured"] == 420
     # a decode step of batch 16 at prompt 512 reads 16 contexts of 512 + 64 tokens
     i = (m.column == "token_time") & (m.num_seqs == 16)
@@ -310,3 +310,32 @@ def test_tokens_past_the_knee_cost_what_the_past_knee_efficiency_says():
         assert step_time_us_nb(knee, n, 0.0, 0, 0, 0, 1) == step_time_us_nb(plain, n, 0.0, 0, 0, 0, 1)
     extra = step_time_us_nb(knee, 8192, 0.0, 0, 0, 0, 1) - step_time_us_nb(plain, 8192, 0.0, 0, 0, 0, 1)
     assert extra == pytest.approx((8192 - 2048) * dense_us * (1 / 0.3 - 1 / 0.55), abs=1.0)
+
+
+def test_a_fit_the_data_cannot_support_is_refused(tmp_path):
+    """Steps faster than the GPU's peak allows (the wrong --model), or data with no memory-bound
+    step, leave an efficiency at its bound or unpinned: the fit says which and writes nothing."""
+    fast = _synthetic_csv(tmp_path / "fast.csv", TRUE)  # llama-3.1-8b's steps...
+    m = read_generic(fast, 2)
+    t = cal.terms({2: cal.unit_params(cal.step_shape("llama-3.1-70b", "h100-sxm-80gb", 2))}, m)  # ...as a 70B's
+    with pytest.raises(cal.CalibrationError, match=r"fast.csv: the fit needs mfu above 1: the compute-bound steps "
+                                                   r"ran faster .* Are --model, --gpu and --tp .* Nothing written"):
+        cal.check_fit(t, cal.fit_knee(t, m.step_us, m.config), f"{fast}")
+    prefills = tmp_path / "prefills.csv"  # large prefills only: every step compute-bound
+    rows = [r for r in fast.read_text().splitlines()[1:] if int(r.split(",")[0]) >= 1024 and r.split(",")[2] == "0"]
+    prefills.write_text(HEADER + "\n".join(rows) + "\n")
+    m = read_generic(prefills, 2, fitting=False)
+    t = cal.terms({2: cal.unit_params(_shape())}, m)
+    with pytest.raises(cal.CalibrationError, match="no measured step is memory-bound .decode steps., so mbu cannot"):
+        cal.check_fit(t, cal.fit_knee(t, m.step_us, m.config), "prefills.csv")
+    good = read_generic(_synthetic_csv(tmp_path / "good.csv", TRUE), 2)
+    t = cal.terms({2: cal.unit_params(_shape())}, good)
+    cal.check_fit(t, cal.fit_knee(t, good.step_us, good.config), "good.csv")  # no error
+
+
+def test_rows_timed_on_the_cpu_are_refused(tmp_path):
+    path = tmp_path / "cpu.csv"
+    path.write_text("prefill_tokens,decode_seqs,decode_context_tokens,step_time_ms,device\n"
+                    "128,0,0,1.5,cuda\n0,4,400,2.0,cpu\n")
+    with pytest.raises(UserError, match=r"cpu.csv: row 2 \(line 3\), column 'device': got 'cpu'"):
+        read_generic(path, 1, fitting=False)

@@ -50,17 +50,19 @@ def test_tiny_cpu_profile_is_read_by_calibrate(tmp_path, capsys):
     out = tmp_path / "p.csv"
     assert main(["profile", "--model", "llama-3.1-8b", "--gpu-name", "h100-sxm-80gb", "--device", "cpu", "--tiny",
                  "--repeats", "2", "--out", str(out)]) == 0
-    assert "llm-replay calibrate" in capsys.readouterr().out
+    assert "a check of the profiler's pipeline only (calibrate refuses them)" in capsys.readouterr().out
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 2 * len(TINY_GRID)
     for r in rows:
         assert float(r["step_time_ms"]) > 0 and r["device"] == "cpu" and r["allreduce_measured"] == "False"
         assert int(r["decode_context_tokens"]) % max(1, int(r["decode_seqs"])) == 0
     assert {(int(r["prefill_tokens"]), int(r["decode_seqs"])) for r in rows} == {(p, d) for p, _, d, _ in TINY_GRID}
+    # calibrate reads the CSV and refuses it at its first row: CPU timings are not a GPU's
     prof = tmp_path / "cal.yaml"
     assert main(["calibrate", str(out), "--format", "generic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb",
-                 "--tp", "1", "--folds", "3", "--out", str(prof)]) == 0
-    assert prof.exists()
+                 "--tp", "1", "--folds", "3", "--out", str(prof)]) == 2
+    assert "p.csv: row 1 (line 2), column 'device': got 'cpu'" in capsys.readouterr().err
+    assert not prof.exists()
 
 
 def test_tp_beyond_the_gpus_present_skips_the_all_reduce_and_says_so(tmp_path, capsys):

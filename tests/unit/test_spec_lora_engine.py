@@ -194,7 +194,7 @@ def test_replica_model_counts_speculative_tokens_and_lora_adapters(tmp_path):
                                  "        acceptance_rate: 0.7\n", model="llama-3.1-70b")[0]
     spec = replica_model(spec_plan)
     expected = (1 - 0.7**5) / 0.3
-    (seqs, tok_s, itl_ms), (b_seqs, b_tok_s, b_itl_ms) = spec.decode_tokens_per_s_at[0], base.decode_tokens_per_s_at[0]
+    (seqs, tok_s, itl_ms), (b_seqs, _, b_itl_ms) = spec.decode_tokens_per_s_at[0], base.decode_tokens_per_s_at[0]
     assert seqs == b_seqs == 1
     assert tok_s * itl_ms / 1000 == pytest.approx(1.0)  # one sequence: tokens/s is 1 / ITL
     assert itl_ms < b_itl_ms  # at batch 1, speculation pays (the 70B's weights dominate)
