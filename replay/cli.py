@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
                           "transfer's share of the prefill over each link preset")
     cap.add_argument("--flops", type=float, default=None,
                      help="with --break-even: the achieved prefill FLOP/s F (default: the GPU's dense peak for "
-                          "the model's weights x the step model's default MFU)")
+                          "the model's weights x the MFU a pool of that GPU runs at by default)")
     cap.add_argument("--json", action="store_true")
 
     tr = sub.add_parser("trace", help="look at a trace")
@@ -260,6 +260,7 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
 
     from replay.config import LINK_PRESETS
     from replay.specs import MODELS, get_gpu, get_model, normalize_weight_dtype
+    from replay.calprofile import default_coefficients
     from replay.stepmodel import DEFAULT_MFU
     from replay.stepterms import break_even_rows
 
@@ -273,8 +274,10 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
         gpu = get_gpu(args.gpu)
         fp8 = {m.id: normalize_weight_dtype(args.weight_dtype or m.default_weight_dtype) == "fp8" and gpu.fp8_native
                for m in models}
-        flops = {m.id: (gpu.fp8_flops if fp8[m.id] else gpu.bf16_flops) * DEFAULT_MFU for m in models}
-        source = f"F = {gpu.id} dense peak x MFU {DEFAULT_MFU}"
+        # the mfu a default pool of this GPU runs at (its Vidur-fitted default, else stepmodel's)
+        mfu = (default_coefficients(gpu.id) or {}).get("mfu", DEFAULT_MFU)
+        flops = {m.id: (gpu.fp8_flops if fp8[m.id] else gpu.bf16_flops) * mfu for m in models}
+        source = f"F = {gpu.id} dense peak x MFU {mfu:g} (its default)"
     else:
         raise UserError("capacity: --break-even needs --gpu (F from its peak FLOP/s) or --flops")
     rows = [row for m in models for row in break_even_rows([m], flops[m.id], LINK_PRESETS)]

@@ -76,6 +76,16 @@ def test_capacity_break_even_cli_prints_the_table(capsys):
     assert "llama-3.1-70b" in text and "0.93" in text and "0.46" in text and "llama-3.1-8b" not in text
 
 
+def test_capacity_break_even_on_a_gpu_uses_the_mfu_its_pools_run_at(capsys):
+    from replay.calprofile import default_coefficients
+
+    mfu = default_coefficients("h100-sxm-80gb")["mfu"]
+    assert main(["capacity", "--break-even", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--json"]) == 0
+    rows = {r["kv_cache_dtype"]: r for r in json.loads(capsys.readouterr().out)}
+    w = break_even_bytes_per_s(320 * 1024, H100.bf16_flops * mfu, get_model("llama-3.1-70b").active_params)
+    assert rows["auto"]["break_even_bytes_per_s"] == pytest.approx(w)
+
+
 def test_capacity_break_even_without_gpu_or_flops_is_a_usage_error(capsys):
     assert main(["capacity", "--break-even"]) == 2
     assert "--gpu" in capsys.readouterr().err
