@@ -70,13 +70,13 @@ class Measured:
         return Measured(**arrays, rows_read=self.rows_read, excluded=self.excluded, sha256=self.sha256)
 
 
-def _read(path: Path, required: tuple[str, ...]) -> tuple[list[dict[str, str]], str]:
+def _read(path: Path, required: tuple[str, ...], what: str) -> tuple[list[dict[str, str]], str]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise UserError(f"{path}: profile file not found") from None
+        raise UserError(f"{path}: {what} file not found") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read profile: {exc.strerror}") from None
+        raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -131,7 +131,7 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitti
     generated are estimated as 1 + (e2e_time - prompt_time) / token_time, capped at token_size.
     """
     path = Path(path)
-    rows, sha = _read(path, SPLITWISE_COLUMNS)
+    rows, sha = _read(path, SPLITWISE_COLUMNS, "profile" if fitting else "table")
     excluded: Counter = Counter()
     points = []
     for i, row in enumerate(rows, start=1):
@@ -166,7 +166,7 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitti
 def read_generic(path: str | Path, tp: int, fitting: bool = True) -> Measured:
     """Rows of the generic format (see GENERIC_HELP); prefill chunks are taken as equal in size."""
     path = Path(path)
-    rows, sha = _read(path, GENERIC_REQUIRED)
+    rows, sha = _read(path, GENERIC_REQUIRED, "profile" if fitting else "table")
     points = []
     for i, row in enumerate(rows, start=1):
         pt = _number(path, i, row, "prefill_tokens", integer=True)

@@ -76,14 +76,38 @@ def write_profile(path: str | Path, document: dict[str, Any]) -> None:
 REQUIRED = tuple(k for k in COEFFICIENTS if k not in KNEE_COEFFICIENTS)
 
 
+OPTIONAL = (*KNEE_COEFFICIENTS, "link_efficiency")
+
+
+class ProfileEntryError(ValueError):
+    """One fit of a profile is malformed; the message says how."""
+
+
 def _coefficients(step_model: dict[str, Any]) -> dict[str, float]:
     """A fit's coefficients; profiles written before the knee existed have none (no knee)."""
-    values = {k: float(step_model[k]) for k in (*REQUIRED, "allreduce_latency_us")}
-    if step_model.get("link_efficiency") is not None:
-        values["link_efficiency"] = float(step_model["link_efficiency"])
-    if float(step_model.get("knee_tokens") or 0) > 0:
-        values["knee_tokens"] = float(step_model["knee_tokens"])
-        values["past_knee_mfu"] = float(step_model["past_knee_mfu"])
+    if not isinstance(step_model, dict):
+        raise ProfileEntryError(f"step_model: expected a mapping, got {step_model!r}")
+    unknown = sorted(set(step_model) - {*REQUIRED, "allreduce_latency_us", *OPTIONAL})
+    if unknown:
+        raise ProfileEntryError(f"step_model: unknown key {unknown[0]!r}; expected {', '.join(REQUIRED)}, "
+                                f"allreduce_latency_us and optionally {', '.join(OPTIONAL)}")
+    missing = [k for k in (*REQUIRED, "allreduce_latency_us") if k not in step_model]
+    if missing:
+        raise ProfileEntryError(f"step_model: missing {', '.join(missing)}")
+    try:
+        values = {k: float(step_model[k]) for k in (*REQUIRED, "allreduce_latency_us")}
+        if step_model.get("link_efficiency") is not None:
+            values["link_efficiency"] = float(step_model["link_efficiency"])
+        if float(step_model.get("knee_tokens") or 0) > 0:
+            if step_model.get("past_knee_mfu") is None:
+                raise ProfileEntryError(f"step_model: knee_tokens {step_model['knee_tokens']} without past_knee_mfu, "
+                                        "the matmul efficiency past the knee")
+            values["knee_tokens"] = float(step_model["knee_tokens"])
+            values["past_knee_mfu"] = float(step_model["past_knee_mfu"])
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ProfileEntryError):
+            raise
+        raise ProfileEntryError(f"step_model: expected numbers ({exc})") from None
     return values
 
 
@@ -105,10 +129,12 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
         try:
             tp = int(entry["tensor_parallel_size"])
             values = _coefficients(entry["step_model"])
+        except ProfileEntryError as exc:
+            raise ConfigError(f"{head}: fits[{j}].{exc}") from None
         except (KeyError, TypeError, ValueError):
             raise ConfigError(f"{head}: fits[{j}]: expected tensor_parallel_size and step_model with "
                               f"{', '.join(REQUIRED)}, allreduce_latency_us (and optionally "
-                              f"{', '.join(KNEE_COEFFICIENTS)})") from None
+                              f"{', '.join(OPTIONAL)})") from None
         fits[tp] = values
     if not fits or not isinstance(data.get("model"), str) or not isinstance(data.get("gpu"), str):
         raise ConfigError(f"{head}: expected model, gpu and at least one entry in fits")
@@ -196,6 +222,9 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
         value = getattr(args, key, None)
         if value is not None:
             base[key] = value
+    if args.past_knee_mfu is not None and not base["knee_tokens"]:
+        raise ConfigError(f"{where}.past_knee_mfu: set without a knee (knee_tokens, here or in the profile), so it "
+                          "would change nothing")
     if base["knee_tokens"] and base["past_knee_mfu"] is None:
         raise ConfigError(f"{where}.past_knee_mfu: knee_tokens {base['knee_tokens']:g} needs the matmul efficiency "
                           "past the knee, a value in (0, 1]")

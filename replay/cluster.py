@@ -27,7 +27,7 @@ from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import BYTES_RATE, KV_BYTES_PER_TOKEN, table_points, with_table, step_params, step_time_us_nb
 from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.configtools import from_dict
-from traces.errors import ConfigError
+from traces.errors import ConfigError, UserError
 
 ENGINES = ("numba", "reference")
 
@@ -128,8 +128,13 @@ def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: st
     if eng.speculative_config is not None or eng.enable_lora:
         raise ConfigError(f"{where}.step_model.backend: the table backend has no speculative-decoding or LoRA "
                           "terms; use the roofline for this pool")
-    m = read_generic(sm.table, tp, fitting=False) if sm.table_format == "generic" \
-        else read_splitwise(sm.table, model_id, gpu_id, tp, fitting=False)
+    try:
+        m = read_generic(sm.table, tp, fitting=False) if sm.table_format == "generic" \
+            else read_splitwise(sm.table, model_id, gpu_id, tp, fitting=False)
+    except ConfigError:
+        raise
+    except UserError as exc:
+        raise ConfigError(f"{where}.step_model.table: {exc}") from None
     prefill = (m.prefill_tokens > 0) & (m.decode_seqs == 0)
     decode = (m.prefill_tokens == 0) & (m.decode_seqs > 0)
     ctx_ref = float(np.median(m.decode_ctx[decode] / m.decode_seqs[decode])) if decode.any() else 0.0

@@ -152,6 +152,11 @@ class PreemptionConfig:
             raise ValueError(f"watermark: got {self.watermark}, expected a share in [0, 1)")
 
 
+# step_model keys the table backend has no use for (StepModelArgs refuses them beside it).
+TABLE_UNUSED = ("mfu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
+                "knee_tokens", "past_knee_mfu", "link_efficiency", "profile")
+
+
 @dataclass(frozen=True)
 class StepModelArgs:
     """Roofline efficiencies and overheads (see replay/stepmodel.py). Keys set here win over
@@ -190,6 +195,14 @@ class StepModelArgs:
         if (self.backend == "table") != (self.table is not None):
             raise ValueError("table: the table backend needs a table of measured steps (and only it reads one); "
                              f"got backend {self.backend!r} with table {self.table!r}")
+        if self.backend == "table":
+            # the table's measured times replace the roofline's; only mbu still prices something
+            # (decode context beyond the table's, at the KV-read rate)
+            unused = [name for name in TABLE_UNUSED if getattr(self, name) is not None]
+            if unused:
+                raise ValueError(f"{unused[0]}: not used by the table backend (its step times come from the table; "
+                                 "only mbu applies, to decode context beyond the table's); remove it or use the "
+                                 "roofline")
         if self.table_format not in ("generic", "splitwise"):
             raise ValueError(f"table_format: got {self.table_format!r}, expected 'generic' or 'splitwise'")
         for name in ("mfu", "mbu", "past_knee_mfu", "link_efficiency"):

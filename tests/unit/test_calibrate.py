@@ -297,6 +297,26 @@ def test_knee_keys_in_config_and_profile(tmp_path):
         step_coefficients(StepModelArgs(knee_tokens=4096), "llama-3.1-8b", "h100-sxm-80gb", 1, "cfg: pools[0].step_model")
     with pytest.raises(ValueError, match=r"past_knee_mfu: got 1.5, expected a value in \(0, 1\]"):
         StepModelArgs(knee_tokens=4096, past_knee_mfu=1.5)
+    with pytest.raises(ConfigError, match=r"w.past_knee_mfu: set without a knee"):
+        step_coefficients(StepModelArgs(profile=str(old), past_knee_mfu=0.3), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
+    over = step_coefficients(StepModelArgs(profile=str(path), past_knee_mfu=0.2), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
+    assert over["past_knee_mfu"] == 0.2  # a profile's knee, a different efficiency past it
+
+
+@pytest.mark.parametrize(("step_model", "says"), [
+    ({**TRUE, "allreduce_latency_us": 6.0, "mfu_typo": 1}, "fits[0].step_model: unknown key 'mfu_typo'"),
+    ({**TRUE, "allreduce_latency_us": 6.0, "knee_tokens": 2048}, "fits[0].step_model: knee_tokens 2048 without "
+                                                                   "past_knee_mfu"),
+    ({"mfu": 0.5}, "fits[0].step_model: missing mbu, per_step_overhead_us"),
+    ({**TRUE, "allreduce_latency_us": "six"}, "fits[0].step_model: expected numbers"),
+])
+def test_a_damaged_profile_says_what_is_wrong(tmp_path, step_model, says):
+    path = tmp_path / "p.yaml"
+    fits = [{"tensor_parallel_size": 1, "step_model": step_model, "points": 1, "error": []}]
+    write_profile(path, profile_document("llama-3.1-8b", "h100-sxm-80gb", fits, {"source_file": "x.csv"}))
+    with pytest.raises(ConfigError) as err:
+        read_profile(path, "cfg: pools[0].step_model.profile")
+    assert says in str(err.value) and "p.yaml" in str(err.value)
 
 
 def test_tokens_past_the_knee_cost_what_the_past_knee_efficiency_says():

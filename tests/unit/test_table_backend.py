@@ -114,11 +114,23 @@ def test_a_table_without_decode_steps_names_the_file_and_what_is_missing(tmp_pat
     assert "pools[0].step_model.table" in message and "steps.csv" in message and "decode-only" in message
 
 
-def test_a_missing_table_file_is_a_user_error(tmp_path):
+def test_a_missing_or_bad_table_file_names_the_config_key(tmp_path):
     cfg = load_config(_fleet(tmp_path, "{backend: table, table: nowhere.csv}"))
-    with pytest.raises(UserError) as err:
+    with pytest.raises(ConfigError, match=r"fleet.yaml: pools\[0\].step_model.table: .*nowhere.csv: table file not found"):
         plan_pools(cfg, "fleet.yaml")
-    assert "nowhere.csv" in str(err.value)
+    (tmp_path / "bad.csv").write_text("prefill_tokens,decode_seqs,decode_context_tokens,step_time_ms\n128,0,0,fast\n")
+    cfg = load_config(_fleet(tmp_path, "{backend: table, table: bad.csv}"))
+    with pytest.raises(ConfigError, match=r"pools\[0\].step_model.table: .*bad.csv: row 1 \(line 2\), column "
+                                          r"'step_time_ms': got 'fast'"):
+        plan_pools(cfg, "fleet.yaml")
+
+
+@pytest.mark.parametrize("key", ["per_step_overhead_us: 5000", "mfu: 0.4", "profile: splitwise", "knee_tokens: 2048"])
+def test_roofline_keys_beside_a_table_are_refused(tmp_path, key):
+    """The table's times replace the roofline's: a key it would silently ignore is an error."""
+    with pytest.raises(ConfigError, match=rf"pools\[0\].step_model.{key.split(':')[0]}: not used by the table backend"):
+        load_config(_fleet(tmp_path, f"{{backend: table, table: {SPLITWISE}, table_format: splitwise, {key}}}"))
+    load_config(_fleet(tmp_path, f"{{backend: table, table: {SPLITWISE}, table_format: splitwise, mbu: 0.5}}"))
 
 
 def test_the_table_backend_refuses_terms_it_does_not_have(tmp_path):
