@@ -22,7 +22,7 @@ from replay.stepmodel import (
     table_points,
     with_table,
 )
-from traces import ConfigError, UserError
+from traces import ConfigError
 
 SPLITWISE = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "splitwise" / "perf_model.csv"
 
