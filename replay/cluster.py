@@ -47,6 +47,9 @@ class PoolPlan:
     step_params: np.ndarray
     admission: Any = None
     terms: PoolTerms = field(default_factory=PoolTerms)
+    # the step model's coefficients as resolved (config keys, then profile, then defaults), and
+    # where its step times come from: "roofline" or the table file
+    step_model: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -112,8 +115,34 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
         spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
         adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
-        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms))
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
+                              resolved_step_model(coefficients, sm, gpu.id)))
     return plans
+
+
+def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: str) -> dict[str, Any]:
+    """What a run's summary records of its pool's step model: every coefficient as used (None
+    resolved to stepmodel's defaults; no knee as knee_tokens 0), where they come from (a profile,
+    the GPU's shipped defaults, or the table file) and which keys the config set itself."""
+    from replay import stepmodel
+
+    defaults = {"mfu": stepmodel.DEFAULT_MFU, "mbu": stepmodel.DEFAULT_MBU,
+                "per_step_overhead_us": stepmodel.DEFAULT_STEP_OVERHEAD_US,
+                "per_seq_overhead_us": stepmodel.DEFAULT_SEQ_OVERHEAD_US,
+                "prefill_overhead_us": stepmodel.DEFAULT_PREFILL_OVERHEAD_US,
+                "allreduce_latency_us": stepmodel.DEFAULT_ALLREDUCE_LATENCY_US,
+                "link_efficiency": stepmodel.DEFAULT_LINK_EFFICIENCY, "knee_tokens": 0}
+    out: dict[str, Any] = {
+        "backend": sm.backend,
+        "source": sm.table if sm.backend == "table" else (sm.profile or f"{gpu_id} defaults"),
+        "set_in_config": [k for k in defaults if getattr(sm, k, None) is not None],
+    }
+    for key, default in defaults.items():
+        value = coefficients.get(key)
+        out[key] = float(default if value is None else value)
+    if out["knee_tokens"]:
+        out["past_knee_mfu"] = float(coefficients["past_knee_mfu"])
+    return out
 
 
 def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: str, where: str) -> np.ndarray:

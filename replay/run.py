@@ -78,6 +78,7 @@ def replay_trace(
                 "kv_blocks_per_replica": p.capacity.kv_blocks,
                 "kv_tokens_per_replica": p.capacity.kv_tokens,
                 "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
+                "step_model": p.step_model,
             }
             for p in raw.plans
         },
