@@ -53,7 +53,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print rows and MAPEs as JSON instead of the table")
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="run only the scenario(s) whose name contains NAME (repeatable)")
-    p.add_argument("--engine", choices=("numba", "reference"), default="numba")
+    p.add_argument("--engine", choices=("numba", "reference"), default="numba",
+                   help="replay engine (default numba; reference: the pure-Python twin, slower)")
 
 
 def scenario_path(name: str) -> Path:
@@ -120,7 +121,7 @@ def print_table(console: Any, rows: list, mape: dict, path: Path) -> None:
     parts = []
     for g, m in mape.items():
         if m["rows"]:
-            parts.append(f"{g} {m['mape_pct']:.1f}% ({m['rows']} rows)")
+            parts.append(f"{g} {m['mape_pct']:.1f}% ({m['rows']} row{'s' if m['rows'] != 1 else ''})")
     failed = sum(not r.passed for r in rows)
     console.print("MAPE: " + ("; ".join(parts) or "no predictions"), soft_wrap=True)
     console.print(f"{len(rows) - failed} of {len(rows)} rows within tolerance")

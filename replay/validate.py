@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,7 +231,10 @@ def _fleet(path: Path, where: str, raw: Any) -> FleetConfig:
         plan_pools(cfg, f"{path}: {where}")
     except ConfigError as exc:
         text = str(exc)
-        raise ConfigError(text if text.startswith(str(path)) else f"{path}: {where}: {text}") from None
+        head = f"{path}: {where}: "
+        if text.startswith(head) and re.match(r"[a-z_]+(\[\d+\])?[ .:]", text[len(head):]):
+            text = f"{path}: {where}.{text[len(head):]}"  # one key path, as an inline fleet's other errors
+        raise ConfigError(text if text.startswith(str(path)) else f"{head}{text}") from None
     return dataclasses.replace(cfg, max_drain_s=DRAIN_S)
 
 

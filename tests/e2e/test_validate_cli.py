@@ -64,7 +64,7 @@ def test_only_selects_scenarios_by_name(tmp_path, capsys):
     (lambda t: t.replace("rate_rps: 5", "rate_rps: -5"), "scenarios[1].workload.rate_rps: got -5"),
     (lambda t: t.replace("    source: \"https://example.org/bench table 3\"\n", ""),
      "missing key 'scenarios[1].source'"),
-    (lambda t: t.replace("gpu: h100-sxm-80gb, pools", "gpu: h900, pools", 1), "scenarios[0].fleet: gpu: unknown"),
+    (lambda t: t.replace("gpu: h100-sxm-80gb, pools", "gpu: h900, pools", 1), "scenarios[0].fleet.gpu: unknown"),
     (lambda t: "scenarios: {}\n", "scenarios: got {}, expected a non-empty list"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_on_stdout(tmp_path, capsys, edit, says):

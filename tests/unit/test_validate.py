@@ -112,7 +112,7 @@ def test_a_fleet_may_be_a_path_relative_to_the_scenario_file(tmp_path):
     (one("{kind: static-batch, batch: 1, prompt_tokens: 8, output_tokens: 2}", "[]"),
      "scenarios[0].checks: got [], expected a non-empty list"),
     (one("{kind: static-batch, batch: 1, prompt_tokens: 8, output_tokens: 2}",
-         fleet="{model: llama-9b, gpu: h100-sxm-80gb}"), "scenarios[0].fleet: model: unknown model 'llama-9b'"),
+         fleet="{model: llama-9b, gpu: h100-sxm-80gb}"), "scenarios[0].fleet.model: unknown model 'llama-9b'"),
     (one("{kind: static-batch, batch: 1, prompt_tokens: 8, output_tokens: 2}",
          fleet="{model: llama-3.1-70b, gpu: h100-sxm-80gb, pools: [{replicas: 1}]}"), "scenarios[0].fleet"),
     (one("{kind: static-batch, batch: 1, prompt_tokens: 8, output_tokens: 2}", fleet="{gpus: 3}"),
