@@ -134,8 +134,10 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitti
     rows, sha = _read(path, SPLITWISE_COLUMNS, "profile" if fitting else "table")
     excluded: Counter = Counter()
     points = []
+    present: dict[tuple[str, str], set[str]] = {}
     for i, row in enumerate(rows, start=1):
         name, hw = row["model"].strip(), row["hardware"].strip()
+        present.setdefault((name, hw), set()).add(row["tensor_parallel"].strip())
         if hw in SPLITWISE_DERIVED_GPUS:
             excluded[f"hardware {hw}: derived from h100-80gb, not measured"] += 1
             continue
@@ -160,6 +162,12 @@ def read_splitwise(path: str | Path, model: str, gpu: str, tp: int | None, fitti
         generated = min(t, max(1.0, 1 + (e2e_ms - prompt_ms) / token_ms))
         points.append((0.0, 0.0, 0.0, b, b * (p + generated / 2), b, row_tp, token_ms * 1000, "token_time", key))
     what = f"for {model} on {gpu}" + (f" at tensor_parallel {tp}" if tp is not None else "")
+    if not points:
+        usable = sorted(f"{SPLITWISE_MODELS[n]} on {SPLITWISE_GPUS[h]} (TP {', '.join(sorted(tps, key=int))})"
+                        for (n, h), tps in present.items() if n in SPLITWISE_MODELS and h in SPLITWISE_GPUS)
+        other = sorted({n for n, _ in present if n not in SPLITWISE_MODELS})
+        raise UserError(f"{path}: no measured steps {what}; it has {'; '.join(usable) or 'none the catalog knows'}"
+                        + (f" (and {', '.join(other)}, which the catalog lacks)" if other else ""))
     return _finish(path, points, len(rows), excluded, sha, what, fitting)
 
 

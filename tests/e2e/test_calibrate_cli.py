@@ -73,7 +73,7 @@ def test_calibrate_bad_input_exits_2_and_writes_nothing(cli, write):
     assert res.code == 2 and "unknown model 'llama-9'; known:" in res.err and "llama-2-70b" in res.err
     res = cli("calibrate", str(SPLITWISE), "--model", "llama-2-70b", "--gpu", "h100-sxm-80gb", "--tp", "16",
               "--out", "p.yaml")
-    assert res.code == 2 and "0 distinct batch composition(s)" in res.err
+    assert res.code == 2 and "no measured steps for llama-2-70b on h100-sxm-80gb at tensor_parallel 16; it has" in res.err
     res = cli("calibrate", "generic.csv", "--format", "generic", "--model", "llama-2-70b", "--gpu",
               "h100-sxm-80gb", "--out", "p.yaml")
     assert res.code == 2 and "generic.csv: profile file not found" in res.err

@@ -178,7 +178,8 @@ def test_splitwise_reader_maps_names_and_leaves_out_what_the_readme_warns_about(
     # a decode step of batch 16 at prompt 512 reads 16 contexts of 512 + 64 tokens
     i = (m.column == "token_time") & (m.num_seqs == 16)
     assert np.all(m.decode_ctx[i] == pytest.approx(16 * (512 + 64), rel=0.01))
-    with pytest.raises(UserError, match="0 distinct batch composition"):
+    with pytest.raises(UserError, match=r"no measured steps for llama-3.1-70b on h100-sxm-80gb at tensor_parallel 2; it "
+                                        r"has llama-2-70b on a100-sxm-80gb \(TP 2, 4, 8\)"):
         read_splitwise(path, "llama-3.1-70b", "h100-sxm-80gb", 2)
 
 
