@@ -87,3 +87,20 @@ def test_help_documents_the_generic_columns(cli):
     for column in ("prefill_tokens", "decode_seqs", "decode_context_tokens", "step_time_ms", "prefill_seqs",
                    "prefill_context_tokens"):
         assert column in out
+
+
+def test_more_folds_than_compositions_says_what_it_did(cli, tmp_path):
+    from tests.unit.test_calibrate import TRUE, _synthetic_csv
+
+    csv = _synthetic_csv(tmp_path / "steps.csv", TRUE, noise=0.01)
+    res = cli("calibrate", str(csv), "--format", "generic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb",
+              "--tp", "2", "--folds", "40", "--out", "p.yaml")
+    assert res.code == 0, res.err
+    assert "tensor_parallel 2: 18 batch compositions, so 18-fold cross-validation" in res.err  # the grid's 18
+    assert (os.stat("p.yaml").st_mode & 0o777) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
