@@ -91,7 +91,7 @@ def test_fit_recovers_the_coefficients_that_generated_the_data(tmp_path):
 def test_a_knee_in_the_data_is_found_where_it_is(tmp_path):
     """Steps past 2,048 tokens computing at mfu 0.3 instead of 0.55: the search puts the knee at
     2,048 and recovers both efficiencies. Exact data without a knee get none; noisy ones may get
-    a mild one (a 2-point grid in 24 configurations is not much to tell noise from a bend), which
+    a mild one (18 configurations at 2% noise are not much to tell noise from a bend), which
     leaves both efficiencies within the noise of the truth."""
     m = read_generic(_synthetic_csv(tmp_path / "knee.csv", KNEE), 2)
     coef = cal.fit_knee(cal.terms({2: cal.unit_params(_shape())}, m), m.step_us, m.config)
