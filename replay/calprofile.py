@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 
 from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
+from replay.specs import get_gpu
 from traces.errors import ConfigError
 
 FORMAT = "llm-replay-step-profile/1"
@@ -108,6 +110,15 @@ def _coefficients(step_model: dict[str, Any]) -> dict[str, float]:
         if isinstance(exc, ProfileEntryError):
             raise
         raise ProfileEntryError(f"step_model: expected numbers ({exc})") from None
+    for key, value in values.items():
+        if key in ("mfu", "mbu", "past_knee_mfu", "link_efficiency"):
+            if not 0.0 < value <= 1.0:
+                raise ProfileEntryError(f"step_model.{key}: got {value:g}, expected a value in (0, 1]")
+        elif not (math.isfinite(value) and value >= 0):
+            raise ProfileEntryError(f"step_model.{key}: got {value:g}, expected a number >= 0")
+    if values.get("past_knee_mfu", 0.0) > values["mfu"]:
+        raise ProfileEntryError(f"step_model.past_knee_mfu: got {values['past_knee_mfu']:g}, expected at most mfu "
+                                f"({values['mfu']:g}): past the knee matmuls are no faster")
     return values
 
 
@@ -163,8 +174,17 @@ def default_coefficients(gpu_id: str) -> dict[str, float] | None:
     """The shipped default coefficients of `gpu_id` (its own fit, or the one it borrows); None for a
     GPU the file does not name (stepmodel's DEFAULT_* constants then apply)."""
     gpus, borrow = _defaults_table()
-    entry = gpus.get(gpu_id) or gpus.get(borrow.get(gpu_id, ""))
-    return dict(entry) if entry is not None else None
+    if gpu_id in gpus:
+        return dict(gpus[gpu_id])
+    entry = gpus.get(borrow.get(gpu_id, ""))
+    if entry is None:
+        return None
+    entry = dict(entry)
+    # The link efficiency was measured over NVLink + NVSwitch; a GPU on PCIe or Infinity Fabric
+    # keeps its data sheet's bandwidth (1.0) rather than borrow another fabric's.
+    if not get_gpu(gpu_id).interconnect.startswith("NVLink"):
+        entry.pop("link_efficiency", None)
+    return entry
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,6 +245,10 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
     if args.past_knee_mfu is not None and not base["knee_tokens"]:
         raise ConfigError(f"{where}.past_knee_mfu: set without a knee (knee_tokens, here or in the profile), so it "
                           "would change nothing")
+    if base["knee_tokens"] and base["past_knee_mfu"] is not None and base["mfu"] is not None \
+            and base["past_knee_mfu"] > base["mfu"]:
+        raise ConfigError(f"{where}.past_knee_mfu: {base['past_knee_mfu']:g} is above mfu {base['mfu']:g}; past the "
+                          "knee matmuls are no faster (set both, or knee_tokens: 0 to drop the knee)")
     if base["knee_tokens"] and base["past_knee_mfu"] is None:
         raise ConfigError(f"{where}.past_knee_mfu: knee_tokens {base['knee_tokens']:g} needs the matmul efficiency "
                           "past the knee, a value in (0, 1]")

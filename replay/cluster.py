@@ -135,7 +135,7 @@ def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: 
     out: dict[str, Any] = {
         "backend": sm.backend,
         "source": sm.table if sm.backend == "table" else (sm.profile or f"{gpu_id} defaults"),
-        "set_in_config": [k for k in defaults if getattr(sm, k, None) is not None],
+        "set_in_config": [k for k in (*defaults, "past_knee_mfu") if getattr(sm, k, None) is not None],
     }
     for key, default in defaults.items():
         value = coefficients.get(key)
@@ -337,8 +337,6 @@ def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
     table's expected tokens; with multi-LoRA every step is charged min(sequences, max_loras)
     distinct adapters (a prefill one), the most a step can hold: planners size for the worst mix."""
     eng, terms = plan.config.engine, plan.terms
-    k = terms.spec_k
-    tokens_per_verify = float(terms.spec_credit[k]) / SPEC_CREDIT_SCALE if k else 1.0
     adapters = (lambda seqs: min(seqs, terms.lora_slots)) if terms.lora_slots else (lambda seqs: 0)
     chunk = eng.max_num_batched_tokens
     prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 0, 1, 0, adapters(1))
@@ -346,6 +344,9 @@ def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
     for seqs in sorted({1, 8, 32, 64, 128, eng.max_num_seqs}):
         if seqs > eng.max_num_seqs:
             continue
+        # drafts per sequence, as many as the step's token budget leaves room for (as the engines)
+        k = min(terms.spec_k, max(0, (chunk - seqs) // seqs))
+        tokens_per_verify = float(terms.spec_credit[k]) / SPEC_CREDIT_SCALE if k else 1.0
         step_us = step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context_tokens, seqs, seqs * k,
                                   adapters(seqs))
         tokens = seqs * tokens_per_verify

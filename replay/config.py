@@ -154,7 +154,7 @@ class PreemptionConfig:
 
 # step_model keys the table backend has no use for (StepModelArgs refuses them beside it).
 TABLE_UNUSED = ("mfu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
-                "knee_tokens", "past_knee_mfu", "link_efficiency", "profile")
+                "knee_tokens", "past_knee_mfu", "link_efficiency", "profile", "all_to_all_bytes_per_s")
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,7 @@ class StepModelArgs:
             # the table's measured times replace the roofline's; only mbu still prices something
             # (decode context beyond the table's, at the KV-read rate)
             unused = [name for name in TABLE_UNUSED if getattr(self, name) is not None]
+            unused += ["moe_load_imbalance"] if self.moe_load_imbalance != 1.0 else []
             if unused:
                 raise ValueError(f"{unused[0]}: not used by the table backend (its step times come from the table; "
                                  "only mbu applies, to decode context beyond the table's); remove it or use the "

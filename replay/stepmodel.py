@@ -66,8 +66,8 @@ TABLE_DECODE_X = TABLE_PREFILL_Y + TABLE_POINTS
 TABLE_DECODE_Y = TABLE_DECODE_X + TABLE_POINTS
 # The matmul knee: the step's tokens beyond KNEE_TOKENS (0: no knee) run their dense matmuls at
 # PAST_KNEE_FLOPS_RATE (peak FLOP/s * past_knee_mfu) instead of FLOPS_RATE. Calibration finds one
-# in the Splitwise profile, where a step's prefill cost per token rises 15-100% once it holds more
-# than 2-3k tokens, whether in one prompt or many (replay/calibrate.py, `fit_knee`).
+# in the Splitwise profile, where at TP 4 and 8 a step's prefill cost per token rises 13-78% from
+# 2k to 8k tokens, whether in one prompt or many (replay/calibrate.py, `fit_knee`).
 KNEE_TOKENS = TABLE_DECODE_Y + TABLE_POINTS
 PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
 NUM_PARAMS = PAST_KNEE_FLOPS_RATE + 1

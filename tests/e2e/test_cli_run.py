@@ -546,7 +546,8 @@ def test_the_summary_records_the_step_model_each_pool_ran_with(cli, write, tmp_p
 
     write("fleet.yaml", "model: llama-3.1-8b\ngpu: h100-sxm-80gb\npools:\n"
                         "  - {name: a, replicas: 1}\n"
-                        "  - {name: b, replicas: 1, workloads: [none], step_model: {mfu: 0.4, per_step_overhead_us: 500}}\n"
+                        "  - {name: b, replicas: 1, workloads: [none], step_model: {mfu: 0.4, per_step_overhead_us: 500,"
+                        " knee_tokens: 2048, past_knee_mfu: 0.3}}\n"
                         "split: {policy: by-workload}\n")
     assert cli("run", "azure-conv-2023", "-c", "fleet.yaml", "--window", "0:30", "--out", "r", "--quiet").code == 0
     plans = read_run(tmp_path / "r").summary["pool_plans"]
@@ -555,4 +556,5 @@ def test_the_summary_records_the_step_model_each_pool_ran_with(cli, write, tmp_p
     assert a["source"] == "h100-sxm-80gb defaults" and a["set_in_config"] == []
     assert (a["mfu"], a["mbu"], a["link_efficiency"]) == (shipped["mfu"], shipped["mbu"], shipped["link_efficiency"])
     assert (b["mfu"], b["mbu"], b["per_step_overhead_us"]) == (0.4, shipped["mbu"], 500.0)
-    assert b["set_in_config"] == ["mfu", "per_step_overhead_us"]
+    assert b["set_in_config"] == ["mfu", "per_step_overhead_us", "knee_tokens", "past_knee_mfu"]
+    assert (b["knee_tokens"], b["past_knee_mfu"], a["knee_tokens"]) == (2048, 0.3, 0)

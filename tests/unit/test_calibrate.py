@@ -279,7 +279,7 @@ def test_the_bounded_solver_finds_the_least_squares_optimum_over_nonnegative_x(s
         assert x[zero_column] == 0.0
     oracle = _exhaustive_nnls(a, b)
     loss, best = np.sum((a @ x - b) ** 2), np.sum((a @ oracle - b) ** 2)
-    assert loss <= best * (1 + 1e-9) + 1e-300
+    assert loss <= best * (1 + 1e-9) + 1e-20 * float(b @ b)  # exact fits differ only by rounding
 
 
 def test_knee_keys_in_config_and_profile(tmp_path):
@@ -302,6 +302,8 @@ def test_knee_keys_in_config_and_profile(tmp_path):
         step_coefficients(StepModelArgs(profile=str(old), past_knee_mfu=0.3), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
     over = step_coefficients(StepModelArgs(profile=str(path), past_knee_mfu=0.2), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
     assert over["past_knee_mfu"] == 0.2  # a profile's knee, a different efficiency past it
+    with pytest.raises(ConfigError, match=r"w.past_knee_mfu: 0.3 is above mfu 0.25"):
+        step_coefficients(StepModelArgs(profile=str(path), mfu=0.25), "llama-3.1-8b", "h100-sxm-80gb", 1, "w")
 
 
 @pytest.mark.parametrize(("step_model", "says"), [
@@ -310,6 +312,11 @@ def test_knee_keys_in_config_and_profile(tmp_path):
                                                                    "past_knee_mfu"),
     ({"mfu": 0.5}, "fits[0].step_model: missing mbu, per_step_overhead_us"),
     ({**TRUE, "allreduce_latency_us": "six"}, "fits[0].step_model: expected numbers"),
+    ({**KNEE, "allreduce_latency_us": 6.0, "past_knee_mfu": 0}, "step_model.past_knee_mfu: got 0, expected a value"),
+    ({**TRUE, "allreduce_latency_us": 6.0, "link_efficiency": 0}, "step_model.link_efficiency: got 0, expected"),
+    ({**TRUE, "allreduce_latency_us": 6.0, "mfu": -1}, "step_model.mfu: got -1, expected a value in (0, 1]"),
+    ({**TRUE, "allreduce_latency_us": -6.0}, "step_model.allreduce_latency_us: got -6, expected a number >= 0"),
+    ({**KNEE, "allreduce_latency_us": 6.0, "past_knee_mfu": 0.9}, "past_knee_mfu: got 0.9, expected at most mfu"),
 ])
 def test_a_damaged_profile_says_what_is_wrong(tmp_path, step_model, says):
     path = tmp_path / "p.yaml"

@@ -166,3 +166,8 @@ def test_default_pools_get_the_fitted_link_efficiency_and_a_slower_link_slows_tp
     assert slower == pytest.approx(traffic_us, abs=2)
     with pytest.raises(ValueError, match=r"link_efficiency: got 0, expected a value in \(0, 1\]"):
         StepModelArgs(link_efficiency=0)
+    # borrowed only over the same kind of fabric: H200 (NVLink) takes H100's, L40S (PCIe) keeps 1.0
+    assert default_coefficients("h200-sxm-141gb")["link_efficiency"] == shipped["link_efficiency"]
+    assert "link_efficiency" not in default_coefficients("l40s-48gb")
+    assert "link_efficiency" not in default_coefficients("mi300x-192gb")
+    assert default_coefficients("l40s-48gb")["mfu"] == shipped["mfu"]

@@ -125,7 +125,8 @@ def test_a_missing_or_bad_table_file_names_the_config_key(tmp_path):
         plan_pools(cfg, "fleet.yaml")
 
 
-@pytest.mark.parametrize("key", ["per_step_overhead_us: 5000", "mfu: 0.4", "profile: splitwise", "knee_tokens: 2048"])
+@pytest.mark.parametrize("key", ["per_step_overhead_us: 5000", "mfu: 0.4", "profile: splitwise", "knee_tokens: 2048",
+                                 "moe_load_imbalance: 1.2"])
 def test_roofline_keys_beside_a_table_are_refused(tmp_path, key):
     """The table's times replace the roofline's: a key it would silently ignore is an error."""
     with pytest.raises(ConfigError, match=rf"pools\[0\].step_model.{key.split(':')[0]}: not used by the table backend"):
