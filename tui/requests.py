@@ -22,6 +22,11 @@ SORTS = {
     "prompt": (pl.col("prompt_tokens"), True),
 }
 SORT_ORDER = tuple(SORTS)
+# prefill/decode runs also sort by where a request prefilled (locals last) and by its KV transfer
+PD_SORTS = {
+    "prefill": (pl.struct("prefill_pool", "prefill_replica"), False),
+    "KV xfer": (pl.col("kv_transfer_end_us") - pl.col("kv_transfer_start_us"), True),
+}
 COLUMNS = ("id", "pool", "replica", "workload", "arrival", "TTFT", "queue", "preempt", "E2E", "prompt", "output",
            "status")
 PD_COLUMNS = ("id", "prefill", "pool", "replica", "workload", "arrival", "TTFT", "queue", "KV xfer", "preempt",
@@ -37,6 +42,11 @@ def disaggregated(run: RunData) -> bool:
 def columns_of(run: RunData) -> tuple[str, ...]:
     """The table's columns: a P/D run's add where each request was prefilled and its KV transfer."""
     return PD_COLUMNS if disaggregated(run) else COLUMNS
+
+
+def sorts_of(run: RunData) -> tuple[str, ...]:
+    """The columns the table sorts by, in the order `s` cycles through them."""
+    return SORT_ORDER + tuple(PD_SORTS) if disaggregated(run) else SORT_ORDER
 
 
 def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT", reverse: bool = False,
@@ -55,7 +65,7 @@ def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT",
     req = req.filter((pl.col("arrival_us") <= cursor_us) & (ended > cursor_us - run.window_us))
     req = req.with_columns(queue_us=pl.col("first_scheduled_us") - pl.col("arrival_us"),
                            e2e_us=pl.col("finished_us") - pl.col("arrival_us"))
-    expr, descending = SORTS[sort]
+    expr, descending = SORTS[sort] if sort in SORTS else PD_SORTS[sort]
     descending = descending != reverse
     return req.sort([expr, pl.col("request_id")], descending=[descending, False], nulls_last=True).head(limit)
 

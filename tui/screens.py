@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
 from traces.errors import UserError
-from tui.requests import SORT_ORDER, columns_of, request_life, request_rows, worst_requests
+from tui.requests import columns_of, request_life, request_rows, sorts_of, worst_requests
 from tui.timefmt import fmt_time, parse_time
 
 MOUSE_HELP = (
@@ -125,6 +125,8 @@ class RequestsScreen(Screen):
     def fill(self) -> None:
         model = self.app.model
         run = model.runs[self.run_index]
+        if self.sort not in sorts_of(run):  # compare mode: the other run has no P/D columns
+            self.sort, self.reverse = "TTFT", False
         frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse)
         self.ids = frame["request_id"].to_list()
         table = self.query_one(DataTable)
@@ -154,13 +156,14 @@ class RequestsScreen(Screen):
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         name = str(event.column_key.value)
-        if name in SORT_ORDER:
+        if name in sorts_of(self.app.model.runs[self.run_index]):
             self.reverse = self.reverse if name != self.sort else not self.reverse
             self.sort = name
             self.fill()
 
     def action_next_sort(self) -> None:
-        self.sort = SORT_ORDER[(SORT_ORDER.index(self.sort) + 1) % len(SORT_ORDER)]
+        order = sorts_of(self.app.model.runs[self.run_index])
+        self.sort = order[(order.index(self.sort) + 1) % len(order)] if self.sort in order else order[0]
         self.fill()
 
     def action_reverse(self) -> None:

@@ -139,6 +139,32 @@ def test_a_run_without_the_prefill_columns_still_shows_a_life(tmp_path):
     assert worst_requests(run, 240 * S, "fleet").height
 
 
+def test_a_prefill_decode_run_sorts_by_its_kv_transfer_and_prefill_replica(pd_run, one_pool_run):
+    run = load_run(pd_run)
+    cursor = int(run.t_us[len(run.t_us) // 2])
+    by_xfer = worst_requests(run, cursor, "fleet", sort="KV xfer")
+    xfer = (by_xfer["kv_transfer_end_us"] - by_xfer["kv_transfer_start_us"]).drop_nulls().to_list()
+    assert xfer and xfer == sorted(xfer, reverse=True)  # longest transfer first, locals (none) last
+    by_prefill = worst_requests(run, cursor, "fleet", sort="prefill")
+    replicas = by_prefill["prefill_replica"].drop_nulls().to_list()
+    assert replicas == sorted(replicas)
+    app = make_app(pd_run, one_pool_run, at=f"{cursor // S}")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        table = screen.query_one("DataTable")
+        x = sum(col.get_render_width(table) for col in list(table.columns.values())[:8]) + 2  # 'KV xfer'
+        await pilot.click("DataTable", offset=(x, 0))
+        assert screen.sort == "KV xfer"
+        await pilot.press("c")  # the other run has no transfers: back to TTFT, not an error
+        assert screen.run_index == 1 and screen.sort == "TTFT" and screen.ids
+        await pilot.press(*["s"] * 8)  # cycles through that run's eight sorts back to TTFT
+        assert screen.sort == "TTFT"
+
+    drive(app, script, size=(180, 40))
+
+
 def test_compare_a_prefill_decode_run_with_one_without(pd_run, one_pool_run):
     """`c` switches the table to the other run, with that run's columns."""
     app = make_app(pd_run, one_pool_run, at="0:20")
