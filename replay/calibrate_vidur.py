@@ -60,19 +60,24 @@ def _cell(path: Path, i: int, row: dict[str, str], col: str) -> float:
     return value
 
 
-def read_layer_profile(path: str | Path, gpu: str, model: str) -> LayerProfile:
-    """Read one Vidur mlp.csv; every malformed cell is a UserError naming file, row and column."""
-    path = Path(path)
+def _read_csv(path: Path, needed: tuple[str, ...], what: str) -> tuple[list[dict[str, str]], bytes]:
+    """A Vidur CSV's rows (and its bytes, for the sha256), with its needed columns checked."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read Vidur profile: {exc.strerror}") from None
     rows = list(csv.DictReader(raw.decode("utf-8", errors="replace").splitlines()))
-    needed = (*SHAPE_COLUMNS, *(f"time_stats.{op}.{STAT}" for op in LAYER_OPS))
-    header = rows[0].keys() if rows else []
-    missing = [c for c in needed if c not in header]
+    missing = [c for c in needed if c not in (rows[0].keys() if rows else [])]
     if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (a Vidur compute/<gpu>/<model>/mlp.csv)")
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (a Vidur {what})")
+    return rows, raw
+
+
+def read_layer_profile(path: str | Path, gpu: str, model: str) -> LayerProfile:
+    """Read one Vidur mlp.csv; every malformed cell is a UserError naming file, row and column."""
+    path = Path(path)
+    rows, raw = _read_csv(path, (*SHAPE_COLUMNS, *(f"time_stats.{op}.{STAT}" for op in LAYER_OPS)),
+                          "compute/<gpu>/<model>/mlp.csv")
     out: dict[str, list[float]] = {k: [] for k in ("tokens", "tp", "flops", "weight_bytes", "time_us", "gemm_us")}
     for i, row in enumerate(rows, start=1):
         h, heads, kv = (_cell(path, i, row, c) for c in ("n_embd", "n_head", "n_kv_head"))
@@ -242,15 +247,8 @@ def read_all_reduce(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarra
     """(world size, message bytes, median time in us) of the single-node rows of a Vidur
     network/<node>/all_reduce.csv; malformed cells are UserErrors naming file, row and column."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read Vidur all-reduce profile: {exc.strerror}") from None
-    rows = list(csv.DictReader(raw.decode("utf-8", errors="replace").splitlines()))
-    needed = ("num_workers", "size", "devices_per_node", f"time_stats.all_reduce.{STAT}")
-    missing = [c for c in needed if c not in (rows[0].keys() if rows else [])]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (a Vidur network/<node>/all_reduce.csv)")
+    rows, raw = _read_csv(path, ("num_workers", "size", "devices_per_node", f"time_stats.all_reduce.{STAT}"),
+                          "network/<node>/all_reduce.csv")
     n, size, us = [], [], []
     for i, row in enumerate(rows, start=1):
         workers = _cell(path, i, row, "num_workers")
