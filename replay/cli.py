@@ -169,6 +169,7 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from replay.outputs import write_run
     from replay.report import print_summary, progress_bar
@@ -190,7 +191,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.summary, indent=2))
     elif not args.quiet:
-        print_summary(Console(), result.summary, out)
+        print_summary(Console(), result.summary, out, wall_s=result.summary.get("wall_s"))
+    if args.json or args.quiet:
+        # a run that went wrong says so even when its table is not printed
+        for line in result.summary["verdict"]:
+            console.print(f"[bold red]verdict:[/] {escape(line)}", soft_wrap=True)
     return 0
 
 

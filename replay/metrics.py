@@ -260,11 +260,17 @@ def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
     finished = reqs.filter(pl.col("status") == "finished")
     served = reqs.filter(pl.col("first_token_us").is_not_null())
     met = int(reqs["slo_met"].sum())
+    reasons = reqs["reject_reason"].drop_nulls().value_counts(sort=True)
     return {
         "requests": reqs.height,
         "finished": finished.height,
         "rejected": int((reqs["status"] == "rejected").sum()),
         "unfinished": int((reqs["status"] == "unfinished").sum()),
+        "rejected_by_reason": {str(r): int(c) for r, c in sorted(reasons.iter_rows(), key=lambda rc: (-rc[1], rc[0]))},
+        # which requests the percentiles below cover
+        "ttft_requests": int(served["ttft_us"].drop_nulls().len()),
+        "tpot_requests": int(finished["tpot_us"].drop_nulls().len()),
+        "e2e_requests": int(finished["e2e_us"].drop_nulls().len()),
         "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
         "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
         "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from replay.verdict import SLO_WARN_BELOW
 
 
 @contextlib.contextmanager
@@ -43,43 +46,94 @@ def _fmt(value, unit: str = "", digits: int = 1) -> str:
 
 
 SUMMARY_ROWS = (
-    ("requests", "requests", ""), ("finished", "finished", ""), ("rejected", "rejected", ""),
-    ("unfinished", "unfinished", ""), ("TTFT p50", "ttft_p50_ms", " ms"), ("TTFT p99", "ttft_p99_ms", " ms"),
-    ("TPOT p50", "tpot_p50_ms", " ms"), ("TPOT p99", "tpot_p99_ms", " ms"), ("E2E p99", "e2e_p99_ms", " ms"),
-    ("SLO attainment", "slo_attainment", "%"), ("goodput", "goodput_rps", " req/s"),
-    ("output tokens/s", "output_tokens_per_s", ""), ("GPU-hours", "gpu_hours", ""), ("cost", "cost_usd", " $"),
-    ("$ per M output tok", "cost_per_mtok_out_usd", ""), ("$ per M tokens (all)", "cost_per_mtok_all_usd", ""),
-    ("preemptions", "preemptions", ""), ("prefix hit rate", "prefix_hit_rate", "%"),
+    ("requests", "requests", "count"), ("finished", "finished", "count"), ("rejected", "rejected", "count"),
+    ("unfinished", "unfinished", "count"), ("TTFT p50", "ttft_p50_ms", "ms"), ("TTFT p99", "ttft_p99_ms", "ms"),
+    ("TPOT p50", "tpot_p50_ms", "ms"), ("TPOT p99", "tpot_p99_ms", "ms"), ("E2E p99", "e2e_p99_ms", "ms"),
+    ("SLO attainment", "slo_attainment", "share"), ("goodput", "goodput_rps", "req/s"),
+    ("output tokens/s", "output_tokens_per_s", "rate"), ("GPU-hours", "gpu_hours", "hours"),
+    ("cost", "cost_usd", "usd"), ("$ per M output tok", "cost_per_mtok_out_usd", "usd"),
+    ("$ per M tokens (all)", "cost_per_mtok_all_usd", "usd"), ("preemptions", "preemptions", "count"),
+    ("prefix hit rate", "prefix_hit_rate", "share"),
 )
 
 
-def print_summary(console: Console, summary: dict, out: Path) -> None:
-    """One column per pool (and the fleet when there are several), one row per figure."""
-    console.print(f"[bold]{summary['trace']}[/]: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+def human_ms(ms: float) -> str:
+    """A latency in the unit a person reads it in: 0.42 ms, 95 ms, 36.2 s, 4.1 min, 2.3 h."""
+    if ms < 10:
+        return f"{ms:.2f} ms"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.{1 if ms >= 10_000 else 2}f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:,.1f} h"
+
+
+def human_span(seconds: float) -> str:
+    """A simulated span: 42 s, 10 min 05 s, 1 h 00 min."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{seconds:.3g} s" if seconds < 10 else f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600:,} h {whole % 3600 // 60:02d} min"
+
+
+def _cell(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return human_ms(value)
+    if unit == "share":
+        return f"{value:.2%}"
+    if unit == "usd":
+        return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+    if unit == "req/s":
+        return f"{value:,.2f} req/s"
+    if unit == "rate":
+        return f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
+    if unit == "hours":
+        return f"{value:,.2f}"
+    return f"{value:,}"
+
+
+def coverage_line(summary: dict) -> str:
+    """Which requests the table's percentiles cover (a rejected or unfinished request has none)."""
+    return (f"percentiles cover: TTFT the {summary.get('ttft_requests', 0):,} requests with a first token; TPOT "
+            f"the {summary.get('tpot_requests', 0):,} finished with 2+ output tokens; E2E the "
+            f"{summary.get('e2e_requests', 0):,} finished")
+
+
+def print_summary(console: Console, summary: dict, out: Path, wall_s: float | None = None) -> None:
+    """One column per pool (and the fleet when there are several), one row per figure, what the
+    percentiles cover, then the verdict: what went wrong, if anything."""
+    head = f"[bold]{escape(str(summary['trace']))}[/]: {human_span(summary['sim_span_s'])} simulated"
+    console.print(head + (f" in {wall_s:.2f} s" if wall_s is not None else ""), soft_wrap=True)
     table = Table()
     table.add_column("")
     pools = summary["pools"]
     columns = list(pools.values())
     for name in pools:
-        table.add_column(name, justify="right")
+        table.add_column(escape(name), justify="right")
     if len(pools) > 1:
         table.add_column("fleet", justify="right", style="bold")
         columns.append(summary)
     for label, key, unit in SUMMARY_ROWS:
-        cells = []
-        for col in columns:
-            value = col.get(key)
-            if value is None:
-                cells.append("-")
-            elif unit == "%":
-                cells.append(f"{value:.2%}")
-            elif isinstance(value, float):
-                cells.append(f"{value:,.{0 if unit == ' ms' and value >= 100 else 2}f}{unit}")
-            else:
-                cells.append(f"{value:,}{unit}")
-        table.add_row(label, *cells)
+        table.add_row(label, *(_cell(col.get(key), unit) for col in columns))
     console.print(table)
-    console.print(f"run written to [bold]{out}[/]")
+    console.print(f"[dim]{coverage_line(summary)}[/]", soft_wrap=True)
+    print_verdict(console, summary.get("verdict") or [])
+    console.print(f"run written to [bold]{escape(str(out))}[/]", soft_wrap=True)
+
+
+def print_verdict(console: Console, lines: list[str]) -> None:
+    if not lines:
+        console.print(f"[green]verdict: every request finished, none rejected, SLO met by "
+                      f"{SLO_WARN_BELOW:.0%} or more[/]", soft_wrap=True)
+        return
+    for line in lines:
+        console.print(f"[bold red]verdict:[/] {escape(line)}", soft_wrap=True)
 
 
 def print_capacity(console: Console, cap) -> None:

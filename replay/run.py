@@ -10,6 +10,7 @@ from replay.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
 from replay.metrics import event_frame, request_frame, summarize, tick_frame
 from replay.outputs import RunOutputs
+from replay.verdict import verdict
 from traces import LoadedTrace
 
 
@@ -77,10 +78,12 @@ def replay_trace(
                 "replicas": p.config.replicas,
                 "kv_blocks_per_replica": p.capacity.kv_blocks,
                 "kv_tokens_per_replica": p.capacity.kv_tokens,
+                "max_model_len": p.max_model_len,
                 "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
                 "step_model": p.step_model,
             }
             for p in raw.plans
         },
     }
+    summary["verdict"] = verdict(summary, {"ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms}, cfg.max_drain_s)
     return RunOutputs(requests, ticks, events, summary, cfg.to_dict())
