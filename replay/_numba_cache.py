@@ -30,3 +30,48 @@ def _key_numba_cache() -> None:
 
 
 _key_numba_cache()
+
+
+# What one cold compile of every kernel a replay uses took on a 2-core machine (90-97 s measured,
+# issue 10): the estimate a first run gives before any compile was timed on this machine.
+COLD_COMPILE_S = 95.0
+_MARKER = "compiled.json"
+
+
+def kernels_cached() -> bool:
+    """Whether this version's kernels were compiled into the cache (by a warm-up that finished)."""
+    import numba
+
+    return os.path.exists(os.path.join(numba.config.CACHE_DIR, _MARKER))
+
+
+def compile_estimate_s() -> tuple[float, str]:
+    """How long a cold compile will take here, and why we think so: the last compile timed on
+    this machine (an earlier version's, in the same cache), else the 2-core figure."""
+    import json
+
+    import numba
+
+    parent = os.path.dirname(numba.config.CACHE_DIR)
+    timed = []
+    for path in Path(parent).glob(f"kernels-*/{_MARKER}"):
+        try:
+            timed.append((path.stat().st_mtime, float(json.loads(path.read_text())["compile_s"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if timed:
+        return max(timed)[1], "the last compile on this machine"
+    return COLD_COMPILE_S, "on a 2-core machine"
+
+
+def mark_compiled(seconds: float) -> None:
+    """Record that the kernels are in the cache, and how long compiling them took."""
+    import json
+
+    import numba
+
+    try:
+        with open(os.path.join(numba.config.CACHE_DIR, _MARKER), "w") as fh:
+            json.dump({"compile_s": round(seconds, 1)}, fh)
+    except OSError:
+        pass  # a read-only cache only loses the estimate

@@ -172,8 +172,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from replay.outputs import write_run
-    from replay.report import print_summary, progress_bar
-    from replay.run import replay_trace, warm_up
+    from replay.report import engine_ready, print_summary, progress_bar
+    from replay.run import replay_trace
 
     run = prepare_run(args)
     cfg, out, trace = run.cfg, run.out, run.trace
@@ -181,9 +181,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
     if args.engine == "numba":
-        with console.status("loading the engine (numba compiles it on first use: about 30 s, then cached)",
-                            spinner="dots") if show else contextlib.nullcontext():
-            warm_up()
+        engine_ready(console, terminal=show, quiet=args.quiet)
     with progress_bar(console, enabled=show) as progress:
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                               progress=progress, plans=run.plans, config_source=run.source)
@@ -329,9 +327,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.demo import comparison, demo_config_path, run_incident
-    from replay.report import print_comparison
+    from replay.report import engine_ready, print_comparison
 
     err = Console(stderr=True)
+    if args.engine == "numba":
+        engine_ready(err, terminal=err.is_terminal)
     with err.status("replaying the incident twice (before and after the fix)...", spinner="dots") \
             if err.is_terminal else contextlib.nullcontext():
         runs = run_incident(Path(args.out), force=args.force, engine=args.engine)

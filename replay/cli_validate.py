@@ -66,7 +66,7 @@ def scenario_path(name: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.run import warm_up
+    from replay.report import engine_ready
     from replay.validate import load_scenarios, mape_by_group, run_scenario
     from traces.errors import UserError
 
@@ -79,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     show = err.is_terminal and not args.json
     rows = []
-    with err.status("loading the engine", spinner="dots") if show else contextlib.nullcontext() as status:
-        if args.engine == "numba":
-            warm_up()
+    if args.engine == "numba":
+        engine_ready(err, terminal=show, quiet=args.json)
+    with err.status("loading the scenarios", spinner="dots") if show else contextlib.nullcontext() as status:
         for i, s in enumerate(scenarios, start=1):
             if status is not None:
                 status.update(f"scenario {i}/{len(scenarios)}: {s.name}")

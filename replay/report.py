@@ -37,6 +37,36 @@ def progress_bar(console: Console, enabled: bool) -> Iterator[Callable[[int, int
         yield update
 
 
+def engine_ready(console: Console, *, terminal: bool, quiet: bool = False) -> None:
+    """Compile (first run after an install or upgrade) or load the numba kernels, saying which: a
+    spinner with the elapsed time on a terminal; one line before and one after in a log."""
+    import time
+
+    from replay._numba_cache import compile_estimate_s, kernels_cached
+    from replay.run import warm_up
+
+    cached = kernels_cached()
+    if cached:
+        with console.status("loading the engine", spinner="dots") if terminal else contextlib.nullcontext():
+            warm_up()
+        return
+    estimate, basis = compile_estimate_s()
+    what = (f"compiling the engine's kernels (once per install or upgrade; about {estimate:.0f} s, {basis}; "
+            "cached for later runs)")
+    started = time.monotonic()
+    if terminal:
+        with Progress(TextColumn(what), TimeElapsedColumn(), console=console, transient=True) as bar:
+            bar.add_task("compile", total=None)
+            warm_up()
+    else:
+        if not quiet:
+            console.print(f"llm-replay: {what}", soft_wrap=True, highlight=False)
+        warm_up()
+    took = time.monotonic() - started
+    if not quiet:
+        console.print(f"llm-replay: compiled the engine in {took:.0f} s", soft_wrap=True, highlight=False)
+
+
 def _fmt(value, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "-"

@@ -1,0 +1,48 @@
+"""The first run of a fresh install compiles the kernels for about a minute and a half: it says
+so, with an estimate, also without a terminal (in logs), and says nothing of it once cached."""
+
+from __future__ import annotations
+
+import json
+
+import numba
+
+from replay import _numba_cache
+from tests.e2e.conftest import small_fleet
+
+
+def test_a_cold_cache_says_it_is_compiling_and_for_how_long(cli, write, monkeypatch):
+    monkeypatch.setattr(_numba_cache, "kernels_cached", lambda: False)
+    monkeypatch.setattr(_numba_cache, "mark_compiled", lambda seconds: None)
+    cfg = write("f.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}"))
+    res = cli("run", "--config", cfg, "--out", "o")
+    assert res.code == 0, res.err
+    first, second = [line for line in res.err.splitlines() if "compil" in line]
+    assert first.startswith("llm-replay: compiling the engine's kernels (once per install or upgrade; about ")
+    assert " s, " in first and "cached for later runs" in first
+    assert second.startswith("llm-replay: compiled the engine in ")
+    quiet = cli("run", "--config", cfg, "--out", "q", "-q")
+    assert "compiling" not in quiet.err
+
+
+def test_a_warm_cache_says_nothing_of_compiling(cli, write):
+    from replay.run import warm_up
+
+    warm_up()  # compiles what is not yet cached, and marks the cache
+    assert _numba_cache.kernels_cached()
+    cfg = write("f.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}"))
+    res = cli("run", "--config", cfg, "--out", "o")
+    assert res.code == 0, res.err
+    assert "compil" not in res.err
+
+
+def test_the_estimate_is_the_last_compile_timed_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "kernels-new"))
+    assert _numba_cache.compile_estimate_s() == (_numba_cache.COLD_COMPILE_S, "on a 2-core machine")
+    old = tmp_path / "kernels-old"
+    old.mkdir()
+    (old / "compiled.json").write_text(json.dumps({"compile_s": 41.5}))
+    assert _numba_cache.compile_estimate_s() == (41.5, "the last compile on this machine")
+    (tmp_path / "kernels-new").mkdir()
+    _numba_cache.mark_compiled(12.0)
+    assert _numba_cache.kernels_cached()
