@@ -114,8 +114,13 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     if proc.exitcode == 0:
         from rich.console import Console
 
+        from replay.report import print_summary
+
         _report_trace_fixes(Console(stderr=True), trace)
-        print(f"run written to {out}")
+        if not args.quiet:  # the table `run` prints: the dashboard has left the screen
+            print_summary(Console(), json.loads((out / "summary.json").read_text()), out)
+        else:
+            print(f"run written to {out}")
         return 0
     error = _status_error(live / STATUS_FILE)
     _clean(out, live, created)

@@ -468,7 +468,7 @@ def simulate(
         events.append(eng.take_events())
         by_state.append(control.tick(t, eng, snap))
         if progress is not None:
-            progress(min(t, last_arrival), last_arrival)
+            progress(t, last_arrival)  # past the last arrival: the fleet drains
         if on_tick is not None:
             on_tick(t_us=t, end_us=last_arrival, pools=snapshots[-1], counts=pool_counts[-1], states=by_state[-1],
                     gpus=billed[-1], events=events[-1], control_events=control.events,

@@ -17,7 +17,9 @@ from replay.verdict import SLO_WARN_BELOW
 
 @contextlib.contextmanager
 def progress_bar(console: Console, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """Yields a `progress(done_us, total_us)` callback, or None when there is no terminal."""
+    """Yields a `progress(done_us, total_us)` callback, or None when there is no terminal. Past
+    `total_us` (the last arrival) the fleet drains for an unknown time: the bar then pulses and
+    counts the seconds drained, so a long drain never looks like a hang at 100%."""
     if not enabled:
         yield None
         return
@@ -32,9 +34,20 @@ def progress_bar(console: Console, enabled: bool) -> Iterator[Callable[[int, int
         task = bar.add_task("replay", total=1.0, sim="")
 
         def update(done_us: int, total_us: int) -> None:
-            bar.update(task, completed=done_us / max(total_us, 1), sim=f"{done_us / 1e6:,.0f} / {total_us / 1e6:,.0f} s")
+            share, text = progress_state(done_us, total_us)
+            if share is None:
+                bar.update(task, total=None, sim=text)
+            else:
+                bar.update(task, completed=share, sim=text)
 
         yield update
+
+
+def progress_state(done_us: int, total_us: int) -> tuple[float | None, str]:
+    """The bar's share done (None: pulsing, the drain's length is unknown) and its text."""
+    if done_us <= total_us:
+        return done_us / max(total_us, 1), f"{done_us / 1e6:,.0f} / {total_us / 1e6:,.0f} s"
+    return None, f"arrivals done; draining for {(done_us - total_us) / 1e6:,.0f} s"
 
 
 def engine_ready(console: Console, *, terminal: bool, quiet: bool = False) -> None:

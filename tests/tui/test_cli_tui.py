@@ -100,6 +100,9 @@ def test_run_tui_watches_the_replay_to_a_finished_run(cli, tmp_path, monkeypatch
     code, out, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
     assert code == 0, err
     assert "run written to watched" in out
+    # the same table as `run` once the dashboard has left the screen
+    for label in ("TTFT p99", "SLO attainment", "percentiles cover", "verdict"):
+        assert label in out
     assert sorted(p.name for p in (tmp_path / "watched").iterdir()) == sorted(
         ["config.yaml", "events.parquet", "requests.parquet", "summary.json", "ticks.parquet"])
 
