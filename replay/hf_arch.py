@@ -111,12 +111,12 @@ def _gqa_heads(f: Fields, hidden: int, default_head_dim: int | None) -> tuple[in
     """(heads, kv_heads, head_dim). HF's default head_dim is hidden / heads, which then must divide;
     num_key_value_heads defaults to heads (plain multi-head attention), and must divide heads."""
     heads = f.pos_int("num_attention_heads")
-    kv_heads = f.pos_int("num_key_value_heads", heads)
-    _divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
     head_dim = f.pos_int("head_dim", default_head_dim or 0) or None
     if head_dim is None:
         _divides(f, "num_attention_heads", heads, "hidden_size", hidden)
         head_dim = hidden // heads
+    kv_heads = f.pos_int("num_key_value_heads", heads)
+    _divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
     return heads, kv_heads, head_dim
 
 

@@ -39,7 +39,9 @@ def _compressed_tensors(q: Mapping[str, Any], where: str) -> str | None:
     names = [n for n, g in groups.items() if isinstance(g, Mapping) and "Linear" in (g.get("targets") or [])]
     name = names[0] if names else next(iter(groups))
     group = groups[name]
-    weights = group.get("weights") if isinstance(group, Mapping) else None
+    if not isinstance(group, Mapping):
+        raise _err(where, f"config_groups.{name}", f"got {group!r}, expected an object with targets and weights")
+    weights = group.get("weights")
     key = f"config_groups.{name}.weights"
     if weights is None:
         return None
@@ -83,7 +85,8 @@ def weight_formats(data: Mapping[str, Any], where: str, dtype: str, has_experts:
     if method == "modelopt_fp4":
         return "nvfp4", None
     if method == "modelopt":
-        algo = q.get("quant_algo", (q.get("quantization") or {}).get("quant_algo"))
+        nested = q.get("quantization")  # hf_quant_config.json's layout, copied into config.json
+        algo = q.get("quant_algo", nested.get("quant_algo") if isinstance(nested, Mapping) else None)
         if algo in ("FP8", "NVFP4"):
             return ("fp8" if algo == "FP8" else "nvfp4"), None
         raise _err(where, "quant_algo", f"got {algo!r}, expected FP8 or NVFP4")
