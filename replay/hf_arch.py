@@ -67,7 +67,7 @@ class Fields:
         return Fields(value, self.where, self.arch, f"{self.prefix}{key}.")
 
 
-def _divides(f: Fields, key: str, part: int, whole_key: str, whole: int) -> None:
+def check_divides(f: Fields, key: str, part: int, whole_key: str, whole: int) -> None:
     if whole % part:
         raise f.error(key, f"got {part}, expected a divisor of {whole_key} ({whole})")
 
@@ -99,8 +99,9 @@ def _dtype(f: Fields) -> str:
     return {"float16": "fp16", "half": "fp16"}.get(str(name).lower(), "bf16")
 
 
-def _attention(f: Fields, hidden: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool,
-               o_bias: bool, qk_norm: bool) -> int:
+def attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool,
+                     o_bias: bool, qk_norm: bool) -> int:
+    """One grouped-query attention layer: q/k/v/o projections, their biases, optional q/k norms."""
     q, kv = heads * head_dim, kv_heads * head_dim
     params = hidden * (q + 2 * kv) + q * hidden
     params += (q + 2 * kv) * qkv_bias + hidden * o_bias
@@ -113,17 +114,17 @@ def _gqa_heads(f: Fields, hidden: int, default_head_dim: int | None) -> tuple[in
     heads = f.pos_int("num_attention_heads")
     head_dim = f.pos_int("head_dim", default_head_dim or 0) or None
     if head_dim is None:
-        _divides(f, "num_attention_heads", heads, "hidden_size", hidden)
+        check_divides(f, "num_attention_heads", heads, "hidden_size", hidden)
         head_dim = hidden // heads
     kv_heads = f.pos_int("num_key_value_heads", heads)
-    _divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
+    check_divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
     return heads, kv_heads, head_dim
 
 
-def _finish(f: Fields, *, layers: int, hidden: int, vocab: int, heads: int, kv_heads: int, head_dim: int,
-            intermediate: int, body: int, expert_params: int = 0, experts: int = 0, top_k: int = 0,
-            shared: int = 0, moe_width: int = 0, dense_layers: int = 0, extra_inactive: int = 0,
-            vision: int = 0, **mla: int) -> dict[str, Any]:
+def spec_fields(f: Fields, *, layers: int, hidden: int, vocab: int, heads: int, kv_heads: int, head_dim: int,
+                intermediate: int, body: int, expert_params: int = 0, experts: int = 0, top_k: int = 0,
+                shared: int = 0, moe_width: int = 0, dense_layers: int = 0, extra_inactive: int = 0,
+                vision: int = 0, **mla: int) -> dict[str, Any]:
     """ModelSpec fields from the layer sums: `body` is every weight but embeddings and the final norm."""
     tied = f.flag("tie_word_embeddings")
     total = vocab * hidden * (1 if tied else 2) + body + hidden + vision
@@ -138,7 +139,7 @@ def _finish(f: Fields, *, layers: int, hidden: int, vocab: int, heads: int, kv_h
     )
 
 
-def _top_k(f: Fields, key: str, experts: int) -> int:
+def top_k_of(f: Fields, key: str, experts: int) -> int:
     k = f.pos_int(key)
     if k > experts:
         raise f.error(key, f"got {k}, expected at most the {experts} experts")
@@ -152,24 +153,24 @@ def dense(f: Fields, qkv_bias: bool = False, qk_norm: bool = False, head_dim: in
     width = f.pos_int("intermediate_size")
     heads, kv_heads, hd = _gqa_heads(f, hidden, head_dim)
     bias = f.flag("attention_bias")
-    attn = _attention(f, hidden, heads, kv_heads, hd, qkv_bias or bias, bias, qk_norm)
+    attn = attention_params(hidden, heads, kv_heads, hd, qkv_bias or bias, bias, qk_norm)
     mlp = 3 * hidden * width + (2 * width + hidden) * f.flag("mlp_bias")
-    return _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                   intermediate=width, body=layers * (attn + mlp + 2 * hidden))
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                       intermediate=width, body=layers * (attn + mlp + 2 * hidden))
 
 
 def mixtral(f: Fields) -> dict[str, Any]:
     """Mixtral: Llama attention; every layer routes to top-k of `num_local_experts` SwiGLU experts."""
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     width, experts = f.pos_int("intermediate_size"), f.pos_int("num_local_experts")
-    top_k = _top_k(f, "num_experts_per_tok", experts)
+    top_k = top_k_of(f, "num_experts_per_tok", experts)
     heads, kv_heads, hd = _gqa_heads(f, hidden, None)
-    attn = _attention(f, hidden, heads, kv_heads, hd, False, False, False)
+    attn = attention_params(hidden, heads, kv_heads, hd, False, False, False)
     routed = layers * experts * 3 * hidden * width
     body = layers * (attn + hidden * experts + 2 * hidden) + routed
-    return _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                   intermediate=width, body=body, expert_params=routed, experts=experts, top_k=top_k,
-                   moe_width=width)
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                       intermediate=width, body=body, expert_params=routed, experts=experts, top_k=top_k,
+                       moe_width=width)
 
 
 def qwen3_moe(f: Fields) -> dict[str, Any]:
@@ -177,18 +178,18 @@ def qwen3_moe(f: Fields) -> dict[str, Any]:
     (i + 1) is a multiple of `decoder_sparse_step` (modeling_qwen3_moe.py); the rest are dense."""
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     experts, moe_width = f.pos_int("num_experts"), f.pos_int("moe_intermediate_size")
-    top_k = _top_k(f, "num_experts_per_tok", experts)
+    top_k = top_k_of(f, "num_experts_per_tok", experts)
     step, dense_only = f.pos_int("decoder_sparse_step", 1), set(f.int_list("mlp_only_layers"))
     moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
     dense_layers = layers - moe_layers
     width = f.pos_int("intermediate_size") if dense_layers else f.pos_int("intermediate_size", moe_width)
     heads, kv_heads, hd = _gqa_heads(f, hidden, 128)
-    attn = _attention(f, hidden, heads, kv_heads, hd, f.flag("attention_bias"), f.flag("attention_bias"), True)
+    attn = attention_params(hidden, heads, kv_heads, hd, f.flag("attention_bias"), f.flag("attention_bias"), True)
     routed = moe_layers * experts * 3 * hidden * moe_width
     body = layers * (attn + 2 * hidden) + dense_layers * 3 * hidden * width + moe_layers * hidden * experts + routed
-    return _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                   intermediate=width if dense_layers else moe_width, body=body, expert_params=routed,
-                   experts=experts, top_k=top_k, moe_width=moe_width, dense_layers=dense_layers)
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                       intermediate=width if dense_layers else moe_width, body=body, expert_params=routed,
+                       experts=experts, top_k=top_k, moe_width=moe_width, dense_layers=dense_layers)
 
 
 def gpt_oss(f: Fields) -> dict[str, Any]:
@@ -197,12 +198,12 @@ def gpt_oss(f: Fields) -> dict[str, Any]:
     "active" figure leaves out the input embedding (a lookup, no matmul); so does this count."""
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     width, experts = f.pos_int("intermediate_size"), f.pos_int("num_local_experts")
-    top_k = _top_k(f, "num_experts_per_tok", experts)
+    top_k = top_k_of(f, "num_experts_per_tok", experts)
     heads, kv_heads, hd = _gqa_heads(f, hidden, 64)
-    attn = _attention(f, hidden, heads, kv_heads, hd, True, True, False) + heads
+    attn = attention_params(hidden, heads, kv_heads, hd, True, True, False) + heads
     per_expert = 3 * hidden * width + 2 * width + hidden
     routed = layers * experts * per_expert
     body = layers * (attn + experts * (hidden + 1) + 2 * hidden) + routed
-    return _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                   intermediate=width, body=body, expert_params=routed, experts=experts, top_k=top_k,
-                   moe_width=width, extra_inactive=vocab * hidden)
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                       intermediate=width, body=body, expert_params=routed, experts=experts, top_k=top_k,
+                       moe_width=width, extra_inactive=vocab * hidden)

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from replay import hf_arch
-from replay.hf_arch import Fields, _divides, _finish, _top_k
+from replay.hf_arch import Fields, attention_params, check_divides, spec_fields, top_k_of
 from traces.errors import ConfigError
 
 
@@ -49,7 +49,7 @@ def deepseek(f: Fields) -> dict[str, Any]:
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     heads = f.pos_int("num_attention_heads")
     experts, moe_width = f.pos_int("n_routed_experts"), f.pos_int("moe_intermediate_size")
-    top_k = _top_k(f, "num_experts_per_tok", experts)
+    top_k = top_k_of(f, "num_experts_per_tok", experts)
     shared = f.count("n_shared_experts")
     first_dense, freq = f.count("first_k_dense_replace"), f.pos_int("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(layers) if i >= first_dense and i % freq == 0)
@@ -60,10 +60,10 @@ def deepseek(f: Fields) -> dict[str, Any]:
     routed = moe_layers * experts * 3 * hidden * moe_width
     body = layers * (attn + _indexer(f, hidden) + 2 * hidden) + dense_layers * 3 * hidden * width \
         + moe_layers * (router + shared * 3 * hidden * moe_width) + routed
-    return _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=heads, head_dim=v_dim,
-                   intermediate=width if dense_layers else moe_width * max(shared, 1), body=body,
-                   expert_params=routed, experts=experts, top_k=top_k, shared=shared, moe_width=moe_width,
-                   dense_layers=dense_layers, **mla)
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=heads, head_dim=v_dim,
+                       intermediate=width if dense_layers else moe_width * max(shared, 1), body=body,
+                       expert_params=routed, experts=experts, top_k=top_k, shared=shared, moe_width=moe_width,
+                       dense_layers=dense_layers, **mla)
 
 
 def _llama4_vision(f: Fields, text_hidden: int) -> int:
@@ -94,9 +94,9 @@ def llama4(f: Fields) -> dict[str, Any]:
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     heads = f.pos_int("num_attention_heads")
     kv_heads, head_dim = f.pos_int("num_key_value_heads", heads), f.pos_int("head_dim", 128)
-    _divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
+    check_divides(f, "num_key_value_heads", kv_heads, "num_attention_heads", heads)
     experts, width = f.pos_int("num_local_experts"), f.pos_int("intermediate_size")
-    top_k = _top_k(f, "num_experts_per_tok", experts)
+    top_k = top_k_of(f, "num_experts_per_tok", experts)
     if f.data.get("moe_layers") is not None:
         moe = {i for i in f.int_list("moe_layers") if 0 <= i < layers}
     else:
@@ -105,16 +105,14 @@ def llama4(f: Fields) -> dict[str, Any]:
     dense_layers = layers - len(moe)
     mlp_width = f.pos_int("intermediate_size_mlp") if dense_layers else width
     bias = f.flag("attention_bias")
-    q, kv = heads * head_dim, kv_heads * head_dim
-    attn = hidden * (q + 2 * kv) + q * hidden + (q + 2 * kv + hidden) * bias
+    attn = attention_params(hidden, heads, kv_heads, head_dim, bias, bias, False)
     routed = len(moe) * experts * 3 * hidden * width
     body = layers * (attn + 2 * hidden) + dense_layers * 3 * hidden * mlp_width \
         + len(moe) * (hidden * experts + 3 * hidden * width) + routed
-    fields = _finish(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
-                     head_dim=head_dim, intermediate=mlp_width, body=body, expert_params=routed, experts=experts,
-                     top_k=top_k, shared=1, moe_width=width, dense_layers=dense_layers,
-                     vision=_llama4_vision(root, hidden))
-    return fields
+    return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
+                       head_dim=head_dim, intermediate=mlp_width, body=body, expert_params=routed, experts=experts,
+                       top_k=top_k, shared=1, moe_width=width, dense_layers=dense_layers,
+                       vision=_llama4_vision(root, hidden))
 
 
 # architectures[0] -> the counting code (transformers / vLLM class names).
