@@ -173,9 +173,11 @@ def mixtral(f: Fields) -> dict[str, Any]:
                        moe_width=width)
 
 
-def qwen3_moe(f: Fields) -> dict[str, Any]:
-    """Qwen3-MoE: Qwen3 attention; layer i is MoE unless listed in `mlp_only_layers`, and when
-    (i + 1) is a multiple of `decoder_sparse_step` (modeling_qwen3_moe.py); the rest are dense."""
+def qwen_moe(f: Fields, qwen2: bool = False) -> dict[str, Any]:
+    """Qwen3-MoE (and Qwen2-MoE): layer i is MoE unless listed in `mlp_only_layers`, and when
+    (i + 1) is a multiple of `decoder_sparse_step` (modeling_qwen3_moe.py); the rest are dense.
+    Qwen3 attention has q/k norms and head_dim 128 by default; Qwen2-MoE's has QKV biases, and its
+    MoE layers add an always-on shared expert (shared_expert_intermediate_size) with a one-unit gate."""
     hidden, layers, vocab = f.pos_int("hidden_size"), f.pos_int("num_hidden_layers"), f.pos_int("vocab_size")
     experts, moe_width = f.pos_int("num_experts"), f.pos_int("moe_intermediate_size")
     top_k = top_k_of(f, "num_experts_per_tok", experts)
@@ -183,13 +185,17 @@ def qwen3_moe(f: Fields) -> dict[str, Any]:
     moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
     dense_layers = layers - moe_layers
     width = f.pos_int("intermediate_size") if dense_layers else f.pos_int("intermediate_size", moe_width)
-    heads, kv_heads, hd = _gqa_heads(f, hidden, 128)
-    attn = attention_params(hidden, heads, kv_heads, hd, f.flag("attention_bias"), f.flag("attention_bias"), True)
+    shared_width = f.pos_int("shared_expert_intermediate_size") if qwen2 else 0
+    heads, kv_heads, hd = _gqa_heads(f, hidden, None if qwen2 else 128)
+    bias = f.flag("attention_bias")
+    attn = attention_params(hidden, heads, kv_heads, hd, qwen2 or bias, bias, not qwen2)
     routed = moe_layers * experts * 3 * hidden * moe_width
-    body = layers * (attn + 2 * hidden) + dense_layers * 3 * hidden * width + moe_layers * hidden * experts + routed
+    router = hidden * experts + (3 * hidden * shared_width + hidden if qwen2 else 0)
+    body = layers * (attn + 2 * hidden) + dense_layers * 3 * hidden * width + moe_layers * router + routed
     return spec_fields(f, layers=layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                       intermediate=width if dense_layers else moe_width, body=body, expert_params=routed,
-                       experts=experts, top_k=top_k, moe_width=moe_width, dense_layers=dense_layers)
+                       intermediate=width if dense_layers else (shared_width or moe_width), body=body,
+                       expert_params=routed, experts=experts, top_k=top_k, shared=int(qwen2), moe_width=moe_width,
+                       dense_layers=dense_layers)
 
 
 def gpt_oss(f: Fields) -> dict[str, Any]:

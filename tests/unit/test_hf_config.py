@@ -172,20 +172,26 @@ def test_the_counting_code_reproduces_the_hand_written_entries(model_id):
         assert getattr(counted, key) == getattr(entry, key), key
 
 
-# Architectures with no shared file: published configs (hub pages) and their hub safetensors totals.
-@pytest.mark.parametrize("config, total", [
+# Architectures with no shared file: published configs (hub pages) and the totals their publishers give.
+@pytest.mark.parametrize("config, total, active", [
     # microsoft/Phi-3-mini-4k-instruct config.json; hub safetensors 3.82B params.
     (dict(architectures=["Phi3ForCausalLM"], hidden_size=3072, intermediate_size=8192, num_attention_heads=32,
-          num_hidden_layers=32, num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096), "3.82B"),
+          num_hidden_layers=32, num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096), "3.82B", None),
     # ibm-granite/granite-3.1-8b-instruct (40 layers, hidden 4096, FFN 12800, 32 / 8 heads, vocab 49155,
     # tied embeddings); hub: 8.17B params.
     (dict(architectures=["GraniteForCausalLM"], hidden_size=4096, intermediate_size=12800, num_attention_heads=32,
           num_hidden_layers=40, num_key_value_heads=8, vocab_size=49155, tie_word_embeddings=True,
-          max_position_embeddings=131072), "8.17B"),
+          max_position_embeddings=131072), "8.17B", None),
+    # Qwen/Qwen1.5-MoE-A2.7B config.json (Qwen2MoeForCausalLM); model card: "14.3B parameters in total
+    # and 2.7B activated parameters".
+    (dict(architectures=["Qwen2MoeForCausalLM"], hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+          shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4, num_attention_heads=16,
+          num_key_value_heads=16, num_hidden_layers=24, vocab_size=151936, max_position_embeddings=8192), "14.3B", "2.7B"),
 ])
-def test_phi3_and_granite_counts(config, total):
+def test_counts_of_architectures_without_a_shared_file(config, total, active):
     m = spec_from_config("x", "x", "", config, "config.json")
     assert m.total_params == pytest.approx(*_published(total))
+    assert m.active_params == (m.total_params if active is None else pytest.approx(*_published(active)))
 
 
 def test_a_fleet_config_names_a_config_json_relative_to_itself(tmp_path):
