@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     pol.add_argument("--json", action="store_true")
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
+    cat.add_argument("--model", metavar="ID|PATH",
+                     help="show what is known of one model: a catalog id, or a Hugging Face config.json (or its folder)")
     cat.add_argument("--json", action="store_true")
     add_tui_parser(sub)
     cli_calibrate.add_parser(sub)
@@ -357,9 +359,16 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 def _cmd_catalog(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.report import print_catalog
-    from replay.specs import catalog_rows
+    from replay.report import print_catalog, print_model_details
+    from replay.specs import catalog_rows, get_model, model_details
 
+    if args.model is not None:
+        details = model_details(get_model(args.model))
+        if args.json:
+            print(json.dumps(details, indent=2))
+        else:
+            print_model_details(Console(), details)
+        return 0
     rows = catalog_rows()
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -562,10 +562,25 @@ def load_config(path: str | Path | None) -> FleetConfig:
     return _resolve_profiles(cfg, path.parent)
 
 
+def _resolve_model(model: str | None, base_dir: Path) -> str | None:
+    """A `model:` that is a config.json path (replay/hf_config.py) is relative to the config file."""
+    from replay.hf_config import looks_like_path
+    from replay.specs_models import MODELS
+
+    if not isinstance(model, str) or model in MODELS or Path(model).expanduser().is_absolute():
+        return model
+    if looks_like_path(model) or (base_dir / model).exists():
+        return str((base_dir / model).resolve())
+    return model
+
+
 def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:
-    """Step-model profile paths are relative to the config file; make them absolute."""
+    """Step-model profile and model config paths are relative to the config file; make them absolute."""
+    cfg = replace(cfg, model=_resolve_model(cfg.model, base_dir))
     pools = []
     for pool in cfg.pools:
+        if pool.model is not None:
+            pool = replace(pool, model=_resolve_model(pool.model, base_dir))
         prof = pool.step_model.profile
         if prof is not None and prof not in ("splitwise", "vidur") and not Path(prof).is_absolute():
             pool = replace(pool, step_model=replace(pool.step_model, profile=str((base_dir / prof).resolve())))

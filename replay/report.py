@@ -250,6 +250,26 @@ def print_catalog(console: Console, rows: dict) -> None:
         console.print(table)
 
 
+def print_model_details(console: Console, details: dict) -> None:
+    """`catalog --model`: one model's fields, one per line (counts with thousands separators)."""
+    table = Table(title=f"model {details['name'] or details['id']}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in details.items():
+        if value is None:
+            text = "-"
+        elif key == "kv_bytes_per_token":
+            text = f"{value:,} B ({value / 1024:g} KiB)"
+        elif key.startswith("params_"):
+            text = f"{value:,} ({value / 1e9:.2f} B)"
+        elif isinstance(value, int):
+            text = f"{value:,}"
+        else:
+            text = str(value)
+        table.add_row(key, text)
+    console.print(table)
+
+
 def print_comparison(console: Console, table_rows, out: Path, configs: list[Path]) -> None:
     """The incident demo's before/after table."""
     table = Table(title="incident: one shared pool on GPU-Util (before) vs pools per workload (after)")

@@ -6,6 +6,7 @@ Bits per weight include the scale factors each format stores; KV dtypes are vLLM
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from replay.specs_gpus import GPUS, GpuSpec
@@ -14,7 +15,7 @@ from traces.errors import ConfigError
 
 __all__ = [
     "GPUS", "KV_DTYPE_BYTES", "MODELS", "QUANTIZATION_DTYPES", "WEIGHT_DTYPE_BITS", "GpuSpec", "ModelSpec", "catalog_rows",
-    "get_gpu", "get_model", "kv_dtype_bytes", "normalize_weight_dtype", "weight_bits",
+    "get_gpu", "get_model", "kv_dtype_bytes", "model_details", "normalize_weight_dtype", "weight_bits",
 ]
 
 # Bits stored per weight, scale factors included.
@@ -92,11 +93,17 @@ def kv_dtype_bytes(kv_cache_dtype: str, model: ModelSpec) -> int:
 
 
 def get_model(model_id: str) -> ModelSpec:
-    """The catalog entry for `model_id`."""
-    try:
+    """The catalog entry for `model_id`, or the model a Hugging Face config.json describes when
+    `model_id` is its path (or its folder's): it holds a slash or ends in .json, or names no
+    catalog entry but an existing file or folder."""
+    from replay.hf_config import load_model, looks_like_path
+
+    if isinstance(model_id, str) and model_id in MODELS:
         return MODELS[model_id]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown model {model_id!r}; known: {', '.join(sorted(MODELS))}") from None
+    if looks_like_path(model_id) or (isinstance(model_id, str) and model_id and Path(model_id).exists()):
+        return load_model(model_id)
+    raise ConfigError(f"unknown model {model_id!r}; known: {', '.join(sorted(MODELS))} "
+                      "(or the path of a Hugging Face config.json)")
 
 
 def get_gpu(gpu_id: str) -> GpuSpec:
@@ -105,6 +112,35 @@ def get_gpu(gpu_id: str) -> GpuSpec:
         return GPUS[gpu_id]
     except (KeyError, TypeError):
         raise ConfigError(f"unknown gpu {gpu_id!r}; known: {', '.join(sorted(GPUS))}") from None
+
+
+def model_details(m: ModelSpec) -> dict[str, Any]:
+    """What `llm-replay catalog --model` prints about one model (a catalog id or a config.json)."""
+    return {
+        "id": m.id,
+        "name": m.name,
+        "architecture": m.architecture or None,
+        "layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "attention": m.attention,
+        "heads": m.num_attention_heads,
+        "kv_heads": 1 if m.is_mla else m.num_kv_heads,
+        "head_dim": m.head_dim,
+        "mla_latent_dim": m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else None,
+        "experts_total": m.num_experts,
+        "experts_active": m.experts_per_token,
+        "experts_shared": m.num_shared_experts,
+        "moe_layers": m.moe_layers,
+        "params_total": int(m.total_params),
+        "params_active": int(m.active_params),
+        "params_routed_experts": int(m.expert_params),
+        "params_vision": int(m.vision_params),
+        "weight_format": m.default_weight_dtype
+        + (f" ({m.expert_weight_dtype} experts)" if m.expert_weight_dtype else ""),
+        "activation_dtype": m.dtype,
+        "kv_bytes_per_token": m.kv_elements_per_token * kv_dtype_bytes("auto", m),
+        "context_tokens": m.max_model_len,
+    }
 
 
 def catalog_rows() -> dict[str, list[dict[str, Any]]]:

@@ -6,8 +6,12 @@ Counts are plain numbers (parameters, not billions); sizes are in elements; dtyp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from replay.hf_arch_moe import fields_from_config
+from replay.hf_quant import weight_formats
 from traces.errors import ConfigError
 
 
@@ -49,8 +53,15 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     expert_params: float = 0.0
     expert_weight_dtype: str | None = None
-    # Leading layers with a dense FFN in an MoE model (DeepSeek-V3 `first_k_dense_replace`).
+    # Layers with a dense FFN in an MoE model (DeepSeek-V3's first `first_k_dense_replace`, Llama 4's
+    # non-MoE interleaved layers): only their count matters.
     num_dense_layers: int = 0
+    # Always-on experts per MoE layer (DeepSeek, Llama 4); their weights are dense, not expert_params.
+    num_shared_experts: int = 0
+    # Weights of a vision tower vLLM loads beside the text model (Llama 4): in total_params, never active.
+    vision_params: float = 0.0
+    # The Hugging Face class (config.json `architectures[0]`) the counts follow; "" if not recorded.
+    architecture: str = ""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
@@ -116,8 +127,24 @@ class ModelSpec:
         return self.expert_params * self.experts_per_token / self.num_experts if self.is_moe else 0.0
 
 
+def spec_from_config(model_id: str, name: str, hf_repo: str, data: Mapping[str, Any], where: str) -> ModelSpec:
+    """The ModelSpec a Hugging Face config.json (parsed: `data`) describes; `where` names it in errors."""
+    fields = fields_from_config(data, where)
+    weights, experts = weight_formats(data, where, fields["dtype"], fields["num_experts"] > 0)
+    try:
+        return ModelSpec(model_id, name, hf_repo, default_weight_dtype=weights, expert_weight_dtype=experts, **fields)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _m(spec: ModelSpec) -> tuple[str, ModelSpec]:
     return spec.id, spec
+
+
+def _hf(model_id: str, name: str, hf_repo: str, architecture: str, **config: Any) -> tuple[str, ModelSpec]:
+    """A catalog entry counted from its published config.json's fields, by the code that reads files."""
+    data = {"architectures": [architecture], **config}
+    return _m(spec_from_config(model_id, name, hf_repo, data, f"catalog entry {model_id}"))
 
 
 # Parameter counts are the exact sums over each architecture's tensors (they match the safetensors
@@ -166,4 +193,99 @@ MODELS: dict[str, ModelSpec] = dict([
     _m(ModelSpec("gpt-oss-120b", "gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 8, 64, 2880,
                  201088, 116_829_156_672, 5_132_849_472, 131072, num_experts=128, experts_per_token=4,
                  moe_intermediate_size=2880, expert_params=114_701_598_720, expert_weight_dtype="mxfp4")),
+
+    # --- Counted from each published config.json by replay/hf_arch*.py (the code that reads files);
+    # tests/unit/test_hf_config.py checks every figure. Numbers quoted are the config's fields. ---
+    # codellama/CodeLlama-34b-Instruct-hf: Llama, 48 layers, hidden 8192, 64 / 8 heads, FFN 22016,
+    # vocab 32000, 16384-token context (../shared/models/codellama-34b-instruct-hf).
+    _hf("codellama-34b", "CodeLlama 34B Instruct", "codellama/CodeLlama-34b-Instruct-hf", "LlamaForCausalLM",
+        num_hidden_layers=48, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
+        intermediate_size=22016, vocab_size=32000, max_position_embeddings=16384),
+    # 01-ai/Yi-34B: Llama, 60 layers, hidden 7168, 56 / 8 heads, FFN 20480, vocab 64000, 4096 tokens.
+    _hf("yi-34b", "Yi 34B", "01-ai/Yi-34B", "LlamaForCausalLM", num_hidden_layers=60, hidden_size=7168,
+        num_attention_heads=56, num_key_value_heads=8, intermediate_size=20480, vocab_size=64000,
+        max_position_embeddings=4096),
+    # meta-llama/Llama-3.3-70B-Instruct: the Llama 3.1 70B architecture (80 layers, hidden 8192, 64 / 8
+    # heads, FFN 28672, vocab 128256, 131072 tokens).
+    _hf("llama-3.3-70b", "Llama 3.3 70B Instruct", "meta-llama/Llama-3.3-70B-Instruct", "LlamaForCausalLM",
+        num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
+        intermediate_size=28672, vocab_size=128256, max_position_embeddings=131072),
+    # mistralai/Mistral-Nemo-Instruct-2407: 40 layers, hidden 5120, 32 / 8 heads of head_dim 128 (not
+    # 5120 / 32), FFN 14336, vocab 131072, max_position_embeddings 131072.
+    _hf("mistral-nemo-12b", "Mistral NeMo 12B Instruct", "mistralai/Mistral-Nemo-Instruct-2407",
+        "MistralForCausalLM", num_hidden_layers=40, hidden_size=5120, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, intermediate_size=14336, vocab_size=131072,
+        max_position_embeddings=131072),
+    # Qwen/Qwen2.5-7B-Instruct: 28 layers, hidden 3584, 28 / 4 heads, QKV bias, FFN 18944, vocab 152064,
+    # 32768 tokens.
+    _hf("qwen2.5-7b", "Qwen2.5 7B Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen2ForCausalLM",
+        num_hidden_layers=28, hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
+        intermediate_size=18944, vocab_size=152064, max_position_embeddings=32768),
+    # Qwen/Qwen3-14B: 40 layers, hidden 5120, 40 / 8 heads of 128, q/k norms, FFN 17408, vocab 151936,
+    # 40960 tokens.
+    _hf("qwen3-14b", "Qwen3 14B", "Qwen/Qwen3-14B", "Qwen3ForCausalLM", num_hidden_layers=40, hidden_size=5120,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, intermediate_size=17408,
+        vocab_size=151936, max_position_embeddings=40960),
+    # Qwen/Qwen3-30B-A3B: 48 layers, hidden 2048, 32 / 4 heads of 128, 128 experts of FFN 768, top-8.
+    _hf("qwen3-30b-a3b", "Qwen3 30B-A3B", "Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM", num_hidden_layers=48,
+        hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128, intermediate_size=6144,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, vocab_size=151936,
+        max_position_embeddings=40960),
+    # Qwen/Qwen3-235B-A22B: 94 layers, hidden 4096, 64 / 4 heads of 128, 128 experts of FFN 1536, top-8.
+    _hf("qwen3-235b-a22b", "Qwen3 235B-A22B", "Qwen/Qwen3-235B-A22B", "Qwen3MoeForCausalLM",
+        num_hidden_layers=94, hidden_size=4096, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+        intermediate_size=12288, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
+        vocab_size=151936, max_position_embeddings=40960),
+    # mistral-community/Mixtral-8x22B-v0.1 config.json: 56 layers, hidden 6144, 48 / 8 heads, 8 experts
+    # of FFN 16384, top-2, vocab 32000, 65536 tokens.
+    _hf("mixtral-8x22b", "Mixtral 8x22B", "mistralai/Mixtral-8x22B-v0.1", "MixtralForCausalLM",
+        num_hidden_layers=56, hidden_size=6144, num_attention_heads=48, num_key_value_heads=8,
+        intermediate_size=16384, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+        max_position_embeddings=65536),
+    # RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic: text model 48 layers, hidden 5120, 40 / 8 heads
+    # of 128, every layer MoE (16 experts of FFN 8192, top-1, plus a shared expert), vocab 202048,
+    # 10485760 tokens; the vision tower (34 layers, hidden 1408, FFN 5632) is loaded too. FP8 weights
+    # and dynamic per-token FP8 activations (compressed-tensors float-quantized).
+    _hf("llama-4-scout-fp8", "Llama 4 Scout 17B-16E Instruct FP8",
+        "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "Llama4ForConditionalGeneration",
+        text_config=dict(num_hidden_layers=48, hidden_size=5120, num_attention_heads=40, num_key_value_heads=8,
+                         head_dim=128, intermediate_size=8192, intermediate_size_mlp=16384, num_local_experts=16,
+                         num_experts_per_tok=1, interleave_moe_layer_step=1, vocab_size=202048,
+                         max_position_embeddings=10485760),
+        vision_config=dict(num_hidden_layers=34, hidden_size=1408, intermediate_size=5632, image_size=336,
+                           patch_size=14, num_channels=3, projector_input_dim=4096, projector_output_dim=4096,
+                           vision_output_dim=4096),
+        quantization_config=dict(quant_method="compressed-tensors", config_groups={"group_0": dict(
+            targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel"))})),
+    # deepseek-ai/DeepSeek-V2-Lite: 27 layers (the first dense, FFN 10944), hidden 2048, 16 heads, MLA
+    # without a q latent (kv_lora_rank 512, rope 64, nope 128, v 128), 64 routed experts of FFN 1408
+    # plus 2 shared, top-6, vocab 102400, 163840 tokens (YaRN x40 over 4096).
+    _hf("deepseek-v2-lite", "DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite", "DeepseekV2ForCausalLM",
+        num_hidden_layers=27, hidden_size=2048, num_attention_heads=16, num_key_value_heads=16,
+        intermediate_size=10944, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6, moe_intermediate_size=1408,
+        first_k_dense_replace=1, vocab_size=102400, max_position_embeddings=163840),
+    # deepseek-ai/DeepSeek-R1: the DeepSeek-V3 architecture and FP8 checkpoint (see deepseek-v3 above).
+    _hf("deepseek-r1", "DeepSeek-R1", "deepseek-ai/DeepSeek-R1", "DeepseekV3ForCausalLM", num_hidden_layers=61,
+        hidden_size=7168, num_attention_heads=128, num_key_value_heads=128, intermediate_size=18432,
+        q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8, moe_intermediate_size=2048,
+        first_k_dense_replace=3, topk_method="noaux_tc", vocab_size=129280, max_position_embeddings=163840,
+        quantization_config=dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[128, 128])),
+    # ../shared/models/glm-5.2-fp8 (GlmMoeDsaForCausalLM): 78 layers (first 3 dense, FFN 12288), hidden
+    # 6144, 64 heads, MLA (q_lora_rank 2048, kv_lora_rank 512, rope 64, nope 192, v 256) with a DSA
+    # indexer (32 heads of 128), 256 routed experts of FFN 2048 plus 1 shared, top-8, vocab 154880,
+    # 1048576 tokens, FP8 (128x128 blocks). The indexer's key cache is not in the KV bytes per token.
+    _hf("glm-5.2-fp8", "GLM-5.2 FP8", "zai-org/GLM-5.2-FP8", "GlmMoeDsaForCausalLM", num_hidden_layers=78,
+        hidden_size=6144, num_attention_heads=64, num_key_value_heads=64, intermediate_size=12288,
+        q_lora_rank=2048, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=192, v_head_dim=256,
+        index_n_heads=32, index_head_dim=128, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+        moe_intermediate_size=2048, first_k_dense_replace=3, topk_method="noaux_tc", vocab_size=154880,
+        max_position_embeddings=1048576,
+        quantization_config=dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[128, 128])),
+    # openai/gpt-oss-20b: the gpt-oss-120b layout with 24 layers and 32 experts (top-4), MXFP4 experts.
+    _hf("gpt-oss-20b", "gpt-oss-20b", "openai/gpt-oss-20b", "GptOssForCausalLM", num_hidden_layers=24,
+        hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64, intermediate_size=2880,
+        num_local_experts=32, num_experts_per_tok=4, vocab_size=201088, max_position_embeddings=131072,
+        quantization_config=dict(quant_method="mxfp4")),
 ])

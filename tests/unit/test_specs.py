@@ -23,7 +23,11 @@ from replay.specs import (
 from traces.errors import ConfigError
 
 MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-2-7b", "llama-2-70b", "mixtral-8x7b",
-             "qwen2.5-72b", "deepseek-v3", "gpt-oss-120b"]
+             "qwen2.5-72b", "deepseek-v3", "gpt-oss-120b",
+             # counted from their config.json files (tests/unit/test_hf_config.py)
+             "codellama-34b", "yi-34b", "llama-3.3-70b", "mistral-nemo-12b", "qwen2.5-7b", "qwen3-14b",
+             "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x22b", "llama-4-scout-fp8", "deepseek-v2-lite",
+             "deepseek-r1", "glm-5.2-fp8", "gpt-oss-20b"]
 GPU_IDS = ["a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h100-pcie-80gb", "h200-sxm-141gb",
            "b200-sxm-180gb", "l40s-48gb", "mi300x-192gb"]
 
