@@ -1,4 +1,4 @@
-"""Fleet config: YAML through `yaml.safe_load` into frozen dataclasses; unknown keys are errors.
+"""Fleet config: YAML through the bounded loader (traces/yamlfile.py) into frozen dataclasses; unknown keys are errors.
 
 Engine arguments use vLLM's names and defaults (`vllm/engine/arg_utils.py`, `vllm/config`).
 Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
@@ -7,7 +7,6 @@ Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, SPLITS, VICTIMS
 from traces import TraceConfig
 from traces.configtools import from_dict
 from traces.errors import ConfigError
+from traces.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
 
 
 
@@ -496,58 +496,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load, but a duplicate key is an error rather than a silent overwrite."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen[key] = True
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-# PyYAML follows YAML 1.1, where 2e9 and 4.0e9 are strings; read them as numbers, as YAML 1.2 does.
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def read_yaml(path: str | Path, what: str = "config") -> Any:
-    """A YAML file through the strict loader (YAML 1.2 floats, no duplicate keys, no Python
-    tags); every problem is one ConfigError naming the file (and line), as `what` file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file (expected YAML)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror}") from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        line = f" line {mark.line + 1}" if mark else ""
-        if exc.problem.startswith("duplicate key"):
-            raise ConfigError(f"{path}{line}: {exc.problem} (each key may appear once)") from None
-        raise ConfigError(f"{path}{line}: {exc.problem} (only plain YAML values are allowed)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from None
 
 
 def load_config(path: str | Path | None) -> FleetConfig:

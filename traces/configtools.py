@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from typing import Any, TypeVar
@@ -110,6 +111,11 @@ def _expected(path: str, value: Any, what: str, source: str) -> ConfigError:
     return ConfigError(f"{source}: {path}: got {_show(value)}, expected {what}")
 
 
+# repr() of a large value costs as much as the value; reprlib stops after a few items and levels.
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 8, 6, 70, 70
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
