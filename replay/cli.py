@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     run.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
+    add_plugin_option(run)
     add_trace_options(run)
 
     cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica; "
@@ -82,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     inc.add_argument("--engine", choices=("numba", "reference"), default="numba")
 
     pol = sub.add_parser("policies", help="every policy by family: parameters, defaults, upstream source")
-    pol.add_argument("--json", action="store_true")
+    pol.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    add_plugin_option(pol, "also list the functions of MODULE that fit an autoscaler or a pool split")
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--json", action="store_true")
@@ -91,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     cli_validate.add_parser(sub)
     cli_profile.add_parser(sub)
     return p
+
+
+def add_plugin_option(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="allow a config's 'MODULE:function' policies to load this module (a module on the "
+                        "Python path, or a .py file); a config alone never imports code (repeatable)"
+                        + (f"; {extra}" if extra else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +162,7 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     from replay.outputs import check_out_dir
     from traces import load_from_config
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, plugins=args.plugin)
     source = args.config or "default fleet"
     plans = plan_pools(cfg, source)
     base_dir = Path(args.config).resolve().parent if args.config else None
@@ -338,9 +347,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_policies(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from policies.plugins import load_plugins
     from policies.registry import policy_rows
     from replay.report import print_policies
 
+    load_plugins(args.plugin)
     rows = policy_rows()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))

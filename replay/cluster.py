@@ -195,7 +195,7 @@ def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan],
 def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "config") -> np.ndarray:
     """A user's split function on the trace; a result that sends a request to no pool is a
     config error naming the request."""
-    fn = split_function(name, "split.policy")
+    fn = split_function(name, "split.policy", source)
     result = fn(frame, list(pools))
     values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
     where = f"{source}: split.policy: {name}"

@@ -7,6 +7,7 @@ Every config section of the tool goes through `from_dict`, so every error names 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import reprlib
 import types
@@ -28,7 +29,8 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     unknown = sorted((str(k) for k in data if k not in fields))
     if unknown:
         where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise ConfigError(f"{source}: unknown key {where!r}; known keys: {', '.join(sorted(fields))}")
+        raise ConfigError(f"{source}: unknown key {where!r}{suggest(unknown[0], fields)}; known keys: "
+                          f"{', '.join(sorted(fields))}")
     missing = [
         name for name, f in fields.items()
         if name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -105,6 +107,12 @@ def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
             raise _expected(path, value, "a string", source)
         return value
     return value
+
+
+def suggest(name: Any, known: Any) -> str:
+    """" (did you mean 'x'?)" when `name` is a likely typo of one of `known`, else ""."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _expected(path: str, value: Any, what: str, source: str) -> ConfigError:
