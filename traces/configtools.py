@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
+from traces.bounds import out_of_bounds
 from traces.errors import ConfigError
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     for name, value in data.items():
         kwargs[name] = coerce(hints[name], value, f"{path}.{name}" if path else name, source)
     try:
-        return cls(**kwargs)
+        built = cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
@@ -54,6 +55,13 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
             where = f"{path}.{field}" if path else field
             raise ConfigError(f"{source}: {where}:{rest}") from None
         raise ConfigError(f"{source}: {path or 'top level'}: {text}") from None
+    # The section's own checks say what a value means; past them, no number may be absurd
+    # (traces/bounds.py): 1e300 seconds passes "> 0" but no clock or array can hold it.
+    for name, value in kwargs.items():
+        problem = out_of_bounds(cls, name, value)
+        if problem is not None:
+            raise _expected(f"{path}.{name}" if path else name, value, problem, source)
+    return built
 
 
 def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
