@@ -121,3 +121,17 @@ def test_the_reported_values_are_refused_naming_the_key(tmp_path, text, fragment
         for i, pool in enumerate(cfg.pools):
             make_decider(pool.autoscaler, 1_000_000, f"pools[{i}].autoscaler")
     assert fragment in str(err.value), str(err.value)
+
+
+def test_a_fleet_whose_kv_blocks_no_machine_holds_is_refused_before_any_memory(tmp_path):
+    from replay.cluster import MAX_FLEET_KV_BLOCKS, plan_pools
+
+    path = tmp_path / "c.yaml"
+    path.write_text("model: llama-3.1-8b\ngpu: h200-sxm-141gb\n"
+                    "pools: [{replicas: 1024, engine: {block_size: 1}}]\n")
+    with pytest.raises(ConfigError) as err:
+        plan_pools(load_config(path), str(path))
+    assert f"at most {MAX_FLEET_KV_BLOCKS:,}" in str(err.value) and "pools[0] (default): 1,024 replica slots" \
+        in str(err.value)
+    path.write_text("model: llama-3.1-8b\npools: [{replicas: 8}]\n")
+    assert len(plan_pools(load_config(path), str(path))) == 1
