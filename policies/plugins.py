@@ -21,7 +21,9 @@ from traces.errors import ConfigError, UserError
 
 ENTRY_POINT_GROUP = "llm_replay.policies"
 
-# The modules this command's --plugin flags allowed, by the name a config uses for them.
+# The modules this command's --plugin flags allowed, by the name a config uses for them. A
+# process-wide set rather than an argument because the lookups happen deep in planning and the
+# control loop, long after the command line; load_plugins replaces it at every command's start.
 _ALLOWED: dict[str, ModuleType] = {}
 
 # What each kind of user function is called with (the README documents these).

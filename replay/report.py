@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -188,7 +189,8 @@ def print_policies(console: Console, rows: list[dict]) -> None:
         if row["family"] != family:
             family = row["family"]
             console.print(f"\n[bold underline]{family}[/]")
-        console.print(f"[bold]{row['name']}[/]: {row['summary']}", soft_wrap=False)
+        # a plugin's name and docstring are the user's text, never rich markup
+        console.print(f"[bold]{escape(row['name'])}[/]: {escape(row['summary'])}", soft_wrap=False)
         if row["params"]:
-            console.print("  [cyan]" + ", ".join(f"{k}={v}" for k, v in row["params"].items()) + "[/]")
-        console.print(f"  [dim]{row['source']}[/]")
+            console.print("  [cyan]" + escape(", ".join(f"{k}={v}" for k, v in row["params"].items())) + "[/]")
+        console.print(f"  [dim]{escape(row['source'])}[/]")

@@ -104,3 +104,10 @@ def test_a_typo_gets_a_did_you_mean(cli, write, yaml_text, fragment):
     write("f.yaml", "model: llama-3.1-8b\n" + yaml_text + "\n")
     res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
     assert res.code == 2 and fragment in res.err, res.err
+
+
+def test_a_plugins_docstring_is_shown_as_text_not_markup(cli, write):
+    write("odd.py", 'def scale(ctx, params, state):\n    """Scales [/oops] by [bold]queue."""\n')
+    res = cli("policies", "--plugin", "odd.py")
+    assert res.code == 0, res.err
+    assert "odd:scale: Scales [/oops] by [bold]queue." in res.out
