@@ -435,6 +435,11 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if self.tick_s <= 0:
             raise ValueError(f"tick_s: got {self.tick_s}, expected > 0")
+        # The clock counts whole microseconds; a shorter tick, or one between two of them, would be
+        # rounded silently.
+        if self.tick_s < 1e-6 or abs(self.tick_s * 1e6 - round(self.tick_s * 1e6)) > 1e-6 * self.tick_s * 1e6:
+            raise ValueError(f"tick_s: got {self.tick_s:g}, expected a whole number of microseconds, at least 1e-06 "
+                             "(the simulated clock's unit)")
         if self.metrics_window_s <= 0:
             raise ValueError(f"metrics_window_s: got {self.metrics_window_s}, expected > 0")
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:

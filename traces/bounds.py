@@ -11,6 +11,7 @@ fails on one this table does not cover.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -149,8 +150,6 @@ def out_of_bounds(owner: type | None, name: str, value: Any) -> str | None:
 
 def first_out_of_bounds(obj: Any) -> tuple[str, Any, str] | None:
     """(key, value, expected) of the first field of dataclass instance `obj` outside its range."""
-    import dataclasses
-
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         problem = out_of_bounds(type(obj), f.name, value)
