@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
@@ -60,9 +61,20 @@ def _import(spec: str) -> tuple[str, ModuleType]:
                             "could not name it as 'module:function'")
         if not path.is_file():
             raise UserError(f"--plugin {spec}: no such file")
-        loader_spec = importlib.util.spec_from_file_location(name, path)
+        loaded = sys.modules.get(name)
+        if loaded is not None and getattr(loaded, "__file__", None) != str(path.resolve()):
+            raise UserError(f"--plugin {spec}: a module named {name!r} is already loaded from elsewhere; rename "
+                            "the file")
+        loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
         module = importlib.util.module_from_spec(loader_spec)
-        _run_module(spec, lambda: loader_spec.loader.exec_module(module))
+        # Registered before it runs, as importlib's recipe says: dataclasses and pickling inside
+        # the module look themselves up in sys.modules.
+        sys.modules[name] = module
+        try:
+            _run_module(spec, lambda: loader_spec.loader.exec_module(module))
+        except UserError:
+            sys.modules.pop(name, None)
+            raise
         return name, module
     if not all(part.isidentifier() for part in spec.split(".")):
         raise UserError(f"--plugin {spec}: not a module name (mypkg.scalers) or a .py file")

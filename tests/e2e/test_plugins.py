@@ -111,3 +111,15 @@ def test_a_plugins_docstring_is_shown_as_text_not_markup(cli, write):
     res = cli("policies", "--plugin", "odd.py")
     assert res.code == 0, res.err
     assert "odd:scale: Scales [/oops] by [bold]queue." in res.out
+
+
+def test_a_plugin_file_may_define_dataclasses_and_may_not_shadow_a_loaded_module(cli, write, monkeypatch):
+    write("dc_split.py", "from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
+                         "@dataclass\nclass Rule:\n    pool: int = 0\n\n"
+                         "def split(trace, pools):\n    return [Rule().pool] * trace.height\n")
+    write("json.py", "def split(trace, pools):\n    return [0] * trace.height\n")
+    monkeypatch.delitem(sys.modules, "dc_split", raising=False)
+    res = cli("policies", "--json", "--plugin", "dc_split.py")
+    assert res.code == 0 and "dc_split:split" in res.out, res.err
+    res = cli("policies", "--plugin", "json.py")
+    assert res.code == 2 and "a module named 'json' is already loaded from elsewhere" in res.err
