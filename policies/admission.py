@@ -20,8 +20,9 @@ class QueueLimitParams:
     max_waiting_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_waiting < 0 or self.max_waiting_tokens < 0:
-            raise ValueError("max_waiting: caps must be >= 0")
+        for name in ("max_waiting", "max_waiting_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: got {getattr(self, name)}, expected a cap >= 0 (0 turns it off)")
         if self.max_waiting == 0 and self.max_waiting_tokens == 0:
             raise ValueError("max_waiting: set max_waiting or max_waiting_tokens (both 0 would admit everything)")
 

@@ -7,8 +7,6 @@ Autoscalers are plain Python, called once per control tick through `AutoscalerSp
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,6 +15,8 @@ from policies.api import Decision, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import ratio_state
 from policies.autoscalers.guard import GuardParams, GuardState, guard_step
+from policies.plugins import ENTRY_POINT_GROUP, check_signature, plugin_rows, user_object
+from traces.configtools import suggest
 from traces.errors import ConfigError
 
 
@@ -146,7 +146,8 @@ def admission_spec(name: str, key: str | None = None) -> AdmissionSpec:
         return ADMISSIONS[name]
     except KeyError:
         where = f"{key}: " if key else ""
-        raise ConfigError(f"{where}unknown admission policy {name!r}; known: {', '.join(sorted(ADMISSIONS))}") from None
+        raise ConfigError(f"{where}unknown admission policy {name!r}{suggest(name, ADMISSIONS)}; known: "
+                          f"{', '.join(sorted(ADMISSIONS))}") from None
 
 
 SPLITS: dict[str, PolicySpec] = {
@@ -174,7 +175,7 @@ def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
     try:
         return table[name].numba_id
     except KeyError:
-        raise ConfigError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+        raise ConfigError(f"unknown {what} {name!r}{suggest(name, table)}; known: {', '.join(sorted(table))}") from None
 
 
 def queue_order_id(name: str) -> int:
@@ -189,7 +190,7 @@ def router_id(name: str) -> int:
     try:
         return ROUTERS[name].numba_id
     except KeyError:
-        raise ConfigError(f"unknown router {name!r}; known: {', '.join(sorted(ROUTERS))}") from None
+        raise ConfigError(f"unknown router {name!r}{suggest(name, ROUTERS)}; known: {', '.join(sorted(ROUTERS))}") from None
 
 
 @dataclass(frozen=True)
@@ -279,48 +280,33 @@ AUTOSCALERS: dict[str, AutoscalerSpec] = {
 }
 
 
-ENTRY_POINT_GROUP = "llm_replay.policies"
-
-
-def _user_object(name: str, what: str, where: str) -> Any | None:
-    """`"package.module:attr"` or an installed plugin's `llm_replay.policies` entry point named
-    `name`, loaded; None when `name` is neither."""
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"{where}cannot load {what} {name!r}: {exc}") from None
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            return ep.load()
-    return None
-
-
-def split_function(name: str, key: str | None = None) -> Callable[..., Any]:
+def split_function(name: str, key: str | None = None, source: str = "config") -> Callable[..., Any]:
     """A user's pool split: `fn(trace: polars.DataFrame, pools: list[str])` returning each
-    request's pool, by index or by name (`replay.cluster.split_requests` checks the result)."""
-    where = f"config: {key}: " if key else ""
-    obj = _user_object(name, "pool split", where)
+    request's pool, by index or by name (`replay.cluster.split_requests` checks the result).
+    Only a --plugin module's function or an installed entry point (policies/plugins.py)."""
+    where = f"{source}: {key}: " if key else ""
+    obj = user_object(name, "pool split", where)
     if obj is None:
-        raise ConfigError(f"{where}unknown pool split {name!r}; known: {', '.join(sorted(SPLITS))}, "
-                          "or 'package.module:function', or a plugin's llm_replay.policies entry point")
-    if not callable(obj):
-        raise ConfigError(f"{where}pool split {name!r} is not a function")
+        raise ConfigError(f"{where}unknown pool split {name!r}{suggest(name, SPLITS)}; known: "
+                          f"{', '.join(sorted(SPLITS))}, or 'module:function' of a --plugin module, or a plugin's "
+                          f"{ENTRY_POINT_GROUP} entry point")
+    check_signature(obj, name, "pool split", where)
     return obj
 
 
-def autoscaler_spec(name: str, key: str | None = None) -> AutoscalerSpec:
-    """The spec named `name`: a built-in, a `"package.module:function"`, or an installed plugin's
-    entry point in the `llm_replay.policies` group. `key` (a config key path) prefixes errors."""
-    where = f"config: {key}: " if key else ""
+def autoscaler_spec(name: str, key: str | None = None, source: str = "config") -> AutoscalerSpec:
+    """The spec named `name`: a built-in, a `"module:function"` of a --plugin module, or an
+    installed plugin's entry point in the `llm_replay.policies` group. `key` (a config key path)
+    and `source` (the config file) prefix errors."""
+    where = f"{source}: {key}: " if key else ""
     if name in AUTOSCALERS:
         return AUTOSCALERS[name]
-    obj = _user_object(name, "autoscaler", where)
+    obj = user_object(name, "autoscaler", where)
     if obj is not None:
         return _user_spec(name, obj, where)
-    raise ConfigError(f"{where}unknown autoscaler {name!r}; known: {', '.join(sorted(AUTOSCALERS))}, "
-                      "or 'package.module:function', or a plugin's llm_replay.policies entry point")
+    raise ConfigError(f"{where}unknown autoscaler {name!r}{suggest(name, AUTOSCALERS)}; known: "
+                      f"{', '.join(sorted(AUTOSCALERS))}, or 'module:function' of a --plugin module, or a plugin's "
+                      f"{ENTRY_POINT_GROUP} entry point")
 
 
 class UserParams(dict):
@@ -337,8 +323,7 @@ def _user_spec(name: str, obj: Any, where: str) -> AutoscalerSpec:
     Decision` whose state starts as None."""
     if isinstance(obj, AutoscalerSpec):
         return obj
-    if not callable(obj):
-        raise ConfigError(f"{where}autoscaler {name!r} is not a function or an AutoscalerSpec")
+    check_signature(obj, name, "autoscaler", where)
     doc = (obj.__doc__ or "a user's autoscaler").strip().splitlines()[0]
     return AutoscalerSpec(name, UserParams, lambda params: None, obj, f"user policy {name}", doc, raw_params=True)
 
@@ -372,4 +357,4 @@ def policy_rows() -> list[dict[str, Any]]:
     rows.append({"family": "autoscaler guard", "name": "guard", "params": params(GuardParams),
                  "summary": "bounds, cooldowns, decision interval and scrape delay shared by every autoscaler",
                  "source": "Ray Serve autoscaling_policy.py: bounds and delays live in one wrapper"})
-    return rows
+    return rows + plugin_rows()

@@ -21,6 +21,7 @@ from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
 from replay.specs import get_gpu
 from traces.errors import ConfigError
+from traces.yamlfile import read_yaml
 
 FORMAT = "llm-replay-step-profile/1"
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -127,11 +128,9 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
     path = Path(path)
     head = f"{where}: {path}" if where else str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{head}: profile file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{head}: cannot read as a step-model profile: {exc}") from None
+        data = read_yaml(path, "step-model profile")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{head}: not a step-model profile (expected 'format: {FORMAT}', as `llm-replay "
                           "calibrate` writes)")

@@ -44,26 +44,34 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     run.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
+    add_plugin_option(run)
     add_trace_options(run)
 
     cap = sub.add_parser("capacity", help="weights, KV bytes per token and KV capacity of one replica; "
                                           "--break-even: the prefill/decode break-even KV link bandwidth")
     cap.add_argument("--model", help="catalog model (required, except with --break-even: every model)")
     cap.add_argument("--gpu", help="catalog GPU (required, except with --break-even and --flops)")
-    cap.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    cap.add_argument("--kv-cache-dtype", default="auto")
-    cap.add_argument("--weight-dtype", default=None)
-    cap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    cap.add_argument("--block-size", type=int, default=16)
-    cap.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    cap.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    cap.add_argument("--tp", type=int, default=1,
+                     help="tensor parallel size: GPUs per replica (default 1)")
+    cap.add_argument("--kv-cache-dtype", default="auto",
+                     help="KV cache dtype as vLLM's --kv-cache-dtype: auto (the model's dtype), fp8, ... (default auto)")
+    cap.add_argument("--weight-dtype", default=None,
+                     help="weight dtype, e.g. bf16, fp8, int4 (default: the catalog model's own)")
+    cap.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                     help="share of GPU memory vLLM may use, in (0, 1] (default 0.9)")
+    cap.add_argument("--block-size", type=int, default=16,
+                     help="tokens per KV block: a power of 2 up to 128 (default 16)")
+    cap.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                     help="tokens per step, which sizes the activation memory reserved (default 8192)")
+    cap.add_argument("--num-gpu-blocks-override", type=int, default=None,
+                     help="KV blocks per replica instead of what memory allows (vLLM's flag of that name)")
     cap.add_argument("--break-even", action="store_true",
                      help="print W* = kv_bytes_per_token x F / (2 x active params) per model, and the KV "
                           "transfer's share of the prefill over each link preset")
     cap.add_argument("--flops", type=float, default=None,
                      help="with --break-even: the achieved prefill FLOP/s F (default: the GPU's dense peak for "
                           "the model's weights x the MFU a pool of that GPU runs at by default)")
-    cap.add_argument("--json", action="store_true")
+    cap.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
 
     tr = sub.add_parser("trace", help="look at a trace")
     trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
@@ -71,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("trace", nargs="?", default=None,
                      help="trace file or bundled trace name (default: the --config's trace)")
     ins.add_argument("--config", "-c", help="take the trace: section of this fleet config")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
     add_trace_options(ins)
 
     demo = sub.add_parser("demo", help="replay a built-in scenario")
@@ -79,20 +87,29 @@ def _parser() -> argparse.ArgumentParser:
     inc = demosub.add_parser("incident", help="TTFT p99 past 30 s on a shared GPU-Util-scaled pool, and the fix")
     inc.add_argument("--out", "-o", default="runs/incident", help="writes OUT/before and OUT/after")
     inc.add_argument("--force", action="store_true", help="replace existing runs")
-    inc.add_argument("--engine", choices=("numba", "reference"), default="numba")
+    inc.add_argument("--engine", choices=("numba", "reference"), default="numba",
+                     help="numba (fast) or reference (slow pure Python, same outputs)")
 
     pol = sub.add_parser("policies", help="every policy by family: parameters, defaults, upstream source")
-    pol.add_argument("--json", action="store_true")
+    pol.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    add_plugin_option(pol, "also list the functions of MODULE that fit an autoscaler or a pool split")
 
     cat = sub.add_parser("catalog", help="the models and GPUs llm-replay knows")
     cat.add_argument("--model", metavar="ID|PATH",
                      help="show what is known of one model: a catalog id, or a Hugging Face config.json (or its folder)")
-    cat.add_argument("--json", action="store_true")
+    cat.add_argument("--json", action="store_true", help="print the catalog as JSON instead of the tables")
     add_tui_parser(sub)
     cli_calibrate.add_parser(sub)
     cli_validate.add_parser(sub)
     cli_profile.add_parser(sub)
     return p
+
+
+def add_plugin_option(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="allow a config's 'MODULE:function' policies to load this module (a module on the "
+                        "Python path, or a .py file); a config alone never imports code (repeatable)"
+                        + (f"; {extra}" if extra else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +172,7 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     from replay.outputs import check_out_dir
     from traces import load_from_config
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, plugins=args.plugin)
     source = args.config or "default fleet"
     plans = plan_pools(cfg, source)
     base_dir = Path(args.config).resolve().parent if args.config else None
@@ -224,6 +241,25 @@ def _default_out(args: argparse.Namespace, cfg) -> Path:
     return Path("runs") / stem
 
 
+# capacity's numeric flags and the config keys whose ranges they share (traces/bounds.py).
+CAPACITY_FLAGS = {"tp": "tensor_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
+                  "block_size": "block_size", "max_num_batched_tokens": "max_num_batched_tokens",
+                  "num_gpu_blocks_override": "num_gpu_blocks_override", "flops": "flops"}
+
+
+def _check_flag_ranges(args: argparse.Namespace, flags: dict[str, str]) -> None:
+    """A flag refuses what its config key refuses, nan and inf included: one UserError naming it."""
+    from traces.bounds import out_of_bounds
+
+    for dest, key in flags.items():
+        value = getattr(args, dest)
+        problem = None if value is None else out_of_bounds(None, key, value)
+        if problem is not None:
+            flag = "--" + dest.replace("_", "-")
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            raise UserError(f"{args.command}: {flag}: got {shown}, expected {problem}")
+
+
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -231,6 +267,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     from replay.report import print_capacity
     from replay.specs import get_gpu, get_model
 
+    _check_flag_ranges(args, CAPACITY_FLAGS)
     if args.break_even:
         return _cmd_break_even(args)
     if not args.model or not args.gpu:
@@ -271,8 +308,6 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
 
     models = [get_model(args.model)] if args.model else list(MODELS.values())
     if args.flops is not None:
-        if not args.flops > 0:
-            raise UserError(f"capacity: --flops: got {args.flops:g}, expected FLOP/s > 0")
         flops = {m.id: args.flops for m in models}
         source = f"F = {args.flops:.3g} FLOP/s (--flops)"
     elif args.gpu:
@@ -345,9 +380,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_policies(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from policies.plugins import load_plugins
     from policies.registry import policy_rows
     from replay.report import print_policies
 
+    load_plugins(args.plugin)
     rows = policy_rows()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))

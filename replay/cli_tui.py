@@ -172,7 +172,7 @@ def replay_child(args: argparse.Namespace, out: str, trace) -> None:
 
     out_dir = Path(out)
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, plugins=args.plugin)
         source = args.config or "default fleet"
         plans = plan_pools(cfg, source)
         base_dir = Path(args.config).resolve().parent if args.config else None

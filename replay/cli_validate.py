@@ -55,6 +55,9 @@ def add_parser(sub: Any) -> None:
                    help="run only the scenario(s) whose name contains NAME (repeatable)")
     p.add_argument("--engine", choices=("numba", "reference"), default="numba",
                    help="replay engine (default numba; reference: the pure-Python twin, slower)")
+    from replay.cli import add_plugin_option
+
+    add_plugin_option(p)
 
 
 def scenario_path(name: str) -> Path:
@@ -66,10 +69,12 @@ def scenario_path(name: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from policies.plugins import load_plugins
     from replay.report import engine_ready
     from replay.validate import load_scenarios, mape_by_group, run_scenario
     from traces.errors import UserError
 
+    load_plugins(args.plugin)
     path = scenario_path(args.scenarios)
     scenarios = load_scenarios(path)
     if args.only:

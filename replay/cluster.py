@@ -117,7 +117,25 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
                               resolved_step_model(coefficients, sm, gpu.id)))
+    _check_fleet_blocks(plans, source)
     return plans
+
+
+# The engines keep a few int64 arrays per KV block of every replica slot (replay/numba_engine.py):
+# about 100 bytes a block, so this is about 3 GB, past any fleet the reference lesson needs.
+MAX_FLEET_KV_BLOCKS = 1 << 25
+
+
+def _check_fleet_blocks(plans: list[PoolPlan], source: str) -> None:
+    """Refuse, before any memory is asked for, a fleet whose KV blocks no machine could hold."""
+    total = sum(p.capacity.kv_blocks * p.config.max_replicas for p in plans)
+    if total > MAX_FLEET_KV_BLOCKS:
+        biggest = max(plans, key=lambda p: p.capacity.kv_blocks * p.config.max_replicas)
+        raise ConfigError(
+            f"{source}: pools: {total:,} KV blocks in all (pools[{biggest.index}] ({biggest.name}): "
+            f"{biggest.config.max_replicas:,} replica slots x {biggest.capacity.kv_blocks:,} blocks); the simulator "
+            f"holds at most {MAX_FLEET_KV_BLOCKS:,} (about 3 GB); use fewer replicas, a larger engine.block_size, "
+            "or engine.num_gpu_blocks_override")
 
 
 def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: str) -> dict[str, Any]:
@@ -195,7 +213,7 @@ def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan],
 def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "config") -> np.ndarray:
     """A user's split function on the trace; a result that sends a request to no pool is a
     config error naming the request."""
-    fn = split_function(name, "split.policy")
+    fn = split_function(name, "split.policy", source)
     result = fn(frame, list(pools))
     values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
     where = f"{source}: split.policy: {name}"

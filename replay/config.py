@@ -1,4 +1,4 @@
-"""Fleet config: YAML through `yaml.safe_load` into frozen dataclasses; unknown keys are errors.
+"""Fleet config: YAML through the bounded loader (traces/yamlfile.py) into frozen dataclasses; unknown keys are errors.
 
 Engine arguments use vLLM's names and defaults (`vllm/engine/arg_utils.py`, `vllm/config`).
 Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
@@ -7,17 +7,18 @@ Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
 from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, SPLITS, VICTIMS
 from traces import TraceConfig
-from traces.configtools import from_dict
+from policies.plugins import is_entry_point, load_plugins
+from traces.configtools import from_dict, suggest
 from traces.errors import ConfigError
+from traces.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
 
 
 
@@ -119,7 +120,8 @@ class EngineArgs:
             raise ValueError(f"max_lora_rank: got {self.max_lora_rank}, expected one of "
                              f"{', '.join(map(str, LORA_RANKS))}")
         if self.scheduling_policy not in QUEUE_ORDERS:
-            raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}; "
+            raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}"
+                             f"{suggest(self.scheduling_policy, QUEUE_ORDERS)}; "
                              f"known: {', '.join(sorted(QUEUE_ORDERS))}")
 
 
@@ -140,7 +142,8 @@ class PreemptionConfig:
 
     def __post_init__(self) -> None:
         if self.victim != "auto" and self.victim not in VICTIMS:
-            raise ValueError(f"victim: unknown preemption victim {self.victim!r}; known: auto, "
+            raise ValueError(f"victim: unknown preemption victim {self.victim!r}"
+                             f"{suggest(self.victim, ['auto', *VICTIMS])}; known: auto, "
                              f"{', '.join(sorted(VICTIMS))}")
         if self.mode not in ("recompute", "swap"):
             raise ValueError(f"mode: got {self.mode!r}, expected recompute or swap")
@@ -265,7 +268,8 @@ class AdmissionConfig:
 
     def __post_init__(self) -> None:
         if self.policy not in ADMISSIONS:
-            raise ValueError(f"policy: unknown admission policy {self.policy!r}; known: {', '.join(sorted(ADMISSIONS))}")
+            raise ValueError(f"policy: unknown admission policy {self.policy!r}{suggest(self.policy, ADMISSIONS)}; "
+                             f"known: {', '.join(sorted(ADMISSIONS))}")
 
 
 @dataclass(frozen=True)
@@ -303,7 +307,8 @@ class PoolConfig:
             raise ValueError(f"replicas: got {self.replicas}, expected a whole number >= 0")
         _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.router not in ROUTERS:
-            raise ValueError(f"router: unknown router {self.router!r}; known: {', '.join(sorted(ROUTERS))}")
+            raise ValueError(f"router: unknown router {self.router!r}{suggest(self.router, ROUTERS)}; known: "
+                             f"{', '.join(sorted(ROUTERS))}")
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
             raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
         if not self.router_refresh_ms > 0:
@@ -345,14 +350,6 @@ LINK_PRESETS: dict[str, float] = {
 }
 
 
-def _is_plugin(name: str) -> bool:
-    from importlib.metadata import entry_points
-
-    from policies.registry import ENTRY_POINT_GROUP
-
-    return any(ep.name == name for ep in entry_points(group=ENTRY_POINT_GROUP))
-
-
 @dataclass(frozen=True)
 class SplitConfig:
     """How requests are split over the pools. `by-workload`: the pool whose `workloads` lists the
@@ -376,15 +373,17 @@ class SplitConfig:
     local_prefill_threshold: int = 0
 
     def __post_init__(self) -> None:
-        if self.policy not in SPLITS and ":" not in self.policy and not _is_plugin(self.policy):
-            raise ValueError(f"policy: unknown pool split {self.policy!r}; known: {', '.join(sorted(SPLITS))}, "
-                             "or 'package.module:function', or a plugin's llm_replay.policies entry point")
+        if self.policy not in SPLITS and ":" not in self.policy and not is_entry_point(self.policy):
+            raise ValueError(f"policy: unknown pool split {self.policy!r}{suggest(self.policy, SPLITS)}; known: "
+                             f"{', '.join(sorted(SPLITS))}, or 'module:function' of a --plugin module, or a "
+                             "plugin's llm_replay.policies entry point")
         if list(self.prompt_thresholds) != sorted(set(self.prompt_thresholds)) or any(
                 t <= 0 for t in self.prompt_thresholds):
             raise ValueError(f"prompt_thresholds: got {list(self.prompt_thresholds)}, expected increasing "
                              "token counts > 0")
         if self.link not in LINK_PRESETS:
-            raise ValueError(f"link: unknown link {self.link!r}; known: {', '.join(LINK_PRESETS)} "
+            raise ValueError(f"link: unknown link {self.link!r}{suggest(self.link, LINK_PRESETS)}; known: "
+                             f"{', '.join(LINK_PRESETS)} "
                              "(or set link_bytes_per_s)")
         if self.link_bytes_per_s is not None and not self.link_bytes_per_s > 0:
             raise ValueError(f"link_bytes_per_s: got {self.link_bytes_per_s}, expected > 0")
@@ -436,6 +435,11 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if self.tick_s <= 0:
             raise ValueError(f"tick_s: got {self.tick_s}, expected > 0")
+        # The clock counts whole microseconds; a shorter tick, or one between two of them, would be
+        # rounded silently.
+        if self.tick_s < 1e-6 or abs(self.tick_s * 1e6 - round(self.tick_s * 1e6)) > 1e-6 * self.tick_s * 1e6:
+            raise ValueError(f"tick_s: got {self.tick_s:g}, expected a whole number of microseconds, at least 1e-06 "
+                             "(the simulated clock's unit)")
         if self.metrics_window_s <= 0:
             raise ValueError(f"metrics_window_s: got {self.metrics_window_s}, expected > 0")
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
@@ -498,60 +502,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load, but a duplicate key is an error rather than a silent overwrite."""
+def load_config(path: str | Path | None, plugins: Sequence[str] | None = None) -> FleetConfig:
+    """Read a fleet config; None gives the default fleet. Every problem is a ConfigError.
 
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen[key] = True
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-# PyYAML follows YAML 1.1, where 2e9 and 4.0e9 are strings; read them as numbers, as YAML 1.2 does.
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def read_yaml(path: str | Path, what: str = "config") -> Any:
-    """A YAML file through the strict loader (YAML 1.2 floats, no duplicate keys, no Python
-    tags); every problem is one ConfigError naming the file (and line), as `what` file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file (expected YAML)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror}") from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        line = f" line {mark.line + 1}" if mark else ""
-        if exc.problem.startswith("duplicate key"):
-            raise ConfigError(f"{path}{line}: {exc.problem} (each key may appear once)") from None
-        raise ConfigError(f"{path}{line}: {exc.problem} (only plain YAML values are allowed)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from None
-
-
-def load_config(path: str | Path | None) -> FleetConfig:
-    """Read a fleet config; None gives the default fleet. Every problem is a ConfigError."""
+    `plugins` (the command's --plugin flags) are the only modules a `"module:function"` policy
+    may name: a command that runs the config passes them (an empty list: none), and every user
+    policy is then loaded and its signature checked here, so a mistake names the file before
+    anything runs. None (a command that only reads the config) loads nothing and checks no code."""
+    if plugins is not None:
+        load_plugins(plugins)
     if path is None:
         return FleetConfig()
     path = Path(path)
@@ -559,6 +518,8 @@ def load_config(path: str | Path | None) -> FleetConfig:
     if data is None:
         raise ConfigError(f"{path}: config file is empty (expected a mapping with 'pools', 'model', ...)")
     cfg = from_dict(FleetConfig, data, "", source=str(path))
+    if plugins is not None:
+        check_user_policies(cfg, str(path))
     return _resolve_profiles(cfg, path.parent)
 
 
@@ -572,6 +533,18 @@ def _resolve_model(model: str | None, base_dir: Path) -> str | None:
     if looks_like_path(model) or (base_dir / model).exists():
         return str((base_dir / model).resolve())
     return model
+
+
+def check_user_policies(cfg: FleetConfig, source: str) -> None:
+    """Load every policy `cfg` names that is not built in (only from --plugin modules and
+    installed entry points) and check its signature; errors name `source` and the key."""
+    from policies.registry import AUTOSCALERS, autoscaler_spec, split_function
+
+    for i, pool in enumerate(cfg.pools):
+        if pool.autoscaler is not None and pool.autoscaler.policy not in AUTOSCALERS:
+            autoscaler_spec(pool.autoscaler.policy, f"pools[{i}].autoscaler.policy", source)
+    if cfg.split.policy not in SPLITS:
+        split_function(cfg.split.policy, "split.policy", source)
 
 
 def _resolve_profiles(cfg: FleetConfig, base_dir: Path) -> FleetConfig:

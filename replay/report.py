@@ -305,7 +305,8 @@ def print_policies(console: Console, rows: list[dict]) -> None:
         if row["family"] != family:
             family = row["family"]
             console.print(f"\n[bold underline]{family}[/]")
-        console.print(f"[bold]{row['name']}[/]: {row['summary']}", soft_wrap=False)
+        # a plugin's name and docstring are the user's text, never rich markup
+        console.print(f"[bold]{escape(row['name'])}[/]: {escape(row['summary'])}", soft_wrap=False)
         if row["params"]:
-            console.print("  [cyan]" + ", ".join(f"{k}={v}" for k, v in row["params"].items()) + "[/]")
-        console.print(f"  [dim]{row['source']}[/]")
+            console.print("  [cyan]" + escape(", ".join(f"{k}={v}" for k, v in row["params"].items())) + "[/]")
+        console.print(f"  [dim]{escape(row['source'])}[/]")

@@ -12,6 +12,7 @@ import hashlib
 import math
 import pathlib
 
+from traces.bounds import first_out_of_bounds
 from traces.bundled import BUNDLED, DEFAULT_TRACE
 from traces.errors import TraceError
 from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
@@ -20,6 +21,17 @@ from traces.source import FORMATS
 from traces.transforms import (
     FilterConfig, SampleConfig, WindowConfig, filter_rows, merge, sample, scale_rate, window,
 )  # fmt: skip
+
+
+def _check_ranges(obj) -> None:
+    """After a section's own checks: the range of every number (traces/bounds.py), here too
+    because CLI flags build these sections without from_dict."""
+    for prefix, section in (("", obj), ("window.", obj.window), ("sample.", obj.sample),
+                            ("filter.", getattr(obj, "filter", None))):
+        problem = first_out_of_bounds(section) if section is not None else None
+        if problem is not None:
+            key, value, expected = problem
+            raise ValueError(f"{prefix}{key}: got {value!r}, expected {expected}")
 
 
 def _check_source_fields(obj) -> None:
@@ -64,6 +76,7 @@ class MergeSource:
             raise ValueError(f"offset_s={self.offset_s!r} (expected a number of seconds >= 0)")
         if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
             raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
+        _check_ranges(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +99,7 @@ class TraceConfig:
         _check_source_fields(self)
         if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
             raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
+        _check_ranges(self)
 
 
 def _resolve(path: str, base_dir: str | pathlib.Path | None) -> str:

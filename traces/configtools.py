@@ -7,11 +7,14 @@ Every config section of the tool goes through `from_dict`, so every error names 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import reprlib
 import types
 import typing
 from typing import Any, TypeVar
 
+from traces.bounds import out_of_bounds
 from traces.errors import ConfigError
 
 T = TypeVar("T")
@@ -27,7 +30,8 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     unknown = sorted((str(k) for k in data if k not in fields))
     if unknown:
         where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise ConfigError(f"{source}: unknown key {where!r}; known keys: {', '.join(sorted(fields))}")
+        raise ConfigError(f"{source}: unknown key {where!r}{suggest(unknown[0], fields)}; known keys: "
+                          f"{', '.join(sorted(fields))}")
     missing = [
         name for name, f in fields.items()
         if name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -40,7 +44,7 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
     for name, value in data.items():
         kwargs[name] = coerce(hints[name], value, f"{path}.{name}" if path else name, source)
     try:
-        return cls(**kwargs)
+        built = cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
@@ -51,6 +55,13 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
             where = f"{path}.{field}" if path else field
             raise ConfigError(f"{source}: {where}:{rest}") from None
         raise ConfigError(f"{source}: {path or 'top level'}: {text}") from None
+    # The section's own checks say what a value means; past them, no number may be absurd
+    # (traces/bounds.py): 1e300 seconds passes "> 0" but no clock or array can hold it.
+    for name, value in kwargs.items():
+        problem = out_of_bounds(cls, name, value)
+        if problem is not None:
+            raise _expected(f"{path}.{name}" if path else name, value, problem, source)
+    return built
 
 
 def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
@@ -106,10 +117,21 @@ def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
     return value
 
 
+def suggest(name: Any, known: Any) -> str:
+    """" (did you mean 'x'?)" when `name` is a likely typo of one of `known`, else ""."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _expected(path: str, value: Any, what: str, source: str) -> ConfigError:
     return ConfigError(f"{source}: {path}: got {_show(value)}, expected {what}")
 
 
+# repr() of a large value costs as much as the value; reprlib stops after a few items and levels.
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 8, 6, 70, 70
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

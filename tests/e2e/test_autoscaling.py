@@ -105,18 +105,31 @@ def test_summary_of_a_scaled_run_is_consistent(cli, write, tmp_path):
     assert summary["gpu_hours"] == pytest.approx(run.ticks["gpus"].sum() / 3600, rel=1e-3)
 
 
-def test_a_users_autoscaler_loads_from_module_function(cli, write, tmp_path, monkeypatch):
+def test_a_users_autoscaler_loads_from_a_plugin_file(cli, write, tmp_path):
+    from pathlib import Path
+
+    plugin = Path(__file__).resolve().parents[1] / "fixtures" / "plugins" / "my_scaler.py"
+    write("f.yaml", SCALED.format(policy="'my_scaler:by_queue'").replace(
+        "max_replicas: 4}", "max_replicas: 4, params: {per_replica: 3}}"))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q", "--plugin", str(plugin))
+    assert res.code == 0, res.err
+    ups = read_run(tmp_path / "o").events.filter(pl.col("kind") == "scale_up")
+    assert ups.height >= 1 and ups["detail"][0].startswith("my_scaler:by_queue: 1 -> ")
+
+
+def test_a_config_alone_never_imports_the_module_its_policy_names(cli, write, tmp_path, monkeypatch):
+    """`policy: "mod:fn"` without --plugin mod: the module stays unimported, the run is refused."""
     import sys
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
-    write("f.yaml", SCALED.format(policy="'my_scaler:by_queue'").replace(
-        "max_replicas: 4}", "max_replicas: 4, params: {per_replica: 3}}"))
+    monkeypatch.delitem(sys.modules, "my_scaler", raising=False)
+    write("f.yaml", SCALED.format(policy="'my_scaler:by_queue'"))
     res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
-    assert res.code == 0, res.err
-    ups = read_run(tmp_path / "o").events.filter(pl.col("kind") == "scale_up")
-    assert ups.height >= 1 and ups["detail"][0].startswith("my_scaler:by_queue: 1 -> ")
-    sys.modules.pop("my_scaler", None)
+    assert res.code == 2 and "my_scaler" not in sys.modules
+    assert res.err.strip() == ("llm-replay: error: f.yaml: pools[0].autoscaler.policy: 'my_scaler:by_queue' names "
+                               "code in module 'my_scaler'; pass --plugin my_scaler to allow loading it")
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_missing_user_autoscaler_is_a_config_error(cli, write, tmp_path):

@@ -508,6 +508,7 @@ USER_SPLIT_FLEET = """
 
 @pytest.fixture
 def plugins(monkeypatch):
+    """my_split importable by name; each run still has to allow it with --plugin my_split."""
     import sys
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures" / "plugins"))
@@ -517,7 +518,7 @@ def plugins(monkeypatch):
 
 def test_a_users_pool_split_sends_requests_by_name(cli, write, tmp_path, plugins):
     write("f.yaml", USER_SPLIT_FLEET.format(fn="long_prompts_to_last"))
-    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q", "--plugin", "my_split")
     assert res.code == 0, res.err
     req = read_run(tmp_path / "o").requests
     assert (req.filter(pl.col("prompt_tokens") >= 1000)["pool"] == "long").all()
@@ -528,12 +529,15 @@ def test_a_users_pool_split_sends_requests_by_name(cli, write, tmp_path, plugins
 @pytest.mark.parametrize(("fn", "fragments"), [
     ("to_nowhere", ["split.policy", "my_split:to_nowhere", "request 2", "7", "no pool", "0..1", "short, long"]),
     ("too_few", ["split.policy", "returned 1 values", "expected one pool per request"]),
-    ("not_there", ["split.policy", "cannot load pool split", "my_split:not_there"]),
+    ("not_there", ["f.yaml: split.policy", "cannot load pool split", "my_split:not_there", "has no 'not_there'"]),
+    ("wrong_arguments", ["f.yaml: split.policy", "pool split 'my_split:wrong_arguments' takes (trace)",
+                         "expected a function of (trace, pools)"]),
+    ("NOT_A_FUNCTION", ["f.yaml: split.policy", "is not callable (a value of type int)"]),
 ])
 def test_a_users_split_that_sends_a_request_to_no_pool_is_a_config_error(cli, write, tmp_path, plugins, fn,
                                                                         fragments):
     write("f.yaml", USER_SPLIT_FLEET.format(fn=fn))
-    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q", "--plugin", "my_split")
     assert res.code == 2, res.err
     assert all(f in res.err for f in fragments), res.err
     assert "Traceback" not in res.err and not (tmp_path / "o").exists()

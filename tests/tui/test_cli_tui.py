@@ -152,7 +152,7 @@ def test_a_failing_replay_is_exit_2_and_leaves_nothing(cli, tmp_path, monkeypatc
                            "min_replicas: 1, max_replicas: 2},")
     (tmp_path / "fleet.yaml").write_text(scaled)
     monkeypatch.setattr(Dashboard, "run", _headless(lambda app: False))  # the app exits by itself
-    code, _, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui")
+    code, _, err = cli("run", "--config", "fleet.yaml", "--out", "watched", "--tui", "--plugin", "tests.tui.failing_scaler")
     assert code == 2 and err == "llm-replay: error: tests.tui.failing_scaler:fails: the replay ran out of luck\n"
     assert not (tmp_path / "watched").exists()
 

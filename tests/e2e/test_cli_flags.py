@@ -1,0 +1,48 @@
+"""Every flag explains itself, and numeric flags have the ranges of their config keys (issue 10)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from replay.cli import _parser
+
+
+def _flags(parser: argparse.ArgumentParser, name: str):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from _flags(subparser, f"{name} {sub}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield name, "/".join(action.option_strings) or action.dest, action
+
+
+def test_every_flag_of_every_subcommand_has_help():
+    flags = list(_flags(_parser(), "llm-replay"))
+    assert len(flags) > 60 and any(cmd == "llm-replay capacity" for cmd, _, _ in flags)
+    missing = [f"{cmd} {flag}" for cmd, flag, action in flags if not (action.help or "").strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--flops", "inf", "capacity: --flops: got inf, expected >= 1e+09 and <= 1e+21 (FLOP/s)"),
+    ("--flops", "nan", "capacity: --flops: got nan"),
+    ("--flops", "-1", "capacity: --flops: got -1"),
+    ("--tp", "100000", "capacity: --tp: got 100000, expected >= 1 and <= 512 (GPUs)"),
+    ("--gpu-memory-utilization", "nan", "capacity: --gpu-memory-utilization: got nan, expected >= 0 and <= 1 (a share)"),
+    ("--num-gpu-blocks-override", "2000000000", "capacity: --num-gpu-blocks-override: got 2000000000, expected >= 1"),
+    ("--max-num-batched-tokens", "0", "capacity: --max-num-batched-tokens: got 0"),
+])
+def test_capacity_flags_out_of_range_are_one_line(cli, flag, value, fragment):
+    argv = ["capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", flag, value]
+    if flag == "--flops":
+        argv.append("--break-even")
+    res = cli(*argv)
+    assert res.code == 2 and res.out == ""
+    assert len(res.err.splitlines()) == 1 and res.err.startswith(f"llm-replay: error: {fragment}"), res.err
+
+
+def test_capacity_flags_in_range_still_work(cli):
+    res = cli("capacity", "--model", "llama-3.1-8b", "--break-even", "--flops", "4e14", "--json")
+    assert res.code == 0, res.err
