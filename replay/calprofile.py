@@ -21,8 +21,10 @@ from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
 from replay.specs import get_gpu
 from traces.errors import ConfigError
+from traces.files import read_text_file
 
 FORMAT = "llm-replay-step-profile/1"
+MAX_PROFILE_BYTES = 16 << 20  # a profile is a few KB of fitted coefficients
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 # Shipped calibrations: Splitwise's measured Llama-2-70B profile (replay/profiles/README.md). GPUs
@@ -126,11 +128,10 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
     """A profile file, checked; every problem is a ConfigError naming `where` (the config key) and the file."""
     path = Path(path)
     head = f"{where}: {path}" if where else str(path)
+    raw = read_text_file(path, head, "profile", MAX_PROFILE_BYTES, ConfigError)  # never a FIFO or a device
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{head}: profile file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{head}: cannot read as a step-model profile: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{head}: not a step-model profile (expected 'format: {FORMAT}', as `llm-replay "

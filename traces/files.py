@@ -33,21 +33,21 @@ def kind_of(mode: int) -> str:
 
 def open_regular(path: str | Path, display: str, what: str, error: type[UserError] = UserError) -> BinaryIO:
     """`path` opened for binary reading, or `error` naming `display` if it is missing, unreadable
-    or anything but a regular file (`what` says what was expected: 'a trace file')."""
+    or anything but a regular file (`what` names the kind of file expected: 'trace', 'table')."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise error(f"{display}: file not found (expected {what})") from None
+        raise error(f"{display}: {what} file not found") from None
     except IsADirectoryError:
-        raise error(f"{display}: is a directory (expected {what})") from None
+        raise error(f"{display}: is a directory (expected a {what} file)") from None
     except OSError as exc:
-        raise error(f"{display}: cannot open the file ({exc.strerror or exc}); expected {what}") from None
+        raise error(f"{display}: cannot open the {what} file ({exc.strerror or exc})") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = kind_of(mode)
             plain = "" if stat.S_ISDIR(mode) else ", not a regular file"
-            raise error(f"{display}: is {kind}{plain} (expected {what})")
+            raise error(f"{display}: is {kind}{plain} (expected a {what} file)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -62,11 +62,12 @@ def file_size(handle: BinaryIO) -> int:
 def read_text_file(path: str | Path, display: str, what: str, max_bytes: int,
                    error: type[UserError] = UserError) -> bytes:
     """The bytes of a small input file (a table, a profile), refused if it is not a regular file
-    or is larger than `max_bytes`; never reads more than `max_bytes` + 1 bytes."""
+    or is larger than `max_bytes`; never reads more than its size at opening, plus one byte."""
     with open_regular(path, display, what, error) as handle:
-        if file_size(handle) > max_bytes:
-            raise error(f"{display}: {file_size(handle):,} bytes, more than the {max_bytes:,} expected of {what}")
-        data = handle.read(max_bytes + 1)
+        size = file_size(handle)
+        if size > max_bytes:
+            raise error(f"{display}: {size:,} bytes, more than the {max_bytes:,} a {what} file may hold")
+        data = handle.read(size + 1)
     if len(data) > max_bytes:  # grew while being read
-        raise error(f"{display}: more than {max_bytes:,} bytes, more than expected of {what}")
+        raise error(f"{display}: more than the {max_bytes:,} bytes a {what} file may hold")
     return data

@@ -84,7 +84,7 @@ def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) 
     if not file.exists() and not file.is_symlink():
         hint = f" (not a file, and not a bundled trace: {', '.join(sorted(BUNDLED))})"
         raise TraceError(f"{display}: file not found{hint}")
-    with open_regular(file, display, "a trace file", TraceError) as handle:
+    with open_regular(file, display, "trace", TraceError) as handle:
         hashing = _Hashing(handle)
         try:
             data = _read_bounded(hashing, display, limits.max_bytes, file_size(handle))
