@@ -56,13 +56,14 @@ SUMMARY_ROWS = (
 
 def print_summary(console: Console, summary: dict, out: Path) -> None:
     """One column per pool (and the fleet when there are several), one row per figure."""
-    console.print(f"[bold]{summary['trace']}[/]: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+    trace = escape(str(summary["trace"]))  # user text (paths, pool names): never read as markup
+    console.print(f"[bold]{trace}[/]: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
     table = Table()
     table.add_column("")
     pools = summary["pools"]
     columns = list(pools.values())
     for name in pools:
-        table.add_column(name, justify="right")
+        table.add_column(escape(name), justify="right")
     if len(pools) > 1:
         table.add_column("fleet", justify="right", style="bold")
         columns.append(summary)
@@ -80,7 +81,7 @@ def print_summary(console: Console, summary: dict, out: Path) -> None:
                 cells.append(f"{value:,}{unit}")
         table.add_row(label, *cells)
     console.print(table)
-    console.print(f"run written to [bold]{out}[/]")
+    console.print(f"run written to [bold]{escape(str(out))}[/]")
 
 
 def print_capacity(console: Console, cap) -> None:

@@ -12,6 +12,8 @@ import hashlib
 import math
 import pathlib
 
+import numpy as np
+
 from traces.bundled import BUNDLED, DEFAULT_TRACE
 from traces.errors import TraceError
 from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
@@ -192,13 +194,13 @@ def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
 def _shared_hash_notes(traces: list[LoadedTrace]) -> tuple[str, ...]:
     """Prefix-block hash ids are local to the trace that numbered them: two sources sharing ids
     (one trace merged with itself, or two numbered from 0) replay as sharing prompt prefixes."""
-    ids = [t.frame["prefix_hashes"].explode().drop_nulls().unique() for t in traces]
+    ids = [t.frame["prefix_hashes"].explode().drop_nulls().unique().to_numpy() for t in traces]
     notes = []
     for i in range(len(traces)):
         for j in range(i + 1, len(traces)):
             if not len(ids[i]) or not len(ids[j]):
                 continue
-            shared = int(ids[j].is_in(ids[i]).sum())
+            shared = len(np.intersect1d(ids[i], ids[j], assume_unique=True))
             if shared:
                 same = " (the same file twice)" if traces[i].sha256 == traces[j].sha256 else ""
                 notes.append(
