@@ -87,7 +87,7 @@ def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) 
     with open_regular(file, display, "trace", TraceError) as handle:
         hashing = _Hashing(handle)
         try:
-            data = _read_bounded(hashing, display, limits.max_bytes, file_size(handle))
+            data = _read_bounded(hashing, display, limits, file_size(handle))
             while hashing.read(1 << 20):  # the hash covers every byte of the file
                 pass
         except OSError as exc:
@@ -101,10 +101,8 @@ def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) 
     if "\n" not in text and "\r" in text:
         # Classic Mac line endings (CR only): every reader below splits on LF.
         text, data = text.replace("\r", "\n"), data.replace(b"\r", b"\n")
-    lines = text.count("\n") + (not text.endswith("\n"))
-    if lines > limits.max_rows:
-        raise TraceError(f"{display}: {lines:,} lines, more than the bound of {limits.max_rows:,} "
-                         "(--max-rows raises it)")
+    if text.count("\n") + (not text.endswith("\n")) > limits.max_rows:  # CR-only lines are counted here
+        raise _too_many_lines(display, limits.max_rows)
     return Source(display, file, hashing.sha.hexdigest(), data, text)
 
 
@@ -121,31 +119,42 @@ class _Hashing:
         return chunk
 
 
-def _read_bounded(raw: _Hashing, display: str, max_bytes: int, size: int) -> bytes:
+def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -> bytes:
     """The file's bytes, gunzipped when it starts with gzip's magic number; sniffed for binary
-    content after the first block; a TraceError once more than `max_bytes` would be produced."""
+    content after the first block; a TraceError as soon as more than `limits.max_bytes` bytes or
+    (text) `limits.max_rows` lines would be produced, so a gzip bomb stops early."""
+    max_bytes = limits.max_bytes
     gz = raw.handle.peek(2)[:2] == b"\x1f\x8b"
     if not gz and size > max_bytes:
         raise TraceError(f"{display}: {human_bytes(size)}, more than the bound of {human_bytes(max_bytes)} "
                          "(--max-trace-bytes raises it)")
     reader = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
     chunks: list[bytes] = []
-    total = 0
+    total = lines = 0
+    text = True
     try:
         while chunk := reader.read(min(_CHUNK_BYTES, max_bytes + 1 - total)):
             if not chunks:
                 _sniff(chunk, display)
+                text = chunk[:4] != b"PAR1"  # Parquet's rows are counted from its footer
             chunks.append(chunk)
             total += len(chunk)
             if total > max_bytes:
                 what = "decompresses to" if gz else "holds"
                 raise TraceError(f"{display}: {what} more than the bound of {human_bytes(max_bytes)} "
                                  "(--max-trace-bytes raises it)")
+            lines += chunk.count(b"\n") if text else 0
+            if lines > limits.max_rows:
+                raise _too_many_lines(display, limits.max_rows)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceError(
             f"{display}: truncated or corrupt gzip data ({exc}); expected a complete .gz file"
         ) from None
     return b"".join(chunks)
+
+
+def _too_many_lines(display: str, max_rows: int) -> TraceError:
+    return TraceError(f"{display}: more than {max_rows:,} lines, the bound on rows (--max-rows raises it)")
 
 
 def _sniff(head: bytes, display: str) -> None:

@@ -99,7 +99,20 @@ def test_a_gzip_of_many_tiny_rows_stops_at_the_line_bound(tmp_path):
     rows = tmp_path / "rows.csv.gz"
     rows.write_bytes(gzip.compress(b"ts,p,o\n" + b"0,1,1\n" * 200_000))
     message = error(rows, format="csv", column_map=CMAP, limits=TraceLimits(max_rows=100_000))
-    assert message == f"{rows}: 200,001 lines, more than the bound of 100,000 (--max-rows raises it)"
+    assert message == f"{rows}: more than 100,000 lines, the bound on rows (--max-rows raises it)"
+
+
+def test_a_gzip_of_newlines_stops_at_the_line_bound_before_the_byte_bound(tmp_path):
+    bomb = tmp_path / "newlines.csv.gz"
+    bomb.write_bytes(gzip.compress(b"\n" * (8 << 20)))
+    message = error(bomb, format="csv", column_map=CMAP, limits=TraceLimits(max_rows=1000))
+    assert message == f"{bomb}: more than 1,000 lines, the bound on rows (--max-rows raises it)"
+
+
+def test_cr_only_lines_count_against_the_line_bound(tmp_path):
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"ts,p,o\r" + b"0,1,1\r" * 50)
+    assert "more than 10 lines" in error(path, format="csv", column_map=CMAP, limits=TraceLimits(max_rows=10))
 
 
 def test_the_default_bounds_protect_memory():
