@@ -55,7 +55,10 @@ class Source:
         return name
 
     def first_line(self) -> str:
-        return "" if self.text is None else self.text.split("\n", 1)[0].rstrip("\r")
+        if self.text is None:
+            return ""
+        end = self.text.find("\n")  # not split(): that would copy the rest of the file
+        return (self.text if end < 0 else self.text[:end]).rstrip("\r")
 
     def lines(self) -> pl.DataFrame:
         """Non-blank lines as (`__line` 1-based Int64, `text` without the line ending)."""
@@ -92,7 +95,7 @@ def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) 
                 pass
         except OSError as exc:
             raise TraceError(f"{display}: cannot read the file ({exc.strerror or exc})") from None
-    if not data.strip():
+    if not data or data.isspace():  # (no stripped copy of a large file)
         raise TraceError(f"{display}: file is empty (expected a trace with at least one request)")
     if data[:4] == b"PAR1":
         _check_parquet_rows(data, display, limits.max_rows)
