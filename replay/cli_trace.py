@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
@@ -61,14 +62,15 @@ _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1 << 1
 
 
 def _size(text: str) -> int:
-    """'3GiB', '500MB', '1000000' -> bytes (argparse reports a ValueError as an invalid value)."""
+    """'3GiB', '500MB', '1000000' -> bytes."""
     number = text.strip().lower().rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = text.strip().lower()[len(number):]
-    if unit not in _UNITS:
-        raise ValueError(text)
-    value = float(number) * _UNITS[unit]
-    if not (value >= 1 and value < 2**63):
-        raise ValueError(text)
+    try:
+        value = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        value = math.nan
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes like 3GiB, 500MB or 1000000, got {text!r}")
     return int(value)
 
 
