@@ -18,7 +18,7 @@ from traces.bundled import BUNDLED, DEFAULT_TRACE
 from traces.errors import TraceError
 from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_span
-from traces.loader import LoadedTrace, load_trace
+from traces.loader import MAX_BLOCK_TOKENS, LoadedTrace, load_trace
 from traces.source import FORMATS
 from traces.transforms import (
     MAX_SECONDS, FilterConfig, SampleConfig, WindowConfig, check_rate_scale, filter_rows, merge, sample,
@@ -39,8 +39,8 @@ def _check_source_fields(obj) -> None:
         missing = [k for k in REQUIRED if k not in obj.column_map]
         if missing:
             raise ValueError(f"column_map needs {', '.join(REQUIRED)}; missing {', '.join(missing)}")
-    if obj.prefix_block_tokens is not None and obj.prefix_block_tokens < 1:
-        raise ValueError(f"prefix_block_tokens={obj.prefix_block_tokens!r} (expected an integer >= 1)")
+    if obj.prefix_block_tokens is not None and not 1 <= obj.prefix_block_tokens <= MAX_BLOCK_TOKENS:
+        raise ValueError(f"prefix_block_tokens={obj.prefix_block_tokens!r} (expected an integer in 1..{MAX_BLOCK_TOKENS:,})")
     if obj.workload is not None and not obj.workload:
         raise ValueError("workload is empty (expected a label, or leave it out)")
 

@@ -26,6 +26,7 @@ ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
     "vidur": adapters.vidur,
 }
 assert sorted(ADAPTERS) == sorted(FORMATS)
+MAX_BLOCK_TOKENS = 1 << 20  # tokens per prefix-hash block (Mooncake: 512); no prompt is longer than 1M
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +73,10 @@ def load_trace(
         check_format(format, display)
     if prefix_block_tokens is not None and (
         isinstance(prefix_block_tokens, bool) or not isinstance(prefix_block_tokens, int)
-        or prefix_block_tokens < 1
+        or not 1 <= prefix_block_tokens <= MAX_BLOCK_TOKENS
     ):
-        raise TraceError(f"{display}: prefix_block_tokens={prefix_block_tokens!r} (expected an integer >= 1)")
+        raise TraceError(f"{display}: prefix_block_tokens={prefix_block_tokens!r} "
+                         f"(expected an integer in 1..{MAX_BLOCK_TOKENS:,})")
     if column_map is not None:
         check_column_map(column_map, display)
     if time_unit is not None:

@@ -155,3 +155,11 @@ def test_rate_scaling_cannot_stretch_a_trace_past_the_span_bound(tmp_path):
 def test_rate_scale_is_bounded(value):
     with pytest.raises(ValueError, match=r"rate_scale=.* \(expected a number in \[1e-06, 1e\+06\]\)"):
         TraceConfig(rate_scale=value)
+
+
+def test_prefix_block_tokens_is_bounded():
+    with pytest.raises(ValueError, match=r"prefix_block_tokens=1267650600228229401496703205376 \(expected an integer "
+                                         r"in 1..1,048,576\)"):
+        TraceConfig(prefix_block_tokens=2**100)
+    with pytest.raises(TraceError, match=r"prefix_block_tokens=0 \(expected an integer in 1..1,048,576\)"):
+        load_trace("mooncake-synthetic", prefix_block_tokens=0)
