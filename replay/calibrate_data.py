@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from traces.errors import UserError
+from traces.files import read_text_file
 
 FORMATS = ("splitwise", "generic")
+# A table of measured steps is a few MB (Splitwise's profile: 1.3 MB); 1 GiB is a mistake.
+MAX_TABLE_BYTES = 1 << 30
 
 # Splitwise names -> catalog ids. h100-80gb-pcap is the H100 with a power cap, and its rows are
 # derived, not measured (prompt_time = 1.3 x h100-80gb, token_time identical): never used.
@@ -71,12 +74,8 @@ class Measured:
 
 
 def _read(path: Path, required: tuple[str, ...], what: str) -> tuple[list[dict[str, str]], str]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    # Only a regular file, and a bounded one: a FIFO would hang and /dev/zero never ends.
+    raw = read_text_file(path, str(path), what, MAX_TABLE_BYTES)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -20,6 +20,7 @@ import numpy as np
 
 from replay.specs import get_gpu
 from traces.errors import UserError
+from traces.files import read_text_file
 
 # Vidur device directory -> catalog GPU (Vidur profiled the 80 GB SXM parts on DGX nodes).
 VIDUR_GPUS = {"a100": "a100-sxm-80gb", "h100": "h100-sxm-80gb"}
@@ -31,6 +32,7 @@ SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_
                  "num_tensor_parallel_workers")
 WEIGHT_BYTES = 2  # the profiles are fp16
 STAT = "median"  # Vidur's simulator uses the median of the repeated runs
+MAX_VIDUR_BYTES = 1 << 30  # Vidur's profile CSVs are under 10 MB each
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,7 @@ def _cell(path: Path, i: int, row: dict[str, str], col: str) -> float:
 
 def _read_csv(path: Path, needed: tuple[str, ...], what: str) -> tuple[list[dict[str, str]], bytes]:
     """A Vidur CSV's rows (and its bytes, for the sha256), with its needed columns checked."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read Vidur profile: {exc.strerror}") from None
+    raw = read_text_file(path, str(path), "Vidur profile", MAX_VIDUR_BYTES)  # never a FIFO or a device
     rows = list(csv.DictReader(raw.decode("utf-8", errors="replace").splitlines()))
     missing = [c for c in needed if c not in (rows[0].keys() if rows else [])]
     if missing:

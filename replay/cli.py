@@ -166,8 +166,8 @@ class RunInputs:
 def prepare_run(args: argparse.Namespace) -> RunInputs:
     """The config, the fleet (one that cannot start fails before the trace is read), --out, then
     the trace: every user mistake is a UserError before anything is replayed or written."""
-    from replay.cli_trace import effective_trace
-    from replay.cluster import plan_pools
+    from replay.cli_trace import effective_trace, trace_limits
+    from replay.cluster import check_tick_count, plan_pools
     from replay.config import load_config
     from replay.outputs import check_out_dir
     from traces import load_from_config
@@ -183,7 +183,9 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, cfg)
     check_out_dir(out, args.force)
-    return RunInputs(cfg, source, plans, out, load_from_config(trace_cfg, strict=args.strict))
+    trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
+    check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
+    return RunInputs(cfg, source, plans, out, trace)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -217,13 +219,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _report_trace_fixes(console, trace) -> None:
-    """Nothing is dropped or reordered silently."""
+    """Nothing is dropped or reordered silently, and nothing doubtful passes without a warning.
+    The source is the user's text: escaped, so that '[/x]' in a path is printed, not parsed."""
+    from rich.markup import escape
+
+    source = escape(str(trace.source))
     for reason, count in trace.dropped.items():
         if count:
-            console.print(f"[yellow]note:[/] {trace.source}: dropped {count} rows ({reason})", soft_wrap=True)
+            console.print(f"[yellow]note:[/] {source}: dropped {count} rows ({reason})", soft_wrap=True)
     if trace.reordered:
-        console.print(f"[yellow]note:[/] {trace.source}: {trace.reordered} rows were out of order and were sorted "
+        console.print(f"[yellow]note:[/] {source}: {trace.reordered} rows were out of order and were sorted "
                       "by arrival (--strict makes this an error)", soft_wrap=True)
+    for note in trace.notes:
+        console.print(f"[yellow]warning:[/] {escape(note)}", soft_wrap=True)
 
 
 TRACE_FLAGS = ("trace", "format", "column_map", "time_unit", "workload", "merge", "window", "rate_scale",
@@ -342,17 +350,17 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.cli_trace import effective_trace
+    from replay.cli_trace import effective_trace, trace_limits
     from replay.config import load_config
     from replay.report import print_inspect
     from traces import inspect_trace, load_from_config
 
     base = load_config(args.config).trace if args.config else None
     base_dir = Path(args.config).resolve().parent if args.config else None
-    trace = load_from_config(effective_trace(base, args, base_dir), strict=args.strict)
+    trace = load_from_config(effective_trace(base, args, base_dir), strict=args.strict, limits=trace_limits(args))
     info = inspect_trace(trace)
     info = {"source": str(trace.source), "format": trace.format, "sha256": trace.sha256,
-            "dropped": dict(trace.dropped), "reordered": trace.reordered, **info}
+            "dropped": dict(trace.dropped), "reordered": trace.reordered, **info, "notes": list(trace.notes)}
     if args.json:
         print(json.dumps(info, indent=2, default=str))
     else:

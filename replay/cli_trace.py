@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
 from traces.errors import UserError
+from traces.limits import (
+    DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S, TraceLimits, human_bytes,
+)  # fmt: skip
 
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
@@ -31,6 +35,43 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--only-workload", action="append", default=[], metavar="LABEL",
                    help="keep only rows of this workload; repeatable")
     g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
+    b = p.add_argument_group("trace bounds (refuse a trace that would exhaust the machine)")
+    b.add_argument("--max-trace-bytes", type=_size, metavar="BYTES",
+                   help=f"most bytes one trace file may hold once decompressed, e.g. 3GiB "
+                        f"(default {human_bytes(DEFAULT_MAX_BYTES)}, at most 4 GiB)")
+    b.add_argument("--max-rows", type=int, metavar="N",
+                   help=f"most lines (Parquet: rows) one trace file may hold (default {DEFAULT_MAX_ROWS:,})")
+    b.add_argument("--max-span-s", type=float, metavar="S",
+                   help=f"longest span of arrivals a trace may have, in seconds (default {DEFAULT_MAX_SPAN_S:,.0f}: "
+                        "31 days); a longer one usually means a wrong time unit or a stray timestamp")
+
+
+def trace_limits(args: argparse.Namespace) -> TraceLimits:
+    """The trace bounds the flags ask for (the defaults for those not given)."""
+    changes = {name: getattr(args, name) for name in ("max_trace_bytes", "max_rows", "max_span_s")
+               if getattr(args, name, None) is not None}
+    if "max_trace_bytes" in changes:
+        changes["max_bytes"] = changes.pop("max_trace_bytes")
+    try:
+        return dataclasses.replace(DEFAULT_LIMITS, **changes)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _size(text: str) -> int:
+    """'3GiB', '500MB', '1000000' -> bytes."""
+    number = text.strip().lower().rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text.strip().lower()[len(number):]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        value = math.nan
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes like 3GiB, 500MB or 1000000, got {text!r}")
+    return int(value)
 
 
 def effective_trace(
@@ -76,7 +117,9 @@ def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceCon
             changes["column_map"] = _column_map(args.column_map)
         if args.time_unit:
             changes["time_unit"] = args.time_unit
-        if args.workload:
+        if args.workload is not None:
+            if not args.workload.strip():
+                raise ValueError(f"--workload {args.workload!r}: empty label (expected a name, or leave the flag out)")
             changes["workload"] = args.workload
         if args.merge:
             changes["merge"] = base.merge + tuple(_merge_source(m) for m in args.merge)
@@ -110,9 +153,11 @@ def _column_map(text: str) -> dict[str, str]:
 
 
 def _merge_source(text: str) -> MergeSource:
-    path, _, label = text.partition("=")
+    path, sep, label = text.partition("=")
     if not path:
         raise ValueError(f"--merge {text!r}: expected PATH or PATH=LABEL")
+    if sep and not label.strip():
+        raise ValueError(f"--merge {text!r}: empty LABEL after '=' (expected PATH=LABEL, or PATH alone)")
     return MergeSource(path=path, workload=label or None)
 
 

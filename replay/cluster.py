@@ -30,6 +30,9 @@ from traces.configtools import from_dict
 from traces.errors import ConfigError, UserError
 
 ENGINES = ("numba", "reference")
+# Each tick runs a Python control step and keeps a row per pool: 5M ticks (58 days of 1 s ticks)
+# is already many minutes and gigabytes, so a longer run is refused before it starts.
+MAX_TICKS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -455,6 +458,7 @@ def simulate(
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
     `replay/live.py`) gets each tick's rows as they are appended, by keyword."""
+    check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
@@ -497,6 +501,18 @@ def simulate(
     ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
     return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
                   tick_us)
+
+
+def check_tick_count(frame: pl.DataFrame, cfg: FleetConfig) -> None:
+    """Refuse a replay whose ticks (trace span plus max_drain_s, over tick_s) exceed MAX_TICKS."""
+    tick_us = max(1, round(cfg.tick_s * 1e6))
+    last_s = (int(frame["arrival_us"].max()) if frame.height else 0) / 1e6
+    ticks = math.ceil((last_s + cfg.max_drain_s) * 1e6 / tick_us)
+    if ticks > MAX_TICKS:
+        raise ConfigError(
+            f"tick_s={cfg.tick_s:g}: the replay would step through {ticks:,} ticks ({last_s:,.0f} s of trace plus "
+            f"max_drain_s={cfg.max_drain_s:g}), more than {MAX_TICKS:,}; raise tick_s or shorten the trace (--window)"
+        )
 
 
 def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_state: list[np.ndarray],

@@ -197,18 +197,31 @@ def print_capacity(console: Console, cap) -> None:
 
 
 def print_inspect(console: Console, info: dict) -> None:
-    table = Table(title=f"{info['source']} ({info['format']})", show_header=False)
+    """`trace inspect`'s table. Sources and labels are the user's text: escaped, never markup."""
+    table = Table(title=escape(f"{info['source']} ({info['format']})"), show_header=False)
     table.add_column("what")
     table.add_column("value")
     for key, value in info.items():
-        if key in ("source", "format"):
+        if key in ("source", "format", "notes"):
             continue
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}: {_fmt(v, digits=2)}" for k, v in value.items()) or "-"
-        elif isinstance(value, float):
-            value = _fmt(value, digits=3)
-        table.add_row(key.replace("_", " "), str(value))
+        table.add_row(key.replace("_", " "), escape(_inspect_value(value)))
     console.print(table)
+    for note in info.get("notes", ()):
+        console.print(f"[yellow]warning:[/] {escape(note)}", soft_wrap=True)
+
+
+def _inspect_value(value) -> str:
+    """A statistic as text: '-' for one that does not apply (the rate of a single instant, the
+    prefix reuse of a trace without hashes), never Python's None."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_inspect_value(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return _fmt(value, digits=3 if abs(value) < 1000 else 1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 CATALOG_HEADERS = {

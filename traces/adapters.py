@@ -32,6 +32,7 @@ class Options:
     strict: bool = False
     column_map: dict[str, str] | None = None
     time_unit: str = "s"
+    max_span_s: float | None = None  # see traces.limits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Parsed:
     reordered: int
     dropped: dict[str, int]
     prefix_block_tokens: int | None
+    notes: tuple[str, ...] = ()  # warnings for the user: doubtful but not wrong
 
 
 def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
@@ -49,7 +51,7 @@ def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
     frame = pl.DataFrame({"__line": check.frame["__line"], **columns})
     if opts.workload is not None:
         frame = frame.with_columns(pl.lit(opts.workload).alias("workload"))
-    frame, reordered = finish(frame, check, strict=opts.strict)
+    frame, reordered = finish(frame, check, strict=opts.strict, max_span_s=opts.max_span_s)
     return Parsed(frame, reordered, dropped or {}, block_tokens)
 
 

@@ -12,14 +12,18 @@ import hashlib
 import math
 import pathlib
 
+import numpy as np
+
 from traces.bounds import first_out_of_bounds
 from traces.bundled import BUNDLED, DEFAULT_TRACE
 from traces.errors import TraceError
 from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
-from traces.loader import LoadedTrace, load_trace
+from traces.limits import DEFAULT_LIMITS, TraceLimits, human_span
+from traces.loader import MAX_BLOCK_TOKENS, LoadedTrace, load_trace
 from traces.source import FORMATS
 from traces.transforms import (
-    FilterConfig, SampleConfig, WindowConfig, filter_rows, merge, sample, scale_rate, window,
+    MAX_SECONDS, FilterConfig, SampleConfig, WindowConfig, check_rate_scale, filter_rows, merge, sample,
+    scale_rate, window,
 )  # fmt: skip
 
 
@@ -47,8 +51,8 @@ def _check_source_fields(obj) -> None:
         missing = [k for k in REQUIRED if k not in obj.column_map]
         if missing:
             raise ValueError(f"column_map needs {', '.join(REQUIRED)}; missing {', '.join(missing)}")
-    if obj.prefix_block_tokens is not None and obj.prefix_block_tokens < 1:
-        raise ValueError(f"prefix_block_tokens={obj.prefix_block_tokens!r} (expected an integer >= 1)")
+    if obj.prefix_block_tokens is not None and not 1 <= obj.prefix_block_tokens <= MAX_BLOCK_TOKENS:
+        raise ValueError(f"prefix_block_tokens={obj.prefix_block_tokens!r} (expected an integer in 1..{MAX_BLOCK_TOKENS:,})")
     if obj.workload is not None and not obj.workload:
         raise ValueError("workload is empty (expected a label, or leave it out)")
 
@@ -72,10 +76,10 @@ class MergeSource:
 
     def __post_init__(self):
         _check_source_fields(self)
-        if not math.isfinite(self.offset_s) or self.offset_s < 0:
-            raise ValueError(f"offset_s={self.offset_s!r} (expected a number of seconds >= 0)")
-        if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
-            raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
+        if not math.isfinite(self.offset_s) or not 0 <= self.offset_s <= MAX_SECONDS:
+            raise ValueError(f"offset_s={self.offset_s!r} (expected a number of seconds in [0, {MAX_SECONDS:g}])")
+        if self.rate_scale is not None:
+            check_rate_scale(self.rate_scale)
         _check_ranges(self)
 
 
@@ -97,8 +101,8 @@ class TraceConfig:
 
     def __post_init__(self):
         _check_source_fields(self)
-        if self.rate_scale is not None and not (math.isfinite(self.rate_scale) and self.rate_scale > 0):
-            raise ValueError(f"rate_scale={self.rate_scale!r} (expected a number > 0)")
+        if self.rate_scale is not None:
+            check_rate_scale(self.rate_scale)
         _check_ranges(self)
 
 
@@ -114,12 +118,14 @@ def load_from_config(
     format_override: str | None = None,
     strict: bool = False,
     base_dir: str | pathlib.Path | None = None,
+    limits: TraceLimits = DEFAULT_LIMITS,
 ) -> LoadedTrace:
     """Load the trace `cfg` describes, merged and transformed in the order of this module's doc.
 
     Paths in `cfg` are relative to `base_dir` (the config file's folder); `path_override` (a CLI
     argument) replaces `cfg.path` as given, relative to the working directory; `format_override`
     replaces `cfg.format`. `dropped` adds `filtered`, `outside_window` and `sampled_out` counts.
+    `limits` bound every file read and the span of the final trace.
     """
     main = None
     if path_override is not None:
@@ -133,17 +139,44 @@ def load_from_config(
         loads.append((load_trace(
             main, format=format_override or cfg.format, column_map=cfg.column_map,
             time_unit=cfg.time_unit, workload=cfg.workload,
-            prefix_block_tokens=cfg.prefix_block_tokens, strict=strict,
+            prefix_block_tokens=cfg.prefix_block_tokens, strict=strict, limits=limits,
         ), 0.0))  # fmt: skip
     for extra in cfg.merge:
         loaded = load_trace(
             _resolve(extra.path, base_dir), format=extra.format, column_map=extra.column_map,
             time_unit=extra.time_unit, workload=extra.workload,
-            prefix_block_tokens=extra.prefix_block_tokens, strict=strict,
+            prefix_block_tokens=extra.prefix_block_tokens, strict=strict, limits=limits,
         )  # fmt: skip
         loads.append((_transformed(loaded, extra), extra.offset_s))
     trace = loads[0][0] if len(loads) == 1 else _merged(loads)
-    return _transformed(trace, cfg)
+    trace = _transformed(trace, cfg)
+    _check_final_span(trace, limits.max_span_s)
+    return trace
+
+
+def _check_labels_present(frame, flt: FilterConfig, source: str) -> None:
+    """A filter label that matches no row is a typo, not a wish for fewer requests."""
+    for column, wanted, flag in (("workload", flt.workloads, "--only-workload"), ("tenant", flt.tenants, None)):
+        if not wanted:
+            continue
+        counts = dict(frame.group_by(column).len().sort(column).iter_rows())
+        missing = [label for label in wanted if label not in counts]
+        if missing:
+            present = ", ".join(f"{label!r} ({n:,})" for label, n in counts.items())
+            where = f"{flag} / trace.filter.{column}s" if flag else f"trace.filter.{column}s"
+            raise TraceError(f"{source}: {where}: {column} {missing[0]!r} matches no request; the trace's "
+                             f"{column}s: {present}")
+
+
+def _check_final_span(trace: LoadedTrace, max_span_s: float) -> None:
+    """Each file's span was checked as it was read; offsets and rate scaling can still stretch it."""
+    arrival = trace.frame["arrival_us"]
+    span_s = (int(arrival[-1]) - int(arrival[0])) / 1e6
+    if span_s > max_span_s:
+        raise TraceError(
+            f"{trace.source}: after merge offsets and rate_scale the trace spans {human_span(span_s)}, more than "
+            f"the bound of {human_span(max_span_s)} (--max-span-s raises it)"
+        )
 
 
 def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
@@ -168,7 +201,28 @@ def _merged(loads: list[tuple[LoadedTrace, float]]) -> LoadedTrace:
         sha256=hashlib.sha256("".join(t.sha256 for t in traces).encode()).hexdigest(),
         dropped=dropped,
         reordered=sum(t.reordered for t in traces),
+        notes=tuple(n for t in traces for n in t.notes) + _shared_hash_notes(traces),
     )
+
+
+def _shared_hash_notes(traces: list[LoadedTrace]) -> tuple[str, ...]:
+    """Prefix-block hash ids are local to the trace that numbered them: two sources sharing ids
+    (one trace merged with itself, or two numbered from 0) replay as sharing prompt prefixes."""
+    ids = [t.frame["prefix_hashes"].explode().drop_nulls().unique().to_numpy() for t in traces]
+    notes = []
+    for i in range(len(traces)):
+        for j in range(i + 1, len(traces)):
+            if not len(ids[i]) or not len(ids[j]):
+                continue
+            shared = len(np.intersect1d(ids[i], ids[j], assume_unique=True))
+            if shared:
+                same = " (the same file twice)" if traces[i].sha256 == traces[j].sha256 else ""
+                notes.append(
+                    f"{traces[i].source} and {traces[j].source}{same} share {shared:,} prefix-block hash ids: "
+                    "their requests will be replayed as sharing prompt prefixes, so prefix reuse and cache "
+                    "hits will be inflated"
+                )
+    return tuple(notes)
 
 
 def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource) -> LoadedTrace:
@@ -181,6 +235,7 @@ def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource) -> LoadedTr
         frame = new
 
     if getattr(cfg, "filter", None) is not None:
+        _check_labels_present(frame, cfg.filter, trace.source)
         step("filtered", filter_rows(frame, cfg.filter))
     if cfg.window is not None:
         step("outside_window", window(frame, cfg.window.start_s, cfg.window.end_s))

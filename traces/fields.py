@@ -84,8 +84,9 @@ class Checker:
         """Numbers in some unit (s, ms, us) as Int64 microseconds; any finite value is allowed."""
         raw = self.frame[col]
         if raw.dtype.is_integer():
-            us = raw.cast(pl.Int64) * us_per_unit
+            # UInt64 values past int64 become null, and are reported, rather than fail the cast.
             bad = raw.is_null() | (raw.cast(pl.Float64).abs() * us_per_unit >= _US_LIMIT)
+            us = pl.select(pl.when(~bad).then(raw).cast(pl.Int64) * us_per_unit).to_series()
         else:
             number = _floats(raw)
             scaled = number * us_per_unit
@@ -220,6 +221,8 @@ def count_problem(value: Any, minimum: int) -> str:
         return problem
     text = str(value).strip()
     if _INT.fullmatch(text):
+        if len(text.lstrip("+-").lstrip("0")) > 19:  # int() refuses past 4300 digits; any such is too large
+            return "is negative" if text.startswith("-") and minimum >= 0 else f"is too large (more than {INT32_MAX:,})"
         number = int(text)
     else:
         try:

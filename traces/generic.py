@@ -6,6 +6,8 @@ holds: seconds, milliseconds or microseconds (`s`, `ms`, `us`) or date-time stri
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 
 from traces.adapters import Options, Parsed, conclude
@@ -86,7 +88,36 @@ def generic(src: Source, opts: Options, container: str) -> Parsed:
     if "prefix_hashes" in cmap:
         columns["prefix_hashes"] = check.hash_lists(cmap["prefix_hashes"])
         block = opts.prefix_block_tokens
-    return conclude(check, columns, opts, block_tokens=block)
+    parsed = conclude(check, columns, opts, block_tokens=block)
+    note = time_unit_note(parsed.frame["arrival_us"], unit, src.display)
+    return dataclasses.replace(parsed, notes=(note,)) if note else parsed
+
+
+# Gaps of LLM serving traces: Azure, BurstGPT and Mooncake have a median gap under 1 s. A median
+# gap of minutes, or a whole trace inside a few ms, is far more likely a time unit read wrong.
+_SLOW_MEDIAN_GAP_S = 60.0
+_FAST_SPAN_S = 0.01
+_SMALLER = {"s": "ms", "ms": "us"}
+_LARGER = {"us": "ms", "ms": "s"}
+
+
+def time_unit_note(arrival_us: pl.Series, unit: str, display: str) -> str | None:
+    """A warning when the arrivals read in `unit` look like another unit's, else None."""
+    if unit not in _UNIT_WORDS or len(arrival_us) < 3:
+        return None
+    gaps = arrival_us.diff().drop_nulls()
+    gaps = gaps.filter(gaps > 0)
+    span_s = (arrival_us.max() - arrival_us.min()) / 1e6
+    if len(gaps) and gaps.median() / 1e6 > _SLOW_MEDIAN_GAP_S and unit in _SMALLER:
+        other = _SMALLER[unit]
+        return (f"{display}: read as {_UNIT_WORDS[unit]}, arrivals span {span_s:,.0f} s with a median gap of "
+                f"{gaps.median() / 1e6:,.0f} s between requests; if the arrival column holds {_UNIT_WORDS[other]}, "
+                f"pass --time-unit {other}")
+    if len(arrival_us) >= 100 and 0 < span_s < _FAST_SPAN_S and unit in _LARGER:
+        other = _LARGER[unit]
+        return (f"{display}: read as {_UNIT_WORDS[unit]}, {len(arrival_us):,} requests arrive within "
+                f"{span_s * 1e3:.3g} ms; if the arrival column holds {_UNIT_WORDS[other]}, pass --time-unit {other}")
+    return None
 
 
 def _label(check: Checker, col: str | None, default: str) -> pl.Series:

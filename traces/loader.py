@@ -12,6 +12,7 @@ from traces import adapters
 from traces.adapters import Options, Parsed
 from traces.errors import TraceError
 from traces.generic import check_column_map, check_time_unit, generic
+from traces.limits import DEFAULT_LIMITS, TraceLimits
 from traces.source import FORMATS, GENERIC_FORMATS, Source, detect, open_source
 
 ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
@@ -25,6 +26,7 @@ ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
     "vidur": adapters.vidur,
 }
 assert sorted(ADAPTERS) == sorted(FORMATS)
+MAX_BLOCK_TOKENS = 1 << 20  # tokens per prefix-hash block (Mooncake: 512); no prompt is longer than 1M
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,7 @@ class LoadedTrace:
     sha256: str  # of the input file bytes; of the concatenated hashes for merged traces
     dropped: dict[str, int]  # reason -> rows removed, e.g. {"zero_output_tokens": 12}
     reordered: int  # rows that arrived before an earlier row of the file and were sorted
+    notes: tuple[str, ...] = ()  # warnings: what looks wrong but may be meant (a time unit, shared hashes)
 
 
 def check_format(name: object, where: str = "trace") -> str:
@@ -55,6 +58,7 @@ def load_trace(
     workload: str | None = None,
     prefix_block_tokens: int | None = None,
     strict: bool = False,
+    limits: TraceLimits = DEFAULT_LIMITS,
 ) -> LoadedTrace:
     """Load one trace file in the canonical schema.
 
@@ -62,20 +66,22 @@ def load_trace(
     `column_map` and `time_unit` (default `s`) describe a generic csv/jsonl/parquet file;
     `workload` replaces every row's label; `prefix_block_tokens` overrides the hash block size.
     Unsorted arrivals are sorted and counted in `reordered`, or raise with `strict=True`.
+    `limits` bound the file's decompressed size, its lines and the span of its arrivals.
     """
     display = str(path)
     if format is not None:
         check_format(format, display)
     if prefix_block_tokens is not None and (
         isinstance(prefix_block_tokens, bool) or not isinstance(prefix_block_tokens, int)
-        or prefix_block_tokens < 1
+        or not 1 <= prefix_block_tokens <= MAX_BLOCK_TOKENS
     ):
-        raise TraceError(f"{display}: prefix_block_tokens={prefix_block_tokens!r} (expected an integer >= 1)")
+        raise TraceError(f"{display}: prefix_block_tokens={prefix_block_tokens!r} "
+                         f"(expected an integer in 1..{MAX_BLOCK_TOKENS:,})")
     if column_map is not None:
         check_column_map(column_map, display)
     if time_unit is not None:
         check_time_unit(time_unit, display)
-    src = open_source(path)
+    src = open_source(path, limits)
     fmt = format or detect(src, column_map)
     if fmt in GENERIC_FORMATS:
         if not column_map:
@@ -94,6 +100,7 @@ def load_trace(
         strict=strict,
         column_map=column_map,
         time_unit=time_unit or "s",
+        max_span_s=limits.max_span_s,
     )
     parsed = ADAPTERS[fmt](src, opts)
     return LoadedTrace(
@@ -104,4 +111,5 @@ def load_trace(
         sha256=src.sha256,
         dropped=parsed.dropped,
         reordered=parsed.reordered,
+        notes=parsed.notes,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from traces.errors import TraceError
+from traces.limits import human_span
 
 TRACE_SCHEMA: dict[str, pl.DataType] = {
     "request_id": pl.Int64,  # 0..n-1 in arrival order
@@ -72,11 +73,14 @@ def _validate(frame: pl.DataFrame, source: str) -> None:
     fail(frame["request_id"] != expected, "request_id out of sequence (expected 0..n-1 in order)")
 
 
-def finish(frame: pl.DataFrame, checker, *, strict: bool) -> tuple[pl.DataFrame, int]:
+def finish(frame: pl.DataFrame, checker, *, strict: bool,
+           max_span_s: float | None = None) -> tuple[pl.DataFrame, int]:
     """Sort by arrival (stable), start the clock at the first arrival, number the requests and
     cast to the schema. Returns the frame and how many rows were out of order, i.e. arrived
     before some earlier row of the file. `checker` (a fields.Checker) names rows in errors; `frame` holds
-    absolute `arrival_us` plus whatever canonical columns the source has.
+    absolute `arrival_us` plus whatever canonical columns the source has. A trace spanning more
+    than `max_span_s` is refused, naming the two rows of its widest gap (a stray epoch timestamp
+    among small ones would otherwise be replayed as decades of ticks).
     """
     arrival = frame["arrival_us"]
     running = arrival.cum_max().shift(1)
@@ -93,8 +97,31 @@ def finish(frame: pl.DataFrame, checker, *, strict: bool) -> tuple[pl.DataFrame,
         )
     if reordered:
         frame = frame.sort("arrival_us", maintain_order=True)
+    if max_span_s is not None:
+        _check_span(frame, checker, max_span_s)
     frame = frame.with_columns(
         (pl.col("arrival_us") - pl.col("arrival_us").min()).alias("arrival_us"),
         pl.int_range(pl.len(), dtype=pl.Int64).alias("request_id"),
     )
     return cast_to_schema(frame.drop("__line", strict=False)), reordered
+
+
+def _check_span(frame: pl.DataFrame, checker, max_span_s: float) -> None:
+    """`frame` is sorted by absolute `arrival_us` and carries `__line`."""
+    arrival = frame["arrival_us"]
+    span_us = int(arrival[-1]) - int(arrival[0])
+    if span_us <= max_span_s * 1e6:
+        return
+    gaps = arrival.diff().fill_null(0)
+    late = int(gaps.arg_max())
+    lines = frame["__line"]
+    raise TraceError(
+        f"{checker.display} {checker.unit} {lines[late]} arrives at {_seconds(arrival[late])}, "
+        f"{human_span(gaps[late] / 1e6)} after {checker.unit} {lines[late - 1]} ({_seconds(arrival[late - 1])}): "
+        f"the trace would span {human_span(span_us / 1e6)}, more than the bound of {human_span(max_span_s)} "
+        "(check the arrival column's time unit; --max-span-s raises the bound)"
+    )
+
+
+def _seconds(us: int) -> str:
+    return f"{us / 1e6:,.0f} s" if abs(us) >= 1e9 else f"{us / 1e6:.6g} s"

@@ -1,12 +1,15 @@
-"""Open a trace file: resolve bundled names, hash and gunzip the bytes, refuse binary input,
-split text into numbered lines, and detect the format from the header or first line."""
+"""Open a trace file: resolve bundled names, refuse anything but a regular file, hash and gunzip
+the bytes within bounds, refuse binary input from its first bytes, split text into numbered
+lines, and detect the format from the header or first line."""
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import gzip
 import hashlib
+import io
 import json
 import pathlib
 import zlib
@@ -15,6 +18,8 @@ import polars as pl
 
 from traces.bundled import BUNDLED, bundled_trace_path
 from traces.errors import TraceError
+from traces.files import file_size, open_regular
+from traces.limits import DEFAULT_LIMITS, TraceLimits, human_bytes
 
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("azure", "burstgpt", "csv", "jsonl", "mooncake", "parquet", "splitwise", "vidur")
@@ -25,6 +30,7 @@ VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 _SNIFF_BYTES = 8192
+_CHUNK_BYTES = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +55,10 @@ class Source:
         return name
 
     def first_line(self) -> str:
-        return "" if self.text is None else self.text.split("\n", 1)[0].rstrip("\r")
+        if self.text is None:
+            return ""
+        end = self.text.find("\n")  # not split(): that would copy the rest of the file
+        return (self.text if end < 0 else self.text[:end]).rstrip("\r")
 
     def lines(self) -> pl.DataFrame:
         """Non-blank lines as (`__line` 1-based Int64, `text` without the line ending)."""
@@ -64,55 +73,126 @@ class Source:
         return frame.filter(pl.col("text").str.strip_chars() != "")
 
 
-def open_source(path: str | pathlib.Path) -> Source:
-    """Read `path` (or the bundled trace of that name) into a `Source`; every failure is a TraceError."""
+def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) -> Source:
+    """Read `path` (or the bundled trace of that name) into a `Source`; every failure is a TraceError.
+
+    Only a regular file is opened; its first bytes say whether it is gzip, Parquet or text, and a
+    binary file is refused from them alone. Reading stops as soon as the (decompressed) bytes
+    pass `limits.max_bytes`, and a text file of more than `limits.max_rows` lines is refused."""
     display = str(path)
     if display in BUNDLED:
         file = bundled_trace_path(display)
     else:
         file = pathlib.Path(display).expanduser()
-    if not file.exists():
+    if not file.exists() and not file.is_symlink():
         hint = f" (not a file, and not a bundled trace: {', '.join(sorted(BUNDLED))})"
         raise TraceError(f"{display}: file not found{hint}")
-    if file.is_dir():
-        raise TraceError(f"{display}: is a directory (expected a trace file)")
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"{display}: cannot read the file ({exc.strerror or exc})") from None
-    data = _gunzip(raw, display) if raw[:2] == b"\x1f\x8b" else raw
-    if not data.strip():
+    with open_regular(file, display, "trace", TraceError) as handle:
+        hashing = _Hashing(handle)
+        try:
+            data = _read_bounded(hashing, display, limits, file_size(handle))
+            while hashing.read(1 << 20):  # the hash covers every byte of the file
+                pass
+        except OSError as exc:
+            raise TraceError(f"{display}: cannot read the file ({exc.strerror or exc})") from None
+    if not data or data.isspace():  # (no stripped copy of a large file)
         raise TraceError(f"{display}: file is empty (expected a trace with at least one request)")
-    sha = hashlib.sha256(raw).hexdigest()
     if data[:4] == b"PAR1":
-        return Source(display, file, sha, data, None)
-    return Source(display, file, sha, data, _decode(data, display))
+        _check_parquet_rows(data, display, limits.max_rows)
+        return Source(display, file, hashing.sha.hexdigest(), data, None)
+    text = _decode(data, display)
+    if "\n" not in text and "\r" in text:
+        # Classic Mac line endings (CR only): every reader below splits on LF.
+        text, data = text.replace("\r", "\n"), data.replace(b"\r", b"\n")
+    if text.count("\n") + (not text.endswith("\n")) > limits.max_rows:  # CR-only lines are counted here
+        raise _too_many_lines(display, limits.max_rows)
+    return Source(display, file, hashing.sha.hexdigest(), data, text)
 
 
-def _gunzip(raw: bytes, display: str) -> bytes:
+class _Hashing:
+    """A reader that hashes what passes through it (the gzip reader pulls the raw bytes through)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.sha = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.handle.read(size)
+        self.sha.update(chunk)
+        return chunk
+
+
+def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -> bytes:
+    """The file's bytes, gunzipped when it starts with gzip's magic number; sniffed for binary
+    content after the first block; a TraceError as soon as more than `limits.max_bytes` bytes or
+    (text) `limits.max_rows` lines would be produced, so a gzip bomb stops early."""
+    max_bytes = limits.max_bytes
+    gz = raw.handle.peek(2)[:2] == b"\x1f\x8b"
+    if not gz and size > max_bytes:
+        raise TraceError(f"{display}: {human_bytes(size)}, more than the bound of {human_bytes(max_bytes)} "
+                         "(--max-trace-bytes raises it)")
+    reader = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+    chunks: list[bytes] = []
+    total = lines = 0
+    text = True
     try:
-        return gzip.decompress(raw)
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        while chunk := reader.read(min(_CHUNK_BYTES, max_bytes + 1 - total)):
+            if not chunks:
+                _sniff(chunk, display)
+                text = chunk[:4] != b"PAR1"  # Parquet's rows are counted from its footer
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                what = "decompresses to" if gz else "holds"
+                raise TraceError(f"{display}: {what} more than the bound of {human_bytes(max_bytes)} "
+                                 "(--max-trace-bytes raises it)")
+            lines += chunk.count(b"\n") if text else 0
+            if lines > limits.max_rows:
+                raise _too_many_lines(display, limits.max_rows)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceError(
             f"{display}: truncated or corrupt gzip data ({exc}); expected a complete .gz file"
         ) from None
+    return b"".join(chunks)
 
 
-def _decode(data: bytes, display: str) -> str:
-    nul = data.find(b"\x00", 0, _SNIFF_BYTES)
+def _too_many_lines(display: str, max_rows: int) -> TraceError:
+    return TraceError(f"{display}: more than {max_rows:,} lines, the bound on rows (--max-rows raises it)")
+
+
+def _sniff(head: bytes, display: str) -> None:
+    """Refuse binary data from its first bytes (Parquet excepted), without reading the rest."""
+    if head[:4] == b"PAR1":
+        return
+    head = head[:_SNIFF_BYTES]
+    nul = head.find(b"\x00")
     if nul >= 0:
         raise TraceError(
             f"{display}: not a text file (byte 0x00 at offset {nul}); expected CSV, JSONL or Parquet"
         )
+    try:  # an incremental decoder accepts a character cut at the end of the block
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError as exc:
+        raise TraceError(
+            f"{display}: not a text file (byte 0x{head[exc.start]:02x} at offset {exc.start} is not UTF-8); "
+            "expected CSV, JSONL or Parquet"
+        ) from None
+
+
+def _check_parquet_rows(data: bytes, display: str, max_rows: int) -> None:
+    try:  # the row count is in the footer: nothing is decoded
+        rows = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
+    except pl.exceptions.PolarsError:
+        return  # unreadable: read_parquet says why, naming the file
+    if rows > max_rows:
+        raise TraceError(f"{display}: {rows:,} rows, more than the bound of {max_rows:,} (--max-rows raises it)")
+
+
+def _decode(data: bytes, display: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         bad = data[exc.start]
-        if exc.start < _SNIFF_BYTES:
-            raise TraceError(
-                f"{display}: not a text file (byte 0x{bad:02x} at offset {exc.start} is not UTF-8); "
-                "expected CSV, JSONL or Parquet"
-            ) from None
         line = data.count(b"\n", 0, exc.start) + 1
         raise TraceError(
             f"{display} line {line}: byte 0x{bad:02x} is not valid UTF-8 (expected UTF-8 text)"
@@ -133,8 +213,8 @@ def detect(src: Source, column_map: dict | None = None) -> str:
         if column_map:
             return "jsonl"
         try:
-            keys = json.loads(first)
-        except json.JSONDecodeError:
+            keys = json.loads(first, parse_int=str)  # only the keys matter here
+        except (ValueError, RecursionError):  # not JSON, a number of 4300+ digits, or nested too deep
             keys = None
         if isinstance(keys, dict) and sorted(keys) == sorted(MOONCAKE_KEYS):
             return "mooncake"

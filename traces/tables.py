@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 
 import polars as pl
@@ -101,6 +102,9 @@ def read_jsonl(
         fast = frame.height == lines.height and not any(frame[k].null_count() for k in required)
     except pl.exceptions.PolarsError:
         fast = False
+    # polars keeps the first of a repeated key and Python's json the last: a line that may repeat
+    # one takes the slow pass, which refuses it, so both paths give one answer.
+    fast = fast and not any(_may_repeat(lines["text"], key) for key in schema)
     if not fast:
         # Slow pass: either raises naming the line, or yields text values the checkers judge.
         frame = _jsonl_slow(src, lines, schema, required)
@@ -113,12 +117,18 @@ def _jsonl_slow(
     values: dict[str, list] = {key: [] for key in schema}
     for number, text in lines.iter_rows():
         try:
-            row = json.loads(text)
+            row = json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_keys(schema))
+        except _RepeatedKey as exc:
+            raise TraceError(
+                f"{src.display} line {number}: key {exc.args[0]!r} appears twice (expected each key once)"
+            ) from None
         except json.JSONDecodeError as exc:
             raise TraceError(
                 f"{src.display} line {number}: invalid JSON ({exc.msg} at column {exc.colno}): "
                 f"{show(text)}"
             ) from None
+        except RecursionError:
+            raise TraceError(f"{src.display} line {number}: JSON nested too deeply (expected a flat object)") from None
         if not isinstance(row, dict):
             raise TraceError(
                 f"{src.display} line {number}: expected a JSON object, found {show(text)}"
@@ -141,6 +151,31 @@ def _jsonl_slow(
             else:
                 values[key].append(_json_text(value))
     return pl.DataFrame({key: pl.Series(key, column, dtype=pl.String) for key, column in values.items()})
+
+
+def _may_repeat(text: pl.Series, key: str) -> bool:
+    return bool((text.str.count_matches(f'"{re.escape(key)}"\\s*:') > 1).any())
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(schema: dict):
+    def build(pairs: list[tuple[str, object]]) -> dict:
+        seen = set()
+        for key, _ in pairs:
+            if key in seen and key in schema:
+                raise _RepeatedKey(key)
+            seen.add(key)
+        return dict(pairs)
+
+    return build
+
+
+def _parse_int(text: str) -> int | str:
+    # int() refuses more than 4300 digits; such a value stays text, which the checkers call too large.
+    return int(text) if len(text) <= 100 else text
 
 
 def _is_hash_list(value) -> bool:

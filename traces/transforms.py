@@ -15,6 +15,10 @@ import polars as pl
 from traces.errors import TraceError
 from traces.schema import TRACE_SCHEMA
 
+RATE_SCALE_RANGE = (1e-6, 1e6)
+MAX_SECONDS = 1e9  # 31 years: any time in seconds beyond it cannot be a trace time
+MAX_TOKENS = 2**31 - 1  # token counts are int32 in the schema
+
 
 @dataclasses.dataclass(frozen=True)
 class WindowConfig:
@@ -24,10 +28,11 @@ class WindowConfig:
     end_s: float | None = None
 
     def __post_init__(self):
-        if not math.isfinite(self.start_s) or self.start_s < 0:
-            raise ValueError(f"start_s={self.start_s!r} (expected a number of seconds >= 0)")
-        if self.end_s is not None and (not math.isfinite(self.end_s) or self.end_s <= self.start_s):
-            raise ValueError(f"end_s={self.end_s!r} (expected a number of seconds > start_s={self.start_s})")
+        if not math.isfinite(self.start_s) or not 0 <= self.start_s <= MAX_SECONDS:
+            raise ValueError(f"start_s={self.start_s!r} (expected a number of seconds in [0, {MAX_SECONDS:g}])")
+        if self.end_s is not None and (not math.isfinite(self.end_s) or not self.start_s < self.end_s <= MAX_SECONDS):
+            raise ValueError(f"end_s={self.end_s!r} (expected a number of seconds > start_s={self.start_s} "
+                             f"and <= {MAX_SECONDS:g})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +71,8 @@ class FilterConfig:
             low = getattr(self, f"min_{kind}_tokens")
             high = getattr(self, f"max_{kind}_tokens")
             for name, value in ((f"min_{kind}_tokens", low), (f"max_{kind}_tokens", high)):
-                if value is not None and value < 0:
-                    raise ValueError(f"{name}={value!r} (expected a token count >= 0)")
+                if value is not None and not 0 <= value <= MAX_TOKENS:
+                    raise ValueError(f"{name}={value!r} (expected a token count in [0, {MAX_TOKENS:,}])")
             if low is not None and high is not None and low > high:
                 raise ValueError(f"min_{kind}_tokens={low} > max_{kind}_tokens={high} (expected min <= max)")
         for name in ("workloads", "tenants"):
@@ -91,10 +96,22 @@ def window(frame: pl.DataFrame, start_s: float = 0.0, end_s: float | None = None
     return _renumber(out)
 
 
+def check_rate_scale(rate_scale: float) -> None:
+    """A rate scale outside RATE_SCALE_RANGE stretches a trace past any span a replay can tick
+    through (1e-300 makes every gap infinite) or folds a day into microseconds."""
+    low, high = RATE_SCALE_RANGE
+    if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) \
+            or not (math.isfinite(rate_scale) and low <= rate_scale <= high):
+        raise ValueError(f"rate_scale={rate_scale!r} (expected a number in [{low:g}, {high:g}])")
+
+
 def scale_rate(frame: pl.DataFrame, rate_scale: float) -> pl.DataFrame:
     """Divide every arrival time by `rate_scale`: 2.0 doubles the request rate, 0.5 halves it."""
-    if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise ValueError(f"rate_scale={rate_scale!r} (expected a number > 0)")
+    check_rate_scale(rate_scale)
+    last_us = frame["arrival_us"].max() or 0
+    if last_us / rate_scale >= 2**62:
+        raise TraceError(f"rate_scale={rate_scale:g} would put the last arrival at {last_us / rate_scale / 1e6:.3g} s "
+                         "(beyond what int64 microseconds hold); expected a larger rate_scale")
     scaled = (pl.col("arrival_us").cast(pl.Float64) / rate_scale).round(0).cast(pl.Int64)
     return frame.with_columns(scaled.alias("arrival_us"))
 

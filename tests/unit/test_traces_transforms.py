@@ -93,7 +93,7 @@ def test_merge_sorts_by_arrival_and_renumbers():
 @pytest.mark.parametrize("section, message", [
     ({"window": {"start_s": -1}}, "trace.window: start_s=-1.0"),
     ({"window": {"start_s": 5, "end_s": 5}}, "end_s=5.0"),
-    ({"rate_scale": 0}, "rate_scale=0.0 (expected a number > 0)"),
+    ({"rate_scale": 0}, "rate_scale=0.0 (expected a number in [1e-06, 1e+06])"),
     ({"rate_scale": -2}, "rate_scale=-2.0"),
     ({"sample": {"fraction": 0}}, "trace.sample: fraction=0.0"),
     ({"sample": {"fraction": 1.5}}, "fraction=1.5"),
