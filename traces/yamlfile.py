@@ -12,7 +12,6 @@ constructed; either limit is one ConfigError naming the file.
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -148,28 +147,12 @@ def _line(exc: Exception) -> str:
 def read_yaml(path: str | Path, what: str = "config") -> Any:
     """A YAML file through the bounded loader (YAML 1.2 floats, no duplicate keys, no Python
     tags, bounded size and depth); every problem is one ConfigError naming the file (and line),
-    as `what` file."""
-    path = Path(path)
+    as `what` file. Opened as traces/files.py opens every input: a regular file or nothing."""
+    from traces.files import read_text_file
+
+    raw = read_text_file(path, str(path), what, MAX_BYTES, ConfigError)
     try:
-        kind = path.stat().st_mode
-        if not stat.S_ISREG(kind):
-            raise ConfigError(f"{path}: not a regular file (a {_kind(kind)}); expected a YAML {what} file")
-        if path.stat().st_size > MAX_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a YAML {what} file is at most "
-                              f"{MAX_BYTES:,} bytes")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file (expected YAML)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror}") from None
     return load_yaml_text(text, str(path))
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "named pipe"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "special file"

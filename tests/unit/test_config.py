@@ -244,7 +244,7 @@ def test_invalid_yaml_names_the_line(error):
 def test_missing_unreadable_and_non_text_files(tmp_path):
     with pytest.raises(ConfigError, match="nosuch.yaml: config file not found"):
         load_config(tmp_path / "nosuch.yaml")
-    with pytest.raises(ConfigError, match=r"not a regular file \(a directory\); expected a YAML config file"):
+    with pytest.raises(ConfigError, match=r"is a directory \(expected a config file\)"):
         load_config(tmp_path)
     binary = tmp_path / "b.yaml"
     binary.write_bytes(b"\xff\xfe\x00model")

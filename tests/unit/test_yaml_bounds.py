@@ -76,7 +76,7 @@ def test_a_step_model_profile_goes_through_the_same_bounds(tmp_path):
 def test_a_config_that_is_a_pipe_is_refused_without_reading(tmp_path):
     fifo = tmp_path / "c.yaml"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match="c.yaml: not a regular file \\(a named pipe\\)"):
+    with pytest.raises(ConfigError, match="c.yaml: is a FIFO \\(named pipe\\), not a regular file"):
         load_config(fifo)
 
 
