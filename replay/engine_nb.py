@@ -593,7 +593,7 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
     With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)

@@ -100,6 +100,8 @@ def test_replica_lifecycle_matches_reference(inputs, ops):
              max_size=3),
     max_size=10,
 ))
+@example(make_inputs([0, 50_000, 900_000, 1_000_000], [100, 300, 50, 80], [10, 5, 20, 3], replicas=(2,)), [1, 0],
+         {3: [("start", 1, 300_000), ("start", 0, 300_000)], 9: [("drain", 0, 0), ("drain", 1, 0)]})
 def test_requests_held_at_a_pool_at_zero_match_reference(inputs, hold, ops):
     """Pools that start at 0 replicas and hold arrivals until a replica starts (scale from zero):
     the held requests are placed, in order, at the start, in both engines alike."""
