@@ -24,7 +24,7 @@ class PoolMetrics:
     replicas_active: int
     replicas_starting: int  # provisioning + loading: capacity already on its way
     replicas_draining: int
-    waiting: int  # requests queued in the engines
+    waiting: int  # requests queued in the engines, and those held at the pool (`held`)
     running: int  # requests in a running batch
     kv_usage: float  # mean over active replicas of used / total KV blocks, 0..1
     gpu_busy: float  # mean over active replicas of the share of time running a step (GPU-Util), 0..1
@@ -35,6 +35,10 @@ class PoolMetrics:
     mean_output_tokens: float
     ttft_p99_ms: float | None = None  # trailing window; None when no request got a first token
     tpot_p50_ms: float | None = None
+    # Of `waiting`: requests held at the pool because no replica was active or starting when they
+    # arrived (Knative's activator buffer, a Ray Serve handle's queue); they go to the first
+    # replica that starts.
+    held: int = 0
 
     @property
     def ongoing_requests(self) -> int:

@@ -296,6 +296,7 @@ def build_inputs(
         trace_block_tokens=int(trace_block_tokens or 1),
         pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
         pool_initial_replicas=np.array([p.config.replicas for p in plans], np.int64),
+        pool_hold=np.array([int(holds_arrivals(p.config)) for p in plans], np.int64),
         # vLLM's block pool keeps block 0 as the null block: one fewer is usable.
         pool_kv_blocks=np.array([p.capacity.kv_blocks - 1 for p in plans], np.int64),
         pool_block_size=np.array([e.block_size for e in engines], np.int64),
@@ -410,6 +411,26 @@ def _victim(pool: PoolConfig) -> str:
     return "vllm-priority" if pool.engine.scheduling_policy == "priority" else "vllm-fcfs"
 
 
+def holds_arrivals(pool: PoolConfig) -> bool:
+    """Whether a request that finds none of the pool's replicas active or starting is held at the
+    pool until one starts, rather than rejected as no_replica: when its autoscaler may start one.
+
+    Knative's activator sits in the path of a revision scaled to zero, buffers its requests and
+    reports them to the autoscaler as concurrency (knative/serving `pkg/activator/handler`,
+    `pkg/activator/net/throttler.go`; `docs/scaling/SYSTEM.md` "Scale from zero"); a Ray Serve
+    handle queues requests while its deployment has no replica and counts them in the autoscaler's
+    `total_num_requests` (ray `python/ray/serve/_private/router.py`). A pool without an
+    autoscaler, or under `fixed` at 0 replicas, never gets one: its requests are rejected."""
+    scaler = pool.autoscaler
+    if scaler is None:
+        return False
+    if scaler.policy == "fixed":
+        n = scaler.params.get("replicas") if isinstance(scaler.params, dict) else None
+        n = pool.replicas if n is None else n
+        return isinstance(n, int) and min(max(n, scaler.min_replicas), scaler.max_replicas) >= 1
+    return scaler.max_replicas >= 1
+
+
 def replica_slots(pool: PoolConfig) -> int:
     """Engine replicas kept for a pool: an autoscaled pool may have up to max_replicas serving
     while as many more still drain, so it gets twice its maximum."""
@@ -486,9 +507,12 @@ def simulate(
         snap = eng.snapshot(t)
         snapshots.append(membership.T @ snap)  # [pool, column]
         pc = eng.pool_counters()
-        pool_counts.append(np.stack([pc["arrivals"], pc["rejected"]], axis=1))
+        # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
+        # `waiting` counts them, and `held` says how many of them are.
+        snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
+        pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
         events.append(eng.take_events())
-        by_state.append(control.tick(t, eng, snap))
+        by_state.append(control.tick(t, eng, snap, pc["held"]))
         if progress is not None:
             progress(t, last_arrival)  # past the last arrival: the fleet drains
         if on_tick is not None:
@@ -522,7 +546,7 @@ def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_s
     counts = np.stack(pool_counts)
     states = np.stack(by_state)  # [tick, pool, replica state]
     ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
-    ticks["arrivals"], ticks["rejected"] = counts[:, :, 0], counts[:, :, 1]
+    ticks["arrivals"], ticks["rejected"], ticks["held"] = counts[:, :, 0], counts[:, :, 1], counts[:, :, 2]
     ntick, npool = per_pool.shape[:2]
     ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], npool, axis=1)
     ticks["replicas_loading"] = states[:, :, R_STARTING]

@@ -96,9 +96,11 @@ class FleetControl:
             pc.desired = int((states[pc.slots] != R_OFF).sum())
         self.prev_state = states
 
-    def tick(self, t: int, eng: Engine, snap: np.ndarray) -> np.ndarray:
+    def tick(self, t: int, eng: Engine, snap: np.ndarray, held: np.ndarray | None = None) -> np.ndarray:
         """Run the control plane at t; returns replicas by state per pool [pool, 4 states] as
-        they were at t, before this tick's decisions (what a dashboard scraped at t shows)."""
+        they were at t, before this tick's decisions (what a dashboard scraped at t shows).
+        `held`: requests held at each pool, on no replica yet (the engine's pool counter)."""
+        held = np.zeros(len(self.pools), np.int64) if held is None else held
         states, active_at = eng.replica_lifecycle()
         for pc in self.pools:
             for r in pc.slots[(states[pc.slots] == R_ACTIVE) & (self.prev_state[pc.slots] == R_STARTING)]:
@@ -113,7 +115,7 @@ class FleetControl:
                     eng.retire_replica(int(r))
                     self.events.add(t, pc.name, r, "replica_gone", "drained")
             if pc.decide is not None:
-                self._scale(pc, t, eng, states, snap)
+                self._scale(pc, t, eng, states, snap, int(held[pc.index]))
         self.prev_state, _ = eng.replica_lifecycle()
         self.prev_snap = snap
         self.last_t = t
@@ -125,7 +127,7 @@ class FleetControl:
 
     # --- autoscaling ---------------------------------------------------------------------------
 
-    def _metrics(self, pc: PoolControl, t: int, states: np.ndarray, snap: np.ndarray) -> PoolMetrics:
+    def _metrics(self, pc: PoolControl, t: int, states: np.ndarray, snap: np.ndarray, held: int = 0) -> PoolMetrics:
         slots = pc.slots
         active = slots[states[slots] == R_ACTIVE]
         serving = slots[(states[slots] == R_ACTIVE) | (states[slots] == R_DRAINING)]
@@ -145,7 +147,10 @@ class FleetControl:
             replicas_active=len(active),
             replicas_starting=int((states[slots] == R_STARTING).sum()),
             replicas_draining=int((states[slots] == R_DRAINING).sum()),
-            waiting=int(snap[slots, COL["waiting"]].sum()),
+            # Held requests count as waiting, as Knative's activator reports the requests it
+            # buffers as the revision's concurrency and Ray Serve counts requests queued at its
+            # handles in `total_num_requests`: they are what scales a pool up from zero.
+            waiting=int(snap[slots, COL["waiting"]].sum()) + held,
             running=int(snap[slots, COL["running"]].sum()),
             kv_usage=float(kv.mean()) if len(kv) else 0.0,
             gpu_busy=float(np.clip(busy, 0.0, 1.0).mean()) if len(busy) else 0.0,
@@ -154,10 +159,11 @@ class FleetControl:
             output_tokens_per_s=rate("output_tokens"),
             mean_prompt_tokens=float(cum_prompt[hi] - cum_prompt[lo]) / n if n else 0.0,
             mean_output_tokens=float(cum_output[hi] - cum_output[lo]) / n if n else 0.0,
+            held=held,
         )
 
-    def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray) -> None:
-        pc.scrapes.append(self._metrics(pc, t, states, snap))
+    def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int) -> None:
+        pc.scrapes.append(self._metrics(pc, t, states, snap, held))
         while len(pc.scrapes) > pc.scrape_delay_ticks + 1:
             pc.scrapes.popleft()
         ctx = ScalingContext(

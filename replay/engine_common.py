@@ -146,6 +146,10 @@ class EngineInputs:
         return np.full(len(self.pool_replicas), default, np.int64) if value is None else value.astype(np.int64)
     # Replicas active from t=0 per pool (default: every slot); the rest start OFF.
     pool_initial_replicas: np.ndarray | None = None
+    # int64[P] 1: a request that finds no replica active or starting is held at the pool (as
+    # Knative's activator or a Ray Serve handle holds it) until `start_replica` starts one of
+    # its replicas, instead of being rejected as no_replica (default 0: rejected).
+    pool_hold: np.ndarray | None = None
 
     @property
     def adapters(self) -> np.ndarray:
@@ -219,7 +223,8 @@ class Engine(Protocol):
         """`snapshot` as a dict of columns, at the time of the last `advance`."""
 
     def pool_counters(self) -> dict[str, np.ndarray]:
-        """Per pool, cumulative: arrivals, rejected."""
+        """Per pool, cumulative: arrivals, rejected; and now: held (requests held at the pool,
+        on no replica yet)."""
 
     def take_events(self) -> dict[str, np.ndarray]:
         """Events recorded since the last call: t_us, kind, replica, request, value."""
@@ -228,7 +233,9 @@ class Engine(Protocol):
         """Per replica: state (R_*) and active_at (when a STARTING replica becomes routable)."""
 
     def start_replica(self, r: int, active_at_us: int) -> None:
-        """An OFF replica starts, with an empty KV cache, and takes requests from active_at_us."""
+        """An OFF replica starts, with an empty KV cache, and takes requests from active_at_us.
+        Requests held at its pool are placed now, oldest first, as if they arrived now (routing
+        and admission), so they wait on it (TTFT counts from their arrival)."""
 
     def drain_replica(self, r: int) -> None:
         """Stop routing to r; it finishes what it holds. A STARTING replica goes straight OFF."""

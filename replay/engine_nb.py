@@ -208,6 +208,12 @@ class Pools(NamedTuple):
     lora_load_us: np.ndarray  # loading one adapter into a slot over the host link
     spec_k: np.ndarray  # num_speculative_tokens (0 = off)
     spec_credit: np.ndarray  # int64[P, K + 1]: expected tokens of a verify step with d drafts, scaled
+    # Requests held at the pool while it has no replica active or starting (`hold` 1): a FIFO
+    # linked through Requests.qnext (a held request is in no replica's queue).
+    hold: np.ndarray
+    held_head: np.ndarray
+    held_tail: np.ndarray
+    nheld: np.ndarray
 
 
 class Events(NamedTuple):
@@ -564,28 +570,46 @@ def remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
     return rq.prompt[q] - hits * bs >= threshold
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def reject(rq, pools, ev, q, reason, t):
+    """Request q is rejected; its home pool (requests.parquet's `pool`) counts it."""
+    rq.state[q] = REJECTED
+    rq.reject[q] = reason
+    pools.rejected[rq.pool[q]] += 1
+    record(ev, t, EV_REJECT, -1, q, reason)
+
+
 @njit(cache=True, _nrt=False)
 def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
-    home = p  # counts the arrival (and a rejection), as requests.parquet's `pool` column
-    pools.arrivals[p] += 1
-    detailed = ev.clock[2] != 0
+    pools.arrivals[p] += 1  # counted at its home pool, as requests.parquet's `pool` column
     total = rq.prompt[q] + rq.output[q]
-    reason = 0
     if total > pools.max_model_len[p]:
-        reason = REJECT_CONTEXT
+        reject(rq, pools, ev, q, REJECT_CONTEXT, t)
     elif (total - 1 + pools.block_size[p] - 1) // pools.block_size[p] > pools.kv_blocks[p] - pools.watermark_blocks[p]:
         # The request could never hold all its tokens, even alone on a replica (above the watermark).
-        reason = REJECT_KV
-    r = -1
-    if reason == 0:
-        r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
-        if r < 0:
-            r = route_starting(pools, reps, p)
-        if r < 0:
-            reason = REJECT_NO_REPLICA
+        reject(rq, pools, ev, q, REJECT_KV, t)
+    else:
+        place(rq, blocks, reps, pools, ev, th, tbs, q, t)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
+    """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
+    With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)
+    keeps it in its FIFO; any other rejects it as no_replica."""
+    p = rq.pool[q]
+    r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
+    if r < 0:
+        r = route_starting(pools, reps, p)
+    if r < 0:
+        if pools.hold[p] != 0:
+            held_push(rq, pools, p, q)
+        else:
+            reject(rq, pools, ev, q, REJECT_NO_REPLICA, t)
+        return
     d = -1
-    if reason == 0 and remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
+    if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
         if rp < 0:
@@ -594,23 +618,47 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
             d = r
             r = rp
             p = pp
-    if reason == 0:
-        reason = admit(rq, reps, pools, p, r, q, t)
+    reason = admit(rq, reps, pools, p, r, q, t)
     if reason != 0:
-        rq.state[q] = REJECTED
-        rq.reject[q] = reason
-        pools.rejected[home] += 1
-        record(ev, t, EV_REJECT, -1, q, reason)
+        reject(rq, pools, ev, q, reason, t)
         return
     if d >= 0:
         rq.dreplica[q] = d
         reps.incoming[d] += 1
     rq.replica[q] = r
     rq.state[q] = WAITING
-    if detailed:
+    if ev.clock[2] != 0:
         record(ev, t, EV_ARRIVE, r, q, 0)
     wq_push_back(rq, reps, r, q)
     wake_idle(reps, r, t)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def held_push(rq, pools, p, q):
+    rq.qnext[q] = -1
+    tail = pools.held_tail[p]
+    if tail >= 0:
+        rq.qnext[tail] = q
+    else:
+        pools.held_head[p] = q
+    pools.held_tail[p] = q
+    pools.nheld[p] += 1
+
+
+@njit(cache=True, _nrt=False)
+def release_held_nb(rq, blocks, reps, pools, ev, th, tbs, p, t, limit):
+    """Place up to `limit` of the requests held at pool p, oldest first, at t (a replica of p has
+    just started; each records at most one event). Returns how many were placed."""
+    n = min(limit, pools.nheld[p])
+    for _ in range(n):
+        q = pools.held_head[p]
+        pools.held_head[p] = rq.qnext[q]
+        if rq.qnext[q] < 0:
+            pools.held_tail[p] = -1
+        rq.qnext[q] = -1
+        pools.nheld[p] -= 1
+        place(rq, blocks, reps, pools, ev, th, tbs, q, t)
+    return n
 
 
 @njit(cache=True, _nrt=False, inline="always")

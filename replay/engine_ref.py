@@ -231,6 +231,10 @@ class ReferenceEngine:
         self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
         self.wake_pending = [False] * len(self.replicas)
         self.ended = 0  # requests finished or rejected
+        # Requests held at a pool with no replica active or starting, while `hold` says its
+        # autoscaler may still start one (see EngineInputs.pool_hold).
+        self.hold = [bool(h) for h in inputs.per_pool("hold", 0)]
+        self.held: list[deque] = [deque() for _ in self.pool_members]
         self.now = 0
 
     def _make_request(self, i: int) -> Request:
@@ -277,35 +281,47 @@ class ReferenceEngine:
     # --- arrival and routing ----------------------------------------------------------------
 
     def _arrive(self, req: Request, t: int) -> None:
-        p = home = int(self.inp.pool[req.index])  # home counts the arrival and a rejection
-        self.arrivals[p] += 1
+        p = int(self.inp.pool[req.index])
+        self.arrivals[p] += 1  # counted at its home pool, as requests.parquet's `pool` column
         total = req.prompt_tokens + req.output_tokens
         bs = int(self.inp.pool_block_size[p])
-        reason = 0
         if total > self.inp.pool_max_model_len[p]:
-            reason = REJECT_CONTEXT
+            self._reject(req, REJECT_CONTEXT, t)
         elif math.ceil((total - 1) / bs) > self.inp.pool_kv_blocks[p] - self.inp.per_pool("watermark_blocks", 0)[p]:
-            reason = REJECT_KV
-        r = self._route(p, req, t) if not reason else None
-        if r is None and not reason:
+            self._reject(req, REJECT_KV, t)
+        else:
+            self._place(req, t)
+
+    def _reject(self, req: Request, reason: int, t: int) -> None:
+        req.state, req.reject = REJECTED, reason
+        self.rejected[int(self.inp.pool[req.index])] += 1
+        self.ended += 1
+        self._record(t, EV_REJECT, -1, req.index, reason)
+
+    def _place(self, req: Request, t: int) -> None:
+        """Route a request (arriving, or held at its pool until now) and admit it. With no replica
+        active or starting, a pool that holds keeps it (`held`); any other rejects it."""
+        p = int(self.inp.pool[req.index])
+        r = self._route(p, req, t)
+        if r is None:
             r = self._route_starting(p)
-        if r is None and not reason:
-            reason = REJECT_NO_REPLICA
+        if r is None:
+            if self.hold[p]:
+                self.held[p].append(req)
+            else:
+                self._reject(req, REJECT_NO_REPLICA, t)
+            return
         decode = None
-        if not reason and self._remote_prefill(p, self.replicas[r], req):
+        if self._remote_prefill(p, self.replicas[r], req):
             pp = self.inp.pd_prefill_pool
             rp = self._route(pp, req, t)
             if rp is None:
                 rp = self._route_starting(pp)
             if rp is not None:  # else no prefill replica at all: the decode replica prefills it
                 decode, r, p = self.replicas[r], rp, pp
-        if not reason:
-            reason = self._admit(p, self.replicas[r], req, t)
+        reason = self._admit(p, self.replicas[r], req, t)
         if reason:
-            req.state, req.reject = REJECTED, reason
-            self.rejected[home] += 1
-            self.ended += 1
-            self._record(t, EV_REJECT, -1, req.index, reason)
+            self._reject(req, reason, t)
             return
         if decode is not None:
             req.decode_replica = decode.index
@@ -794,7 +810,8 @@ class ReferenceEngine:
         return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
 
     def pool_counters(self) -> dict[str, np.ndarray]:
-        return {"arrivals": np.array(self.arrivals, np.int64), "rejected": np.array(self.rejected, np.int64)}
+        return {"arrivals": np.array(self.arrivals, np.int64), "rejected": np.array(self.rejected, np.int64),
+                "held": np.array([len(h) for h in self.held], np.int64)}
 
     def take_events(self) -> dict[str, np.ndarray]:
         events, self.events = self.events, []
@@ -822,6 +839,9 @@ class ReferenceEngine:
         self._empty_lora_slots(rep)
         rep.busy_until = -1
         rep.state, rep.active_at = R_STARTING, active_at_us
+        held = self.held[rep.pool]
+        for req in [held.popleft() for _ in range(len(held))]:  # oldest first: they wait on it now
+            self._place(req, self.now)
 
     def drain_replica(self, r: int) -> None:
         rep = self.replicas[r]

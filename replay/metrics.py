@@ -35,7 +35,7 @@ TICK_COLUMNS = (
     "prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
     "ttft_p50_ms", "ttft_p99_ms", "slo_attainment",
     # added after the first contract (README "Migration notes"):
-    "replicas_draining",
+    "replicas_draining", "held",
 )
 
 
@@ -171,6 +171,7 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.Data
             "replicas_draining": col("replicas_draining").astype(np.int32),
             "gpus": gpus.astype(np.int32),
             "waiting": col("waiting").astype(np.int32),
+            "held": col("held").astype(np.int32),  # of waiting: held at the pool, on no replica yet
             "running": col("running").astype(np.int32),
             "kv_usage": np.where(total_blocks > 0, col("kv_used_blocks") / np.maximum(total_blocks, 1), 0.0),
             "kv_used_blocks": col("kv_used_blocks"),

@@ -30,6 +30,7 @@ from replay.engine_nb import (
     Replicas,
     Requests,
     advance_nb,
+    release_held_nb,
     reset_replica_nb,
     snapshot_nb,
 )
@@ -208,6 +209,10 @@ class NumbaEngine:
             lora_load_us=inputs.per_pool("lora_load_us", 0),
             spec_k=inputs.per_pool("spec_k", 0),
             spec_credit=inputs.spec_credits,
+            hold=inputs.per_pool("hold", 0),
+            held_head=full(npool, -1),
+            held_tail=full(npool, -1),
+            nheld=full(npool, 0),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)
@@ -266,7 +271,8 @@ class NumbaEngine:
         return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
 
     def pool_counters(self) -> dict[str, np.ndarray]:
-        return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy()}
+        return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy(),
+                "held": self.pools.nheld.copy()}
 
     def take_events(self) -> dict[str, np.ndarray]:
         self._drain()
@@ -287,6 +293,17 @@ class NumbaEngine:
         reset_replica_nb(self.blocks, self.reps, r)
         self.reps.state[r] = R_STARTING
         self.reps.active_at[r] = active_at_us
+        # The requests held at its pool now wait on it; each placement records at most one event,
+        # so they go in batches that fit the event buffer.
+        p = np.int64(self.reps.pool[r])
+        left = int(self.pools.nheld[p])
+        while left > 0:
+            room = len(self.ev.t) - int(self.ev.clock[1])
+            if room <= 0:
+                self._drain()
+                continue
+            left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, p,
+                                        np.int64(self.now), np.int64(min(room, left))))
 
     def drain_replica(self, r: int) -> None:
         state = self.reps.state[r]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.api import Decision, ScalingContext
-from policies.autoscalers._util import check_number
+from policies.autoscalers._util import check_number, from_zero
 from policies.autoscalers.hpa import metric_value, replica_calculator
 
 
@@ -30,7 +30,8 @@ def check_ratio_params(target_field: str, target: float, tolerance: float, decis
 def ratio_decision(ctx: ScalingContext, metric: str, target: float, tolerance: float, state: RatioState) -> Decision:
     m = ctx.metrics
     if m.replicas_active == 0:  # nothing reports the metric yet: keep the count (HPA does the same)
-        return Decision(ctx.desired, state, {"metric": metric, "value": None, "target": target})
+        replicas = 1 if from_zero(ctx) else ctx.desired  # unless requests wait at zero (KEDA activation)
+        return Decision(replicas, state, {"metric": metric, "value": None, "target": target, "held": m.held})
     value = metric_value(metric, m)
     replicas = replica_calculator(value / target, m.replicas_active, m.replicas_starting, ctx.desired, tolerance)
     return Decision(replicas, state, {"metric": metric, "value": value, "target": target})

@@ -57,5 +57,16 @@ def since(window: tuple[tuple, ...], cutoff_us: int) -> tuple[tuple, ...]:
     return ()
 
 
+def from_zero(ctx: Any) -> bool:
+    """The pool has no replica active or starting, and requests are held at it waiting for one.
+
+    Policies whose signal needs a replica to report it (a per-replica ratio, KV use) still leave
+    zero then, as the components that scale such pools from zero do: KEDA activates a Deployment
+    0 -> 1 on its trigger and leaves 1 -> N to the HPA (keda.sh docs, concepts/scaling-deployments),
+    and llm-d WVA's ScaleFromZero engine scales a variant at 0 replicas to 1 when the inference
+    gateway's flow-control queue holds requests for it (docs/user-guide/scale-from-zero.md)."""
+    return ctx.desired == 0 and ctx.metrics.held > 0
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0

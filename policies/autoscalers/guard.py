@@ -4,7 +4,10 @@
 # `python/ray/serve/autoscaling_policy.py`) instead of in each policy; this is that wrapper. Order
 # per tick: between decisions hold the last answer (the policy only records samples); at a decision
 # ask the policy, clamp to [ctx.min_replicas, ctx.max_replicas], then apply the cooldowns, then
-# clamp again so bounds always win.
+# clamp again so bounds always win. A pool at zero with requests held at it is decided at once,
+# not at the next interval: Knative's stat server pokes the scaler when the activator reports
+# concurrency for a revision at scale 0 (`MultiScaler.Poke` in knative/serving
+# `pkg/autoscaler/scaling/multiscaler.go`), and WVA's scale-from-zero engine polls every 100 ms.
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, TypeVar
 
 from policies.api import Decision, ScalingContext
-from policies.autoscalers._util import check_number, us
+from policies.autoscalers._util import check_number, from_zero, us
 
 S = TypeVar("S")
 
@@ -76,7 +79,8 @@ def guard_step(
     """One control tick of `fn` under the guard; pure, returns the next `GuardState`."""
     now = ctx.now_us
     interval_us = guard.interval_us(params)
-    if state.held is not None and state.last_decision_us is not None and now - state.last_decision_us < interval_us:
+    between = state.last_decision_us is not None and now - state.last_decision_us < interval_us
+    if state.held is not None and between and not from_zero(ctx):
         inner = observe(ctx, params, state.inner) if observe is not None else state.inner
         held = clamp(state.held, ctx)
         return Decision(held, replace(state, inner=inner), {"held": True, "replicas": held})

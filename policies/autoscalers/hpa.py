@@ -6,7 +6,8 @@
 # - desired = ceil(ready * current / target); no change while |current / target - 1| <= tolerance (0.1);
 # - replicas still starting report no metric: on a scale-up they count as using 0 (and a result that
 #   would flip direction keeps the current count); on a scale-down they are left out;
-# - no ready replica reporting: keep the current count (upstream errors and does not scale);
+# - no ready replica reporting: keep the current count (upstream errors and does not scale), but
+#   a pool at zero with requests held at it goes to 1 (as KEDA activates a pool at zero: `from_zero`);
 # - the recommendation is the max of all recommendations in the last 300 s (so scale-downs wait),
 #   capped at max(2 * current, 4) per sync; the sync period (15 s) is `decision_interval_s`.
 
@@ -16,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from policies.api import Decision, PoolMetrics, ScalingContext
-from policies.autoscalers._util import check_choice, check_int, check_number, require, us
+from policies.autoscalers._util import check_choice, check_int, check_number, from_zero, require, us
 
 METRICS = ("waiting", "ongoing", "kv_usage", "gpu_busy")
 # Per-replica targets when `target` is not set: 5 waiting requests (llm-d's queueDepthThreshold),
@@ -93,7 +94,7 @@ def hpa(ctx: ScalingContext, params: HpaParams, state: HpaState) -> Decision[Hpa
     value = metric_value(params.metric, m) if m.replicas_active > 0 else None
     ratio = None if value is None else value / target
     if ratio is None:
-        rec = current
+        rec = 1 if from_zero(ctx) else current
     else:
         rec = replica_calculator(ratio, m.replicas_active, m.replicas_starting, current, params.tolerance)
     cutoff = ctx.now_us - us(params.downscale_stabilization_s)

@@ -4,7 +4,9 @@
 # `pkg/autoscaler/config` defaults; target from `pkg/reconciler/autoscaling/resources`
 # (`ResolveMetricTarget`). Reproduced, per 2 s tick (`decision_interval_s`):
 # - concurrency = waiting + running requests of the pool, averaged over the 60 s stable window and
-#   the 6 s panic window (10% of stable);
+#   the 6 s panic window (10% of stable); waiting includes the requests held at a pool with no
+#   replica, as the activator reports the requests it buffers as the revision's concurrency, so a
+#   pool at zero scales to ceil(held / target) >= 1 (and the guard decides at once: `MultiScaler.Poke`);
 # - desired = ceil(average / target) for each window, kept within
 #   [floor(ready / max_scale_down_rate), ceil(max_scale_up_rate * ready)] (2 and 1000), ready >= 1;
 # - panic starts when the panic desired count is >= 200% of the ready count and lasts until the

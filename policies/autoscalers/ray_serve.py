@@ -15,7 +15,9 @@
 #   (`counter > int(delay_s / CONTROL_LOOP_INTERVAL_S)`, 0.1 s); the streak here is timed from its
 #   first decision with `ctx.now_us`, which is the same thing without assuming the tick period;
 # - cold start: with no running replica and requests arriving, go to max(ceil(upscaling_factor),
-#   target) at once, bypassing the delays.
+#   target) at once, bypassing the delays. Requests held at a pool with no replica count in the
+#   total, as a handle's queued requests do (`total_num_requests`; the handle blocks until a
+#   replica is available: doc/source/serve/autoscaling.md, min_replicas 0).
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@
 # - decode: the best decode throughput whose inter-token latency meets the TPOT target (corrected),
 #   searched from the largest batch down among measured points whose KV (batch * (ISL + OSL/2))
 #   fits, else the smallest batch; ceil(rate * OSL / that throughput);
-# - at least `min_endpoint` replicas.
+# - at least `min_endpoint` replicas, and 1 at zero with requests held at the pool (`from_zero`:
+#   upstream keeps min_endpoint 1 and never reaches zero; a pool that does must leave it).
 # The data point is (request rate, prompt tokens/s, output tokens/s, decode context); upstream
 # predicts rate, mean ISL and mean OSL separately and multiplies them, which is the same with the
 # constant predictor. The decode context is the largest per-scrape ISL + OSL/2 of the interval
@@ -32,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from policies.api import Decision, ReplicaModel, ScalingContext
-from policies.autoscalers._util import check_choice, check_int, check_number, mean, since, us
+from policies.autoscalers._util import check_choice, check_int, check_number, from_zero, mean, since, us
 
 ROLES = ("prefill", "decode", "aggregated")
 PREDICTORS = ("constant", "moving-average")
@@ -127,7 +128,7 @@ def sla_planner(ctx: ScalingContext, params: SlaPlannerParams, state: SlaPlanner
     state = SlaPlannerState(state.samples, history)
     replica = ctx.replica
     if replica is None or not replica.decode_tokens_per_s_at or replica.prefill_tokens_per_s <= 0:
-        return Decision(ctx.desired, state, {"role": params.role, "sized": False})
+        return Decision(1 if from_zero(ctx) else ctx.desired, state, {"role": params.role, "sized": False})
 
     rate, prompt_tokens_per_s, output_tokens_per_s, context = predict(history, params.load_predictor)
     observed_isl = observed[1] / observed[0] if observed[0] > 0 else 0.0
@@ -137,7 +138,7 @@ def sla_planner(ctx: ScalingContext, params: SlaPlannerParams, state: SlaPlanner
     decode_tokens_per_s = best_decode_tokens_per_s(replica, itl_ms, context)
     decode_share = output_tokens_per_s / decode_tokens_per_s if decode_tokens_per_s > 0 else 0.0
     share = {"prefill": prefill_share, "decode": decode_share, "aggregated": prefill_share + decode_share}
-    replicas = max(params.min_endpoint, math.ceil(share[params.role]))
+    replicas = max(params.min_endpoint, math.ceil(share[params.role]), 1 if from_zero(ctx) else 0)
     signals = {"role": params.role, "sized": True, "metric": "request_rate", "value": rate,
                "prompt_tokens_per_s": prompt_tokens_per_s, "output_tokens_per_s": output_tokens_per_s,
                "decode_context_tokens": context, "prefill_replicas": prefill_share,

@@ -11,7 +11,8 @@
 # - supply = active * C; anticipated supply = (active + starting) * C, so replicas still loading
 #   count as capacity and a second scale-up is not ordered while the first boots;
 # - required = max(0, D / scale_up_threshold - anticipated); spare = max(0, supply - D / scale_down_boundary);
-# - required > 0: add ceil(required / C); else spare > 0: remove floor(spare / C), keeping at least 1.
+# - required > 0: add ceil(required / C); else spare > 0: remove floor(spare / C), keeping at least 1;
+# - at 0 replicas with requests held at the pool: 1 (WVA's ScaleFromZero engine, `from_zero`).
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from policies.api import Decision, ScalingContext
-from policies.autoscalers._util import check_number, require, since, us
+from policies.autoscalers._util import check_number, from_zero, require, since, us
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def wva(ctx: ScalingContext, params: WvaParams, state: WvaState) -> Decision[Wva
         replicas = max(1, current - math.floor(spare / capacity))
     else:
         replicas = current
+    if from_zero(ctx):
+        replicas = max(replicas, 1)
     signals = {"metric": "kv_tokens", "value": demand, "supply": supply, "anticipated_supply": anticipated,
                "required_capacity": required, "spare_capacity": spare, "kv_usage_peak": kv_peak,
                "waiting_peak": waiting_peak}

@@ -72,7 +72,7 @@ def _run_with_lifecycle(cls, inputs, ops, tick_us=200_000):
                 engine.retire_replica(int(r))
         if engine.done:
             break
-    return engine.take_events(), engine.request_columns(), engine.replica_lifecycle()
+    return engine.take_events(), engine.request_columns(), engine.replica_lifecycle(), engine.pool_counters().values()
 
 
 @given(engine_inputs(max_requests=30), st.dictionaries(
@@ -92,3 +92,29 @@ def test_replica_lifecycle_matches_reference(inputs, ops):
             np.testing.assert_array_equal(x[name], y[name], err_msg=name)
     for x, y in zip(a[2], b[2]):
         np.testing.assert_array_equal(x, y)
+
+
+@given(engine_inputs(max_requests=30), st.lists(st.integers(0, 1), min_size=2, max_size=2), st.dictionaries(
+    st.integers(0, 40),
+    st.lists(st.tuples(st.sampled_from(["start", "drain"]), st.integers(0, 5), st.integers(0, 500_000)),
+             max_size=3),
+    max_size=10,
+))
+@example(make_inputs([0, 50_000, 900_000, 1_000_000], [100, 300, 50, 80], [10, 5, 20, 3], replicas=(2,)), [1, 0],
+         {3: [("start", 1, 300_000), ("start", 0, 300_000)], 9: [("drain", 0, 0), ("drain", 1, 0)]})
+def test_requests_held_at_a_pool_at_zero_match_reference(inputs, hold, ops):
+    """Pools that start at 0 replicas and hold arrivals until a replica starts (scale from zero):
+    the held requests are placed, in order, at the start, in both engines alike."""
+    import dataclasses
+
+    npool = len(inputs.pool_replicas)
+    inputs = dataclasses.replace(inputs, pool_initial_replicas=np.zeros(npool, np.int64),
+                                 pool_hold=np.array(hold[:npool], np.int64))
+    a = _run_with_lifecycle(NumbaEngine, inputs, ops)
+    b = _run_with_lifecycle(ReferenceEngine, inputs, ops)
+    for x, y in zip(a[:2], b[:2]):
+        for name in x:
+            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
+    for x, y in zip(a[2:], b[2:]):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)

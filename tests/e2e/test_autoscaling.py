@@ -161,3 +161,58 @@ def test_sla_planner_sizes_both_sides_of_a_prefill_decode_split(cli, write, tmp_
     for pool, role in (("prefill", "role=prefill"), ("decode", "role=decode")):
         mine = ups.filter(pl.col("pool") == pool)
         assert mine.height >= 1 and role in mine["detail"][0] and "prompt_tokens_per_s=0," not in mine["detail"][0]
+
+
+FROM_ZERO = """
+model: llama-3.1-8b
+trace: {{path: azure-conv-2023, window: {{end_s: 120}}}}
+pools:
+  - name: chat
+    replicas: 0
+    autoscaler: {{policy: {policy}, min_replicas: 0, max_replicas: 2{params}}}
+    lifecycle: {{pod_start_s: 20, load_bytes_per_s: 4.0e9}}
+"""
+
+
+@pytest.mark.parametrize("policy, params", [
+    ("kpa", ", params: {enable_scale_to_zero: true}"),  # Knative: the activator holds them
+    ("ray-serve", ""),  # Ray Serve: the handle queues them before the first decision
+])
+def test_a_pool_at_zero_holds_its_first_requests_and_scales_up(cli, write, tmp_path, policy, params):
+    write("f.yaml", FROM_ZERO.format(policy=policy, params=params))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "o")
+    req, ticks, ev = run.requests, run.ticks, run.events
+    assert req.filter(pl.col("reject_reason") == "no_replica").height == 0
+    assert run.summary["rejected"] == 0 and run.summary["finished"] == run.summary["requests"]
+    ups = ev.filter(pl.col("kind") == "scale_up")
+    assert ups["detail"][0].startswith(f"{policy}: 0 -> 1"), ups["detail"][0]
+    # Held while the first replica loads (20 s + 16.06 GB / 4 GB/s): their TTFT counts the hold.
+    first_up_us = ups["t_us"][0]
+    early = req.filter(pl.col("arrival_us") < first_up_us)
+    assert early.height >= 1
+    assert (early["first_token_us"] > first_up_us + 24_015_000).all()
+    assert (early["ttft_us"] == early["first_token_us"] - early["arrival_us"]).all()
+    # The tick table shows them: held at the pool, and counted as waiting.
+    before = ticks.filter(pl.col("t_us") < first_up_us + 1_000_000)
+    assert before["held"].max() >= 1
+    assert (ticks["waiting"] >= ticks["held"]).all()
+    assert ticks.filter(pl.col("t_us") > first_up_us)["held"].max() == 0
+
+
+def test_a_pool_without_an_autoscaler_at_zero_still_rejects_as_no_replica(cli, write, tmp_path):
+    write("f.yaml", """
+        model: llama-3.1-8b
+        trace: {path: azure-conv-2023, window: {end_s: 30}}
+        split: {policy: by-prompt-length, prompt_thresholds: [1000]}
+        pools:
+          - {name: short, replicas: 1}
+          - {name: long, replicas: 0}
+    """)
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    run = read_run(tmp_path / "o")
+    long = run.requests.filter(pl.col("pool") == "long")
+    assert long.height >= 1 and (long["reject_reason"] == "no_replica").all()
+    assert (run.ticks["held"] == 0).all()

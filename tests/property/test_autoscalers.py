@@ -260,3 +260,42 @@ def test_constant_load_settles_to_a_constant_answer(name, data):
                run(name, data.draw(params_for(name)), guard, lo, hi, data.draw(st.none() | replica_models()), stream,
                    data.draw(st.integers(lo, hi)))]
     assert len({n for t, n in answers if t >= 1500 * S}) == 1
+
+
+# `fixed` with no count of its own keeps the pool where it is: at 0 it never leaves, and the
+# cluster rejects such a pool's requests instead of holding them (replay.cluster.holds_arrivals).
+LEAVES_ZERO = {name: [p for p in VARIANTS.get(name, [AUTOSCALERS[name].params_cls()])
+                      if not (isinstance(p, FixedParams) and not p.replicas)] for name in NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+@settings(max_examples=50)
+def test_a_pool_at_zero_with_requests_held_at_it_scales_up(name, data):
+    """Whatever came before, a pool asked to have 0 replicas whose requests wait at it (held,
+    counted in `waiting`) gets a replica as soon as the scale-up cooldown lets it: at once, not
+    at the policy's next decision interval (Knative's poke, WVA's scale-from-zero loop)."""
+    hi = data.draw(st.integers(1, 16))
+    params = data.draw(st.sampled_from(LEAVES_ZERO[name]))
+    up_s = data.draw(st.sampled_from([0, 7, 30, 120]))
+    guard = GuardParams(float(up_s), float(data.draw(st.sampled_from([0, 20, 300]))),
+                        decision_interval_s=data.draw(st.sampled_from([None, 0.0, 600.0])))
+    replica = data.draw(st.none() | replica_models())
+    prefix = data.draw(streams(min_steps=0, max_steps=6))
+    state = AUTOSCALERS[name].initial_state(params)
+    for _, _, d in run(name, params, guard, 0, hi, replica, prefix, data.draw(st.integers(0, hi))):
+        state = d.state
+    t0 = (prefix[-1][0] if prefix else 0) + data.draw(st.integers(1, 40_000)) * 1000
+    load = {**data.draw(loads()), "kv_usage": 0.0, "gpu_busy": 0.0, "running": 0}
+    held = data.draw(st.integers(1, 50))
+    for k in range(up_s + 2):  # ticks of 1 s while nothing starts
+        t = t0 + k * S
+        m = dataclasses.replace(pool_metrics(t, 0, 0, {**load, "waiting": held}), held=held)
+        d = AUTOSCALERS[name].step(ScalingContext(t, "pool", m, 0, 0, hi, replica), params, guard, state)
+        assert 0 <= d.replicas <= hi
+        if d.replicas >= 1:
+            assert k == 0 or d.signals.get("blocked") is None
+            return
+        assert d.signals.get("blocked") == "scale_up_cooldown", d.signals  # only a cooldown holds it at 0
+        state = d.state
+    pytest.fail(f"{name} kept a pool with {held} held requests at 0 replicas past its {up_s} s cooldown")
