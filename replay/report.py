@@ -53,9 +53,9 @@ SUMMARY_ROWS = (
 )
 
 
-def print_summary(console: Console, summary: dict, out: Path) -> None:
+def print_summary(console: Console, summary: dict, out: Path, timing: dict) -> None:
     """One column per pool (and the fleet when there are several), one row per figure."""
-    console.print(f"[bold]{summary['trace']}[/]: {summary['sim_span_s']:,.0f} s simulated in {summary['wall_s']:.2f} s")
+    console.print(f"[bold]{summary['trace']}[/]: {summary['sim_span_s']:,.0f} s simulated in {timing['replay_s']:.2f} s")
     table = Table()
     table.add_column("")
     pools = summary["pools"]
