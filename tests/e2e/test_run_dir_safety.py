@@ -225,7 +225,7 @@ def test_a_second_writer_of_a_new_directory_is_refused_and_leaves_nothing(cli, w
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]  # runs/ made for the lock is gone
 
 
-def test_the_second_writer_waits_for_nothing_once_the_first_ends(cli, old_run, tmp_path):
+def test_a_second_process_is_refused_while_the_first_writes(cli, old_run, tmp_path):
     proc = _start_slow_run(tmp_path, "--force")
     try:
         res = cli("run", "--config", "fleet.yaml", "--out", "out", "--force", "-q")
