@@ -11,6 +11,8 @@ import contextlib
 import dataclasses
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +115,18 @@ def add_plugin_option(p: argparse.ArgumentParser, extra: str = "") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from replay.cli_tui import cmd_run_tui, cmd_tui
+    # SIGTERM ends a command as Ctrl-C does: one line, nothing partial (replay.rundir.Interrupted).
+    import signal
 
-    args = _parser().parse_args(argv)
+    previous: list = []  # the SIGTERM handler to restore (main may run inside a test process)
     try:
+        from replay.cli_tui import cmd_run_tui, cmd_tui
+        from replay.rundir import raise_interrupted
+
+        if threading.current_thread() is threading.main_thread():
+            previous.append(signal.signal(signal.SIGTERM, raise_interrupted))
+
+        args = _parser().parse_args(argv)
         if args.command == "run":
             return _cmd_run(args) if not args.tui else cmd_run_tui(args)
         if args.command == "tui":
@@ -146,9 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"llm-replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("llm-replay: interrupted; nothing written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # replay.rundir.Interrupted says which signal, and whether the run was already in place
+        signum, written = getattr(exc, "signum", signal.SIGINT), getattr(exc, "written", None)
+        what = "terminated" if signum == signal.SIGTERM else "interrupted"
+        print(f"llm-replay: {what}; " + (f"the run was written to {written}" if written else "nothing written"),
+              file=sys.stderr)
+        return 128 + signum
+    finally:
+        if previous and previous[0] is not None:
+            signal.signal(signal.SIGTERM, previous[0])
     return 0
 
 
@@ -161,6 +178,7 @@ class RunInputs:
     plans: list  # cluster.PoolPlan per pool
     out: Path
     trace: Any  # traces.LoadedTrace
+    inputs: tuple = ()  # every file the command reads: --force never deletes a folder holding one
 
 
 def prepare_run(args: argparse.Namespace) -> RunInputs:
@@ -182,35 +200,55 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, cfg)
-    check_out_dir(out, args.force)
+    inputs = command_inputs(args.config, cfg)
+    check_out_dir(out, args.force, inputs)
     trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
-    return RunInputs(cfg, source, plans, out, trace)
+    return RunInputs(cfg, source, plans, out, trace, inputs)
+
+
+def command_inputs(config: str | None, cfg) -> tuple[str, ...]:
+    """The files a run reads: the config, the trace and merged traces (bundled names are not
+    files here), each pool's step-model profile and table (absolute in a loaded config)."""
+    from traces import BUNDLED
+
+    trace = cfg.trace
+    paths = [config] if config else []
+    if trace is not None:
+        paths += [trace.path] + [m.path for m in trace.merge]
+    paths += [p for pool in cfg.pools for p in (pool.step_model.profile, pool.step_model.table)]
+    return tuple(p for p in paths if p and p not in BUNDLED)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from replay.outputs import write_run
+    from replay.outputs import claimed, write_run
     from replay.report import engine_ready, print_summary, progress_bar
     from replay.run import replay_trace
 
+    began = time.perf_counter()
     run = prepare_run(args)
     cfg, out, trace = run.cfg, run.out, run.trace
+    timing = {"load_trace_s": time.perf_counter() - began}
     console = Console(stderr=True)
     _report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
-    if args.engine == "numba":
-        engine_ready(console, terminal=show, quiet=args.quiet)
-    with progress_bar(console, enabled=show) as progress:
-        result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
-                              progress=progress, plans=run.plans, config_source=run.source)
-    write_run(out, result, force=args.force)
+    # One writer per --out from before the replay to the swap (replay.outputs.claimed).
+    with claimed(out, args.force, run.inputs):
+        began = time.perf_counter()
+        if args.engine == "numba":
+            engine_ready(console, terminal=show, quiet=args.quiet)
+        timing["warm_up_s"] = time.perf_counter() - began
+        with progress_bar(console, enabled=show) as progress:
+            result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
+                                  progress=progress, plans=run.plans, config_source=run.source)
+        write_run(out, result, force=args.force, timing=timing)
     if args.json:
         print(json.dumps(result.summary, indent=2))
     elif not args.quiet:
-        print_summary(Console(), result.summary, out, wall_s=result.summary.get("wall_s"))
+        print_summary(Console(), result.summary, out, wall_s=result.timing["replay_s"])
     if args.json or args.quiet:
         # a run that went wrong says so even when its table is not printed
         for line in result.summary["verdict"]:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from traces.errors import UserError
@@ -77,40 +78,50 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     from replay.cli import _report_trace_fixes, prepare_run
     from replay.cluster import split_requests
     from replay.live import LIVE_DIR, STATUS_FILE
+    from replay.outputs import claimed
 
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
+    began = time.perf_counter()
     run = prepare_run(args)
     resolved, source, plans, out, trace = run.cfg, run.source, run.plans, run.out, run.trace
+    load_s = time.perf_counter() - began
     split_requests(trace.frame, resolved, plans, source)  # a split that strands a request: a config error
     live = out / LIVE_DIR
-    if live.exists():
-        raise UserError(f"--out {out}: {live} exists: another replay is writing this run (or one was killed; "
-                        "remove it)")
-    created = not out.exists()
-    live.mkdir(parents=True)
-    (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
-    (live / STATUS_FILE).write_text(json.dumps({"state": "running", "seq": 0, "done_us": 0, "end_us": 0}))
+    with claimed(out, args.force, run.inputs):  # held while the child replays and writes DIR
+        created = not out.exists()
+        live.mkdir(parents=True)
+        (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
+        _write_status(live, os.getpid())
+        proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out), trace, load_s),
+                                                            daemon=True)
+        proc.start()
+        # The writer of live/ is the child from now on: a dashboard that finds it dead stops following.
+        _write_status(live, proc.pid)
+        try:
+            from tui.app import make_app
 
-    proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out), trace),
-                                                        daemon=True)
-    proc.start()
-    try:
-        from tui.app import make_app
-
-        app = make_app(out, exit_on_failure=True)
-        app.run()
-    finally:
-        # The replay ended (the finished run replaced live/, or its failure is recorded) or is
-        # writing its run: let the child finish (its exit can take a while on a busy machine);
-        # otherwise the user quit early and it stops here.
-        ended = (not live.exists() or _status_state(live / STATUS_FILE) == "writing"
-                 or _status_error(live / STATUS_FILE) is not None)
-        proc.join(timeout=60 if ended else 0.1)
-        stopped = proc.is_alive()
-        if stopped:
+            app = make_app(out, exit_on_failure=True)
+            app.run()
+        except BaseException:  # SIGTERM (or Ctrl-C) in the parent: stop the replay, leave nothing
             proc.terminate()
             proc.join()
+            _clean(out, live, created)
+            raise
+        finally:
+            # The replay ended (the finished run replaced live/, or its failure is recorded) or is
+            # writing its run: let the child finish (its exit can take a while on a busy machine);
+            # otherwise the user quit early and it stops here.
+            ended = (not live.exists() or _status_state(live / STATUS_FILE) == "writing"
+                     or _status_error(live / STATUS_FILE) is not None)
+            proc.join(timeout=60 if ended else 0.1)
+            stopped = proc.is_alive()
+            if stopped:
+                proc.terminate()
+                proc.join()
+        if proc.exitcode != 0:
+            error = _status_error(live / STATUS_FILE)
+            _clean(out, live, created)
     if proc.exitcode == 0:
         from rich.console import Console
 
@@ -122,8 +133,6 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         else:
             print(f"run written to {out}")
         return 0
-    error = _status_error(live / STATUS_FILE)
-    _clean(out, live, created)
     if stopped:
         print("llm-replay: replay stopped before its end; nothing written", file=sys.stderr)
         return 130
@@ -131,6 +140,16 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         raise UserError(error)
     print(f"llm-replay: the replay process failed (exit code {proc.exitcode}); nothing written", file=sys.stderr)
     return 1
+
+
+def _write_status(live: Path, pid: int) -> None:
+    """The status before the first flush, naming the process that writes live/ (replay.rundir)."""
+    from replay.live import STATUS_FILE, write_atomic
+    from replay.rundir import writer_tag
+
+    pid, start = writer_tag(pid)
+    body = {"state": "running", "seq": 0, "done_us": 0, "end_us": 0, "pid": pid, "pid_start": start}
+    write_atomic(live / STATUS_FILE, lambda p: p.write_text(json.dumps(body) + "\n"))
 
 
 def _status_state(path: Path) -> str | None:
@@ -154,7 +173,7 @@ def _clean(out: Path, live: Path, created: bool) -> None:
         out.rmdir()
 
 
-def replay_child(args: argparse.Namespace, out: str, trace) -> None:
+def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0) -> None:
     """The replay of `trace` (loaded and checked by the parent), in its own process so the
     dashboard never waits on it. Prints nothing (the terminal is the dashboard's); an error goes
     to live/status.json and the exit code."""
@@ -179,13 +198,15 @@ def replay_child(args: argparse.Namespace, out: str, trace) -> None:
         cfg = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
         writer = LiveWriter(out_dir, trace.frame, cfg, plans, source)
         writer.start()
+        began = time.perf_counter()
         if args.engine == "numba":
             warm_up()
+        timing = {"load_trace_s": load_s, "warm_up_s": time.perf_counter() - began}
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                               plans=plans, config_source=source, on_tick=writer.on_tick)
         writer.flush()  # the last ticks: the dashboard then holds the whole run and keeps it
         writer.status("writing")
-        write_run(out_dir, result, force=True)
+        write_run(out_dir, result, force=True, timing=timing)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard
         message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         status = out_dir / LIVE_DIR / STATUS_FILE

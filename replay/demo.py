@@ -7,6 +7,8 @@ its config.yaml), so the demo is a replay like any other and its numbers can be 
 
 from __future__ import annotations
 
+import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import polars as pl
 
 from replay.cluster import plan_pools
 from replay.config import FleetConfig, load_config
-from replay.outputs import RunOutputs, check_out_dir, write_run
+from replay.outputs import RunOutputs, check_out_dir, claimed, write_run
 from replay.run import replay_trace
 from traces import load_from_config
 
@@ -34,17 +36,24 @@ class IncidentRuns:
 def run_incident(out_dir: Path, *, force: bool = False, engine: str = "numba", progress=None) -> IncidentRuns:
     """Replay both fleets on the same mix and write `out_dir/before` and `out_dir/after`."""
     outs = {name: Path(out_dir) / name for name in SCENARIOS}
+    inputs = [demo_config_path(name) for name in SCENARIOS]
     for path in outs.values():
-        check_out_dir(path, force)
-    runs = {}
-    for name in SCENARIOS:
-        source = str(demo_config_path(name))
-        cfg: FleetConfig = load_config(source)
-        plans = plan_pools(cfg, source)
-        trace = load_from_config(cfg.trace, base_dir=Path(source).parent)
-        runs[name] = replay_trace(trace, cfg, engine=engine, plans=plans, config_source=source, progress=progress)
-    for name, run in runs.items():
-        write_run(outs[name], run, force=force)
+        check_out_dir(path, force, inputs)
+    runs, timing = {}, {}
+    with ExitStack() as held:  # both run directories locked until both are written
+        for path in outs.values():
+            held.enter_context(claimed(path, force, inputs))
+        for name in SCENARIOS:
+            began = time.perf_counter()
+            source = str(demo_config_path(name))
+            cfg: FleetConfig = load_config(source)
+            plans = plan_pools(cfg, source)
+            trace = load_from_config(cfg.trace, base_dir=Path(source).parent)
+            timing[name] = {"load_trace_s": time.perf_counter() - began}
+            runs[name] = replay_trace(trace, cfg, engine=engine, plans=plans, config_source=source,
+                                      progress=progress)
+        for name, run in runs.items():
+            write_run(outs[name], run, force=force, timing=timing[name])
     return IncidentRuns(runs["before"], runs["after"])
 
 

@@ -3,7 +3,9 @@ chunks, so a reader only ever reads what is new. The finished run then replaces 
 (replay/outputs.py), live/ included.
 
     live/config.yaml            the resolved config (written first)
-    live/status.json            {"state", "seq", "done_us", "end_us", ...}; seq = chunks written
+    live/status.json            {"state", "seq", "done_us", "end_us", "pid", "pid_start", ...}; seq =
+                                chunks written; pid, pid_start: the writer (replay.rundir), so a
+                                reader tells a killed writer from a slow one
     live/chunk-000001/          one per flush, renamed into place whole, never changed again:
         ticks.parquet           tick rows of the ticks (previous flush's done_us, done_us]
         events.parquet          events with t_us in that interval
@@ -34,6 +36,7 @@ from replay.cluster import PoolPlan, RawRun, replica_slots, split_requests, tick
 from replay.config import FleetConfig
 from replay.control import ControlEvents
 from replay.metrics import event_frame, request_frame, tick_frame
+from replay.rundir import writer_tag
 
 LIVE_DIR = "live"
 STATUS_FILE = "status.json"
@@ -121,6 +124,7 @@ class LiveWriter:
         self._request_columns = None
         self._next_flush = 0.0
         self._started = time.monotonic()
+        self._writer = writer_tag()
 
     def start(self) -> None:
         """Create DIR/live/ with the config and a status saying the replay started."""
@@ -131,7 +135,8 @@ class LiveWriter:
 
     def status(self, state: str, error: str | None = None) -> None:
         body = {"state": state, "seq": self.seq, "done_us": self.done_us, "end_us": self.end_us,
-                "wall_s": round(time.monotonic() - self._started, 3)}
+                "wall_s": round(time.monotonic() - self._started, 3),
+                "pid": self._writer[0], "pid_start": self._writer[1]}
         if error is not None:
             body["error"] = error
         write_atomic(self.dir / STATUS_FILE, lambda p: p.write_text(json.dumps(body) + "\n"))

@@ -1,25 +1,38 @@
 """Run directories, written atomically: everything goes to a temp dir beside the target, then one
-rename, so a reader (or the dashboard following a run) never sees a half-written run.
+swap, so a reader (or the dashboard following a run) never sees a half-written run, and the old
+run is either still in place or already replaced, never missing.
 
 Contents (a contract the dashboard and outside scripts read; see README "Run outputs"):
-requests.parquet, ticks.parquet, events.parquet, summary.json, config.yaml.
+requests.parquet, ticks.parquet, events.parquet, summary.json, config.yaml (byte-identical when
+the same command runs again) and timing.json (wall seconds per phase, the one file that varies).
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 import yaml
 
+from replay.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
+                           signals_deferred, writer_tag)
 from traces.errors import UserError
 
 RUN_FILES = ("requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml")
+TIMING_FILE = "timing.json"
+LIVE_DIR = "live"  # replay/live.py's, kept here so outputs imports no engine
+# What --force may replace: a directory holding these and nothing else.
+RUN_ENTRIES = (*RUN_FILES, TIMING_FILE, LIVE_DIR + "/")
 
 
 @dataclass(frozen=True)
@@ -29,10 +42,17 @@ class RunOutputs:
     events: pl.DataFrame
     summary: dict
     config: dict
+    timing: dict = field(default_factory=dict)  # phase -> wall seconds (timing.json)
 
 
-def check_out_dir(out_dir: Path, force: bool) -> None:
-    """Refuse, before any work is done, what the final rename could not do or should not do."""
+def _names(names: list[str], most: int = 5) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse, before any work is done, what the final swap could not do or should not do:
+    --force replaces only a run directory, and never one holding an input of the command."""
     target = out_dir.resolve()
     if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
         raise UserError(f"--out {out_dir}: is the current directory or one above it; choose a new directory")
@@ -41,44 +61,125 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
             if not parent.is_dir():
                 raise UserError(f"--out {out_dir}: {parent} is a file, not a directory")
             break
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise UserError(f"--out {out_dir}: exists and is not a directory")
-        if not force and any(out_dir.iterdir()):
-            raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace it")
+    if out_dir.is_symlink():
+        raise UserError(f"--out {out_dir}: is a symbolic link (to {os.readlink(out_dir)}); give a directory")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    live = out_dir / LIVE_DIR
+    writer = live_writer(live)
+    if live.is_dir() and not live_is_dead(live) and (writer is None or writer[0] != os.getpid()):
+        who = f" (pid {writer[0]})" if writer else ""
+        hint = "" if writer else " (if none is, remove it)"
+        raise UserError(f"--out {out_dir}: a replay{who} is writing it ({live}){hint}; wait for it to end or "
+                        "choose another --out")
+    entries = sorted(p for p in out_dir.iterdir() if not (p.name == LIVE_DIR and live_is_dead(live)))
+    if not entries:
+        return
+    if not force:
+        raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace it")
+    held = []
+    for path in inputs:
+        resolved = Path(path).expanduser().resolve()
+        if resolved == target or target in resolved.parents:
+            held.append(f"{resolved.relative_to(target)} (an input of this command)")
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries
+               if not (p.name in (*RUN_FILES, TIMING_FILE) and p.is_file() and not p.is_symlink()
+                       or p.name == LIVE_DIR and p.is_dir() and not p.is_symlink())]
+    if held or foreign:
+        raise UserError(f"--out {out_dir}: holds {_names(held + foreign)}; --force replaces only a run directory "
+                        f"({', '.join(RUN_ENTRIES)}) holding no input of the command; choose another --out")
 
 
-def write_run(out_dir: Path, run: RunOutputs, force: bool = False) -> Path:
+@contextmanager
+def claimed(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> Iterator[None]:
+    """The whole of a command that writes `out_dir`: its lock (one writer at a time), what dead
+    writers left there removed, then the check again (the directory may have changed since)."""
+    inputs = tuple(inputs)
+    with locked(out_dir):
+        remove_leftovers(out_dir)
+        check_out_dir(out_dir, force, inputs)
+        yield
+
+
+def _write_files(tmp: Path, run: RunOutputs) -> None:
+    meta = {
+        "llm_replay.version": str(run.summary.get("version", "")),
+        "llm_replay.config_sha256": str(run.summary.get("config_sha256", "")),
+        "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),
+    }
+    for name, frame in (("requests", run.requests), ("ticks", run.ticks), ("events", run.events)):
+        # Encoded in memory, written by Python: a full disk is an OSError, not polars' ComputeError.
+        buf = io.BytesIO()
+        frame.write_parquet(buf, metadata=meta)
+        (tmp / f"{name}.parquet").write_bytes(buf.getbuffer())
+    (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
+
+
+def write_run(out_dir: Path, run: RunOutputs, force: bool = False, timing: dict | None = None) -> Path:
+    """Write `run` to a temp dir beside `out_dir`, then swap it into place. `timing` (phase ->
+    seconds; default the run's own) goes to timing.json with the write's own time added."""
+    began = time.perf_counter()
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force)
     parent = out_dir.resolve().parent
+    pid, start = writer_tag()
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{pid}-{start}-", dir=parent))
     except OSError as exc:
         raise UserError(f"--out {out_dir}: cannot create it: {exc.strerror}") from None
     # mkdtemp makes 0o700; a run directory is shared like any other the user creates.
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
     try:
-        meta = {
-            "llm_replay.version": str(run.summary.get("version", "")),
-            "llm_replay.config_sha256": str(run.summary.get("config_sha256", "")),
-            "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),
-        }
-        for name, frame in (("requests", run.requests), ("ticks", run.ticks), ("events", run.events)):
-            frame.write_parquet(tmp / f"{name}.parquet", metadata=meta)
-        (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
-        (tmp / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
-            os.replace(out_dir, old / "run")
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
+        os.chmod(tmp, 0o777 & ~umask)
+        _write_files(tmp, run)
+        timing = {**(timing or {}), **run.timing}
+        timing["write_s"] = time.perf_counter() - began
+        timing["wall_s"] = sum(v for k, v in timing.items() if k != "wall_s")
+        (tmp / TIMING_FILE).write_text(json.dumps({k: round(v, 3) for k, v in timing.items()}, indent=2) + "\n")
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = "the old run is kept" if out_dir.exists() else "nothing written"
+        code = errno.errorcode.get(exc.errno or 0, "")
+        raise UserError(f"--out {out_dir}: cannot write the run: {exc.strerror or exc}"
+                        f"{f' ({code})' if code else ''}; {kept}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _swap_in(tmp, out_dir, parent, (pid, start))
     return out_dir
+
+
+def _swap_in(tmp: Path, out_dir: Path, parent: Path, tag: tuple[int, int]) -> None:
+    """The finished run in `tmp` becomes `out_dir` in one step; the old run is then deleted. A
+    signal inside is acted on after it (the run is then written, and main() says so)."""
+    old = None
+    with signals_deferred() as caught:
+        try:
+            if not out_dir.exists():
+                os.rename(tmp, out_dir)
+            elif exchange(tmp, out_dir):
+                shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old run
+            else:
+                # No renameat2: two renames. Between them the old run waits in .OUT.old-PID-START-*
+                # and a later start puts it back if this process died there (rundir.remove_leftovers).
+                old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{tag[0]}-{tag[1]}-", dir=parent))
+                os.rename(out_dir, old / "run")
+                try:
+                    os.rename(tmp, out_dir)
+                except OSError:
+                    os.rename(old / "run", out_dir)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and not (old / "run").exists():
+                old.rmdir()
+            raise UserError(f"--out {out_dir}: cannot put the run in place: {exc.strerror}; "
+                            f"{'the old run is kept' if out_dir.exists() else 'nothing written'}") from None
+    if caught:
+        raise Interrupted(caught[0], written=out_dir)

@@ -13,7 +13,7 @@ only what the replay added since the last one, never the whole run again.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,8 @@ class LiveStatus:
     done_us: int
     end_us: int
     error: str | None = None
+    pid: int | None = None  # the writer (process id and start time), when it recorded itself
+    pid_start: int | None = None
 
 
 @dataclass
@@ -178,10 +180,20 @@ def _rows_in(path: Path) -> int | None:
 def _read_status(path: Path) -> LiveStatus:
     try:
         body = json.loads(path.read_text())
+        pid, start = body.get("pid"), body.get("pid_start")
         return LiveStatus(str(body["state"]), int(body["seq"]), int(body["done_us"]), int(body["end_us"]),
-                          body.get("error"))
+                          body.get("error"), None if pid is None else int(pid), None if start is None else int(start))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a live run status ({exc})") from None
+
+
+def _writer_exited(status: LiveStatus) -> bool:
+    """A live run whose writer is gone (killed: it records a failure otherwise), as opposed to one
+    that is slow. A status without its writer (an older llm-replay) is taken as alive."""
+    from replay.rundir import writer_alive
+
+    return (status.state != "failed" and status.pid is not None and status.pid_start is not None
+            and not writer_alive(status.pid, status.pid_start))
 
 
 def run_source(path: Path) -> tuple[Path, Path | None]:
@@ -484,6 +496,11 @@ class LiveFollower:
             self.builder = RunBuilder(self.path, _load_config(src / "config.yaml"))
         for _ in range(5):  # a flush may drop the in-flight file we are about to read: read on
             status = _read_status(status_file)
+            if _writer_exited(status):
+                if run_source(self.path)[1] is None:  # it put the finished run in place, then exited
+                    return self._load()
+                status = replace(status, state="failed", error=f"writer exited: the replay (pid {status.pid}) "
+                                 "stopped before its end; shown as far as it was written")
             if (status.seq, status.state) == self.seen:
                 return None
             chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]

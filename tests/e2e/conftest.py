@@ -19,7 +19,7 @@ from replay.cli import main
 from replay.metrics import REQUEST_COLUMNS, TICK_COLUMNS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "e2e"
-RUN_FILES = {"requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml"}
+RUN_FILES = {"requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml", "timing.json"}
 EVENT_COLUMNS = ("t_us", "pool", "replica", "kind", "detail")
 STATUSES = {"finished", "rejected", "unfinished"}
 POOL_KEYS = {
@@ -28,7 +28,7 @@ POOL_KEYS = {
     "output_tokens_per_s", "gpu_hours", "cost_usd", "cost_per_mtok_out_usd", "cost_per_mtok_all_usd",
     "preemptions", "prefix_hit_rate",
 }
-TOP_KEYS = {"sim_span_s", "wall_s", "config_sha256", "trace_sha256", "version", "pools"}
+TOP_KEYS = {"sim_span_s", "config_sha256", "trace_sha256", "version", "pools"}
 
 # Exact column lists of the contract (kept here, not imported, so a change to the
 # product's constants cannot silently change what the tests expect).

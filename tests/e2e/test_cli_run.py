@@ -203,7 +203,7 @@ def test_reference_engine_gives_the_same_outputs(cli, write, tmp_path, trace):
     assert_frame_equal(nb.requests, ref.requests)
     assert_frame_equal(nb.ticks, ref.ticks)
     assert_frame_equal(nb.events, ref.events)
-    strip = ("wall_s", "engine")
+    strip = ("engine",)
     assert {k: v for k, v in nb.summary.items() if k not in strip} == {
         k: v for k, v in ref.summary.items() if k not in strip}
     assert (nb.summary["engine"], ref.summary["engine"]) == ("numba", "reference")
@@ -218,9 +218,16 @@ def test_two_runs_of_the_same_command_are_identical(cli, write, tmp_path):
     assert a.events.height > 2  # detailed events: arrivals, admissions, first tokens, finishes
     for name in ("requests", "ticks", "events"):
         assert_frame_equal(getattr(a, name), getattr(b, name))
-    a.summary.pop("wall_s"), b.summary.pop("wall_s")
     assert a.summary == b.summary
     assert a.config_text == b.config_text
+    # every file but timing.json is byte-identical (no wall time in summary.json or in any
+    # parquet file's metadata); timing.json holds the wall seconds of each phase
+    for name in RUN_FILES - {"timing.json"}:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert "wall_s" not in a.summary
+    timing = json.loads((tmp_path / "a" / "timing.json").read_text())
+    assert set(timing) == {"load_trace_s", "warm_up_s", "replay_s", "write_s", "wall_s"}
+    assert all(v >= 0 for v in timing.values()) and timing["wall_s"] >= timing["replay_s"]
 
 
 # --- multi-pool ----------------------------------------------------------------------------------
@@ -284,6 +291,10 @@ def test_default_out_dir_and_force(cli, write, tmp_path):
     again = cli("run", "--config", cfg, "-q")
     assert again.code == 2 and "already exists" in again.err
     assert (out / "stale.txt").exists()
+    # --force replaces a run directory only: a file no run writes is kept, and named
+    kept = cli("run", "--config", cfg, "-q", "--force")
+    assert kept.code == 2 and "stale.txt" in kept.err and (out / "stale.txt").exists()
+    (out / "stale.txt").unlink()
     forced = cli("run", "--config", cfg, "-q", "--force")
     assert forced.code == 0, forced.err
     assert {p.name for p in out.iterdir()} == RUN_FILES

@@ -104,7 +104,7 @@ def test_run_tui_watches_the_replay_to_a_finished_run(cli, tmp_path, monkeypatch
     for label in ("TTFT p99", "SLO attainment", "percentiles cover", "verdict"):
         assert label in out
     assert sorted(p.name for p in (tmp_path / "watched").iterdir()) == sorted(
-        ["config.yaml", "events.parquet", "requests.parquet", "summary.json", "ticks.parquet"])
+        ["config.yaml", "events.parquet", "requests.parquet", "summary.json", "ticks.parquet", "timing.json"])
 
 
 def _no_dashboard(self):
