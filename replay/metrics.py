@@ -279,7 +279,8 @@ def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
 
 def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
     """Fleet-level, per-pool and per-workload figures of summary.json (cost is per pool: a
-    workload sharing a pool has no cost of its own)."""
+    workload sharing a pool has no cost of its own). A pool's prefix hit rate is its own cache's
+    hits over the prompts it admitted: KV that arrived from a prefill pool is no hit."""
 
     def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
         served = reqs.filter(pl.col("first_token_us").is_not_null())
@@ -305,7 +306,7 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
     pools = {}
     for plan in raw.plans:
         pools[plan.name] = block(
-            requests.filter(pl.col("pool") == plan.name),
+            served_by(requests, plan.name),  # a prefill pool's are those it prefilled (they decode elsewhere)
             ticks.filter(pl.col("pool") == plan.name),
             int(hits[plan.index]),
             int(queries[plan.index]),
