@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from replay.cluster import RawRun
+from replay.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 
@@ -28,6 +28,7 @@ REQUEST_COLUMNS = (
     # added after the first contract (README "Migration notes"): prefill/decode disaggregation,
     # null for a request prefilled where it decoded
     "prefill_pool", "prefill_replica", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us",
+    "kv_transfer_us",
 )
 TICK_COLUMNS = (
     "t_us", "pool", "replicas_active", "replicas_loading", "gpus", "waiting", "running", "kv_usage",
@@ -76,6 +77,15 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
             "kv_transfer_end_us": when(cols["kv_transfer_end_us"]),
         }
     )
+    # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
+    # with the prefill (replay/engine_nb.py), so kv_transfer_end_us - kv_transfer_start_us is only
+    # the part that outlasted the prefill
+    pd = pd_inputs(cfg, raw.plans)
+    if pd:
+        whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
+        df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
+    else:
+        df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
     slo = cfg.slo
     df = df.with_columns(
         ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),

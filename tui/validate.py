@@ -50,7 +50,7 @@ REQUESTS = Schema(
      "output_tokens": INT, "cached_tokens": INT, "first_scheduled_us": INT, "first_token_us": INT,
      "finished_us": INT, "ttft_us": INT, "preemptions": INT, "status": STR, "reject_reason": STR, "slo_met": BOOL},
     {"tpot_us": FLOAT, "e2e_us": INT, "prefill_pool": STR, "prefill_replica": INT, "prefill_end_us": INT,
-     "kv_transfer_start_us": INT, "kv_transfer_end_us": INT},
+     "kv_transfer_start_us": INT, "kv_transfer_end_us": INT, "kv_transfer_us": INT},
     not_null=("request_id", "pool", "arrival_us", "prompt_tokens", "output_tokens", "status"), unique=("request_id",))
 FIRSTS = Schema({"request_id": INT, "pool": STR, "first_token_us": INT, "ttft_us": INT}, {},
                 not_null=("request_id", "first_token_us", "ttft_us"))

@@ -66,3 +66,28 @@ def test_without_prefill_decode_a_pool_is_the_requests_routed_to_it():
     out = replay_trace(trace, cfg)
     pools = out.summary["pools"]
     assert pools["a"]["requests"] == pools["b"]["requests"] == 20
+
+
+@pytest.mark.parametrize("transfer", ["serial", "layerwise"])
+def test_kv_transfer_us_is_the_whole_transfer_and_the_interval_what_outlasts_the_prefill(transfer):
+    """A serial transfer shows whole (kv_transfer_us is its interval to the microsecond: the
+    formula is the engines'); a layerwise one hides part of itself behind the prefill."""
+    cfg = dataclasses.replace(pd_fleet(0), split=SplitConfig(policy="prefill-decode", transfer=transfer,
+                                                              link="eth-25g"))
+    req = replay_trace(shared_prefix_trace(), cfg).requests
+    moved = req.filter(pl.col("kv_transfer_end_us").is_not_null())
+    assert moved.height == req.height and req["kv_transfer_us"].null_count() == 0
+    shown = moved["kv_transfer_end_us"] - moved["kv_transfer_start_us"]
+    if transfer == "serial":
+        assert (shown == moved["kv_transfer_us"]).all()
+    else:
+        assert (shown <= moved["kv_transfer_us"]).all() and (shown < moved["kv_transfer_us"]).any()
+        # what was hidden is at most the prefill (from its admission to its end)
+        hidden = moved["kv_transfer_us"] - shown
+        assert (hidden <= moved["prefill_end_us"] - moved["first_scheduled_us"]).all()
+
+
+def test_kv_transfer_us_is_null_without_prefill_decode():
+    cfg = dataclasses.replace(pd_fleet(0), split=SplitConfig(), pools=(PoolConfig(name="a", replicas=1),))
+    req = replay_trace(shared_prefix_trace(20), cfg).requests
+    assert req["kv_transfer_us"].dtype == pl.Int64 and req["kv_transfer_us"].null_count() == req.height
