@@ -59,7 +59,11 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
         from tui.app import render_svg
 
-        shot.write_text(asyncio.run(render_svg(app, size)))
+        svg = asyncio.run(render_svg(app, size))
+        try:
+            shot.write_text(svg)
+        except OSError as exc:  # a read-only directory, a full disk: the run was fine
+            raise UserError(f"--screenshot {shot}: cannot write it ({exc.strerror})") from None
         print(f"dashboard of {args.run} written to {shot}")
         return 0
     app.run()

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from replay.cluster import RawRun
+from replay.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 
@@ -28,6 +28,7 @@ REQUEST_COLUMNS = (
     # added after the first contract (README "Migration notes"): prefill/decode disaggregation,
     # null for a request prefilled where it decoded
     "prefill_pool", "prefill_replica", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us",
+    "kv_transfer_us",
 )
 TICK_COLUMNS = (
     "t_us", "pool", "replicas_active", "replicas_loading", "gpus", "waiting", "running", "kv_usage",
@@ -76,6 +77,15 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
             "kv_transfer_end_us": when(cols["kv_transfer_end_us"]),
         }
     )
+    # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
+    # with the prefill (replay/engine_nb.py), so kv_transfer_end_us - kv_transfer_start_us is only
+    # the part that outlasted the prefill
+    pd = pd_inputs(cfg, raw.plans)
+    if pd:
+        whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
+        df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
+    else:
+        df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
     slo = cfg.slo
     df = df.with_columns(
         ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),
@@ -286,7 +296,8 @@ def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
 
 def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
     """Fleet-level, per-pool and per-workload figures of summary.json (cost is per pool: a
-    workload sharing a pool has no cost of its own)."""
+    workload sharing a pool has no cost of its own). A pool's prefix hit rate is its own cache's
+    hits over the prompts it admitted: KV that arrived from a prefill pool is no hit."""
 
     def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
         served = reqs.filter(pl.col("first_token_us").is_not_null())
@@ -312,7 +323,7 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
     pools = {}
     for plan in raw.plans:
         pools[plan.name] = block(
-            requests.filter(pl.col("pool") == plan.name),
+            served_by(requests, plan.name),  # a prefill pool's are those it prefilled (they decode elsewhere)
             ticks.filter(pl.col("pool") == plan.name),
             int(hits[plan.index]),
             int(queries[plan.index]),

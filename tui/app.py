@@ -5,6 +5,7 @@ and posts the new data; it never touches widgets."""
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 import time
@@ -83,8 +84,9 @@ class Dashboard(App):
     ]
 
     def __init__(self, runs: list[RunData], at_us: int | None = None, follow: bool = True, poll_s: float = 0.5,
-                 exit_on_failure: bool = False, followers: dict | None = None):
+                 exit_on_failure: bool = False, followers: dict | None = None, clock=time.monotonic):
         super().__init__()
+        self.clock = clock  # seconds; the input-quiet rule below reads it (tests drive it by hand)
         # live runs: index -> tui.data.LiveFollower (one is made for a live run given as data)
         self.followers = followers if followers is not None else {
             i: LiveFollower(r.path) for i, r in enumerate(runs) if r.live is not None}
@@ -94,7 +96,7 @@ class Dashboard(App):
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._pending: dict[int, RunUpdated] = {}
-        self._last_input = 0.0
+        self._last_input = -math.inf
         self._deferred_since: float | None = None
         self._apply_timer = None
 
@@ -250,14 +252,14 @@ class Dashboard(App):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
-            self._last_input = time.monotonic()
+            self._last_input = self.clock()
         await super().on_event(event)
 
     def on_run_updated(self, message: RunUpdated) -> None:
         """New data waits while the user is pressing keys (a redraw for it would delay the next
         key's), at most LIVE_DEFER_MAX_S; the newest of each run is what is then shown."""
         self._pending[message.index] = message
-        now = time.monotonic()
+        now = self.clock()
         if self._deferred_since is None:
             self._deferred_since = now
         quiet = now - self._last_input
@@ -268,7 +270,7 @@ class Dashboard(App):
 
     def _apply_later(self) -> None:
         self._apply_timer = None
-        now = time.monotonic()
+        now = self.clock()
         quiet = now - self._last_input
         if quiet >= INPUT_QUIET_S or now - self._deferred_since >= LIVE_DEFER_MAX_S:
             self._apply_pending()

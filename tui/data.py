@@ -21,6 +21,7 @@ import polars as pl
 import yaml
 
 from traces.errors import UserError
+from tui.validate import EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary
 
 # replay/live.py's layout, repeated here so tui imports no engine (tests/tui/test_live.py holds
 # the two equal)
@@ -28,19 +29,12 @@ LIVE_DIR = "live"
 STATUS_FILE = "status.json"
 CHUNK_FILES = ("ticks", "events", "requests", "firsts")
 RUN_FILES = ("ticks.parquet", "events.parquet", "requests.parquet", "config.yaml")
-TICK_COLUMNS = (
-    "t_us", "pool", "replicas_active", "replicas_loading", "replicas_draining", "gpus", "waiting", "running",
-    "kv_used_blocks", "kv_total_blocks", "arrivals", "rejected", "preemptions", "prompt_tokens_per_s",
-    "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd", "ttft_p50_ms", "ttft_p99_ms",
-    "slo_attainment",
-)
-EVENT_COLUMNS = ("t_us", "pool", "replica", "kind", "detail", "request_id")
-REQUEST_COLUMNS = (
-    "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens", "cached_tokens",
-    "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "preemptions", "status", "reject_reason",
-    "slo_met",
-)
-FIRST_COLUMNS = ("request_id", "pool", "first_token_us", "ttft_us")
+SUMMARY_FILE = "summary.json"  # not drawn from, but checked when there: a cut-short one is a damaged run
+# the columns read, declared with their kinds in tui/validate.py (one schema per file)
+TICK_COLUMNS = TICKS.names
+EVENT_COLUMNS = EVENTS.names
+REQUEST_COLUMNS = REQUESTS.names
+FIRST_COLUMNS = FIRSTS.names
 EMPTY_REQUESTS = {c: pl.Int64 for c in REQUEST_COLUMNS} | {
     "workload": pl.String, "pool": pl.String, "status": pl.String, "reject_reason": pl.String, "slo_met": pl.Boolean,
     "tpot_us": pl.Float64}
@@ -155,17 +149,14 @@ class RunData:
         return out
 
 
-def _read_parquet(path: Path, needed: tuple[str, ...]) -> pl.DataFrame:
+def _read_parquet(path: Path, schema: Schema) -> pl.DataFrame:
     try:
         frame = pl.read_parquet(path)
     except FileNotFoundError:
         raise UserError(f"{path}: missing; a run directory holds {', '.join(RUN_FILES)}") from None
     except Exception as exc:  # polars raises several types for a file that is not parquet
         raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})") from None
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise UserError(f"{path}: missing column {missing[0]!r} (columns expected: README 'Run outputs'; "
-                        "was it written by llm-replay?)")
+    check_frame(path, frame, schema)
     return frame
 
 
@@ -228,11 +219,14 @@ def load_run(path: Path | str) -> RunData:
 def _load_config(file: Path) -> dict:
     try:
         cfg = yaml.safe_load(file.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{file}: not a readable config ({exc})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{file}: expected a mapping, got {type(cfg).__name__}")
-    return cfg
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{file}: not a readable config ({getattr(exc, 'strerror', None) or exc})") from None
+    except yaml.YAMLError as exc:  # its message spans lines: the problem and where, on one
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{file}{where}: not a readable config (not valid YAML: "
+                        f"{getattr(exc, 'problem', None) or exc})") from None
+    return check_config(file, cfg)
 
 
 def _ended(requests: pl.DataFrame) -> pl.DataFrame:
@@ -245,9 +239,11 @@ def _ended(requests: pl.DataFrame) -> pl.DataFrame:
 
 def _load_finished(path: Path, src: Path) -> RunData:
     builder = RunBuilder(path, _load_config(src / "config.yaml"))
-    ticks = _read_parquet(src / "ticks.parquet", TICK_COLUMNS)
-    events = _read_parquet(src / "events.parquet", EVENT_COLUMNS)
-    requests = _read_parquet(src / "requests.parquet", REQUEST_COLUMNS)
+    if (src / SUMMARY_FILE).is_file():
+        check_summary(src / SUMMARY_FILE)
+    ticks = _read_parquet(src / "ticks.parquet", TICKS)
+    events = _read_parquet(src / "events.parquet", EVENTS)
+    requests = _read_parquet(src / "requests.parquet", REQUESTS)
     got = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
     builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
     builder.add_ticks(ticks, src / "ticks.parquet")
@@ -509,7 +505,7 @@ class LiveFollower:
                 file = src / f"inflight-{status.seq:06d}.parquet"
                 if not file.is_file():
                     continue
-                inflight = _read_parquet(file, REQUEST_COLUMNS)
+                inflight = _read_parquet(file, REQUESTS)
             for ticks, events, requests, firsts in chunks:  # everything read: now append
                 b = self.builder
                 b.add_requests(_ended(requests), firsts["first_token_us"].to_numpy(),
@@ -529,8 +525,7 @@ class LiveFollower:
         chunk = src / f"chunk-{k:06d}"
         if not chunk.is_dir():
             raise UserError(f"{chunk}: missing; the live run's chunks end early (status.json says more)")
-        needed = {"ticks": TICK_COLUMNS, "events": EVENT_COLUMNS, "requests": REQUEST_COLUMNS,
-                  "firsts": FIRST_COLUMNS}
+        needed = {"ticks": TICKS, "events": EVENTS, "requests": REQUESTS, "firsts": FIRSTS}
         return tuple(_read_parquet(chunk / f"{name}.parquet", needed[name]) for name in CHUNK_FILES)
 
     def _finish(self, src: Path) -> RunData:

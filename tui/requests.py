@@ -86,10 +86,21 @@ def request_rows(frame: pl.DataFrame, columns: tuple[str, ...] = COLUMNS) -> lis
         if "prefill" in columns:
             local = r.get("prefill_replica") is None
             cells["prefill"] = "local" if local else f"{r['prefill_pool']} r{r['prefill_replica']}"
-            start, end = r.get("kv_transfer_start_us"), r.get("kv_transfer_end_us")
-            cells["KV xfer"] = "-" if start is None or end is None else ms(end - start)
+            shown, whole = kv_transfer(r)
+            cells["KV xfer"] = "-" if shown is None else ms(shown) if whole in (None, shown) else \
+                f"{ms(shown)} of {ms(whole)}"
         rows.append(tuple(cells[c] for c in columns))
     return rows
+
+
+def kv_transfer(r: dict) -> tuple[int | None, int | None]:
+    """(the part of a request's KV transfer that outlasted its prefill, the transfer's whole time),
+    in us. A layerwise transfer overlaps the prefill, so the KV arrives kv_transfer_end_us -
+    kv_transfer_start_us after it ended; kv_transfer_us (absent from older runs) is the whole."""
+    start, end = r.get("kv_transfer_start_us"), r.get("kv_transfer_end_us")
+    if start is None or end is None:
+        return None, None
+    return end - start, r.get("kv_transfer_us")
 
 
 def _clock(t_us: int) -> str:
@@ -144,8 +155,7 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
              + (f", waited {fmt_duration_ms((xfer_start - r['prefill_end_us']) / 1000)} for room"
                 if r.get("prefill_end_us") is not None and xfer_start > r["prefill_end_us"] else ""), "blue")
     if xfer_end is not None:
-        step("KV arrived", xfer_end, f"transfer took {fmt_duration_ms((xfer_end - xfer_start) / 1000)}"
-             if xfer_start is not None else "", "blue")
+        step("KV arrived", xfer_end, _transfer_note(r), "blue")
     preempts = run.request_events(request_id).filter(pl.col("kind").str.starts_with("preempt")).sort("t_us")
     for ev in preempts.iter_rows(named=True):
         step("preempted", ev["t_us"], ev["detail"] or ev["kind"], "magenta")
@@ -167,6 +177,16 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
              "bold green" if r["slo_met"] else "bold red")
     t.append_text(_life_bar(r, preempts["t_us"].to_list(), max(width - 4, 10)))
     return t
+
+
+def _transfer_note(r: dict) -> str:
+    shown, whole = kv_transfer(r)
+    if shown is None:
+        return ""
+    if whole is None or whole == shown:
+        return f"transfer took {fmt_duration_ms(shown / 1000)}"
+    return (f"transfer took {fmt_duration_ms(whole / 1000)}, {fmt_duration_ms(shown / 1000)} of it after the prefill "
+            "(the rest hidden behind it, layer by layer)")
 
 
 def _life_bar(r: dict, preempt_us: list[int], width: int) -> Text:

@@ -97,7 +97,9 @@ def check_contract(run, trace: pl.DataFrame) -> None:
     assert summary["requests"] == n
     assert (summary["finished"], summary["rejected"], summary["unfinished"]) == (
         counts["finished"], counts["rejected"], counts["unfinished"])
-    assert sum(b["requests"] for b in summary["pools"].values()) == n
+    # each request counts in its pool, and a P/D request also in the pool that prefilled it
+    remote = (summary.get("prefill_decode") or {}).get("remote_prefills", 0)
+    assert sum(b["requests"] for b in summary["pools"].values()) == n + remote
     assert re.fullmatch(r"[0-9a-f]{64}", summary["config_sha256"])
     assert re.fullmatch(r"[0-9a-f]{64}", summary["trace_sha256"])
     assert summary["version"]

@@ -45,6 +45,25 @@ def one_pool_run(tmp_path_factory) -> Path:
     return write_run(out, replay_trace(tiny_trace(), tiny_config()))
 
 
+@pytest.fixture
+def cli(capsys, tmp_path, monkeypatch):
+    """`llm-replay ARGV...` in-process, in tmp_path: (exit code, stdout, stderr)."""
+    from replay.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def call(*argv):
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
+
 def screen_text(app) -> str:
     """What the dashboard shows, as plain text (for assertions on content, not looks)."""
     w, h = app.size

@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 
-from replay.cli import main
 from tests.tui.conftest import AFTER, BEFORE
 from tui.app import Dashboard
 
@@ -16,22 +15,6 @@ TRACE = "arrival_s,prompt,output\n" + "".join(f"{i * 0.1:.1f},{300 + (i * 53) % 
 FLEET = ("model: llama-3.1-8b\ngpu: h100-sxm-80gb\ntrace: {path: trace.csv, format: csv, time_unit: s,\n"
          "  column_map: {arrival: arrival_s, prompt_tokens: prompt, output_tokens: output}}\n"
          "pools:\n  - {name: default, replicas: 1, engine: {num_gpu_blocks_override: 600, max_model_len: 8000}}\n")
-
-
-@pytest.fixture
-def cli(capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-    def call(*argv):
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return call
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -8,7 +8,8 @@ from tests.tui.conftest import AFTER, BEFORE, screen_text
 from tests.tui.test_keys import drive
 from tui.app import make_app
 from tui.data import load_run
-from tui.requests import LIMIT, request_life, worst_requests
+from tui.requests import LIMIT, PD_COLUMNS, request_life, request_rows, worst_requests
+from tui.timefmt import fmt_duration_ms
 from tui.screens import RequestLifeScreen, RequestsScreen
 
 S = 1_000_000
@@ -109,6 +110,15 @@ def test_a_prefill_decode_run_opens_and_its_drill_down_shows_where_requests_pref
     assert f"prefilled on pool prefill replica {remote['prefill_replica']}" in text
     for step in ("admitted", "prefilled", "KV transfer", "KV arrived", "first token", "finished", "≈ KV wait"):
         assert step in text, step
+    # the KV transfer: its whole time, and the part the prefill did not hide (layerwise)
+    shown = remote["kv_transfer_end_us"] - remote["kv_transfer_start_us"]
+    assert 0 < shown < remote["kv_transfer_us"]
+    assert (f"transfer took {fmt_duration_ms(remote['kv_transfer_us'] / 1000)}, {fmt_duration_ms(shown / 1000)} "
+            "of it after the prefill") in text
+    around = worst_requests(run, remote["arrival_us"], "prefill", limit=10**6)
+    (row,) = request_rows(around.filter(pl.col("request_id") == remote["request_id"]), PD_COLUMNS)
+    assert row[PD_COLUMNS.index("KV xfer")] == (f"{fmt_duration_ms(shown / 1000)} of "
+                                                f"{fmt_duration_ms(remote['kv_transfer_us'] / 1000)}")
     assert pd_config().split.policy == "prefill-decode"
     app = make_app(pd_run, at=f"{cursor // S}")
 

@@ -241,6 +241,25 @@ def test_live_files_beside_an_old_run_win(tmp_path, one_pool_run):
     assert load_run(out).live is not None and load_run(out).end_us == 7_000_000
 
 
+class FakeClock:
+    """The dashboard's clock, moved by hand: what the test asserts never depends on how fast the
+    machine runs it (only how long the real timers take to fire, which `until` waits out)."""
+
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def until(pilot, condition, limit_s: float = 60.0) -> None:
+    for _ in range(int(limit_s / 0.02)):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    pytest.fail(f"not within {limit_s} s")
+
+
 def test_new_data_waits_while_keys_come_but_not_for_long(tmp_path):
     """A live run's next data is shown once keys stop for INPUT_QUIET_S (its redraw would delay
     the next key), and within LIVE_DEFER_MAX_S however fast keys come."""
@@ -248,27 +267,36 @@ def test_new_data_waits_while_keys_come_but_not_for_long(tmp_path):
 
     out = tmp_path / "run"
     live_until(out, 10)
+    live_until(tmp_path / "more", 20)
+    newer = load_run(tmp_path / "more")
+    clock = FakeClock(64.0)
     app = make_app(out, follow=False)
-    newer = []
+    app.clock = clock
 
     async def script(pilot):
         first = app.model.runs[0]
-        live_until(tmp_path / "more", 20)
-        newer.append(load_run(tmp_path / "more"))
         await pilot.press("left")
-        app.post_message(RunUpdated(0, newer[0]))
+        app.post_message(RunUpdated(0, newer))
         await pilot.pause()
         assert app.model.runs[0] is first  # a key just came: the data waits
-        await pilot.pause(INPUT_QUIET_S + 0.1)
-        assert app.model.runs[0] is newer[0]
-        # keys without a pause: the data still comes within LIVE_DEFER_MAX_S
-        app.post_message(RunUpdated(0, first))
-        import time
+        await pilot.pause(3 * INPUT_QUIET_S)  # however often its timer fires: no time passed
+        assert app.model.runs[0] is first
+        clock.t += 1.5 * INPUT_QUIET_S  # no key for longer than INPUT_QUIET_S: the data comes
+        await until(pilot, lambda: app.model.runs[0] is newer)
 
-        began = time.monotonic()
-        while app.model.runs[0] is not first and time.monotonic() - began < 3 * LIVE_DEFER_MAX_S:
+        # keys every INPUT_QUIET_S / 4: the data waits, but never past LIVE_DEFER_MAX_S
+        began = clock.t
+        await pilot.press("right")
+        app.post_message(RunUpdated(0, first))
+        await pilot.pause()  # it arrived at `began`
+        step = INPUT_QUIET_S / 4
+        for k in range(1, int(LIVE_DEFER_MAX_S / step)):
+            clock.t = began + k * step
             await pilot.press("right")
-            await pilot.pause(INPUT_QUIET_S / 4)
-        assert app.model.runs[0] is first and time.monotonic() - began < LIVE_DEFER_MAX_S + 0.5
+            await pilot.pause()
+            assert app.model.runs[0] is newer, f"shown after {k * step:.3f} s of keys"
+        clock.t = began + LIVE_DEFER_MAX_S + step / 2
+        await pilot.press("right")
+        await until(pilot, lambda: app.model.runs[0] is first)
 
     drive(app, script)

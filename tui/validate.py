@@ -1,0 +1,155 @@
+"""The run-directory schema the dashboard reads, declared once, and the checks that hold a run to
+it before anything is drawn: a damaged run is one UserError naming the file, the column or key,
+the value and what was expected. Times are integer microseconds.
+
+The column names are README "Run outputs"'s (replay.metrics writes them; tests/tui/test_validate.py
+holds the two equal and checks these kinds against what the writer produces). Repeated here, not
+imported, so the dashboard loads no engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from traces.errors import UserError
+
+INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
+EXPECTED = {INT: "an integer type (int64)", FLOAT: "a numeric type (float64)", STR: "a string type",
+            BOOL: "a boolean type"}
+STATUSES = ("finished", "rejected", "unfinished")
+
+
+@dataclass(frozen=True)
+class Schema:
+    columns: dict[str, str]  # name -> kind, every one needed
+    optional: dict[str, str]  # appended after the first contract: checked when present
+    not_null: tuple[str, ...] = ()
+    unique: tuple[str, ...] = ()  # one row per value of these columns together
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.columns)
+
+
+_TICK_FLOATS = ("prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
+                "ttft_p50_ms", "ttft_p99_ms", "slo_attainment")
+TICKS = Schema(
+    {"t_us": INT, "pool": STR, "replicas_active": INT, "replicas_loading": INT, "replicas_draining": INT,
+     "gpus": INT, "waiting": INT, "running": INT, "kv_used_blocks": INT, "kv_total_blocks": INT, "arrivals": INT,
+     "rejected": INT, "preemptions": INT} | dict.fromkeys(_TICK_FLOATS, FLOAT),
+    {}, not_null=("t_us", "pool"), unique=("t_us", "pool"))
+EVENTS = Schema({"t_us": INT, "pool": STR, "replica": INT, "kind": STR, "detail": STR, "request_id": INT}, {},
+                not_null=("t_us", "kind"))
+REQUESTS = Schema(
+    {"request_id": INT, "workload": STR, "pool": STR, "replica": INT, "arrival_us": INT, "prompt_tokens": INT,
+     "output_tokens": INT, "cached_tokens": INT, "first_scheduled_us": INT, "first_token_us": INT,
+     "finished_us": INT, "ttft_us": INT, "preemptions": INT, "status": STR, "reject_reason": STR, "slo_met": BOOL},
+    {"tpot_us": FLOAT, "e2e_us": INT, "prefill_pool": STR, "prefill_replica": INT, "prefill_end_us": INT,
+     "kv_transfer_start_us": INT, "kv_transfer_end_us": INT, "kv_transfer_us": INT},
+    not_null=("request_id", "pool", "arrival_us", "prompt_tokens", "output_tokens", "status"), unique=("request_id",))
+FIRSTS = Schema({"request_id": INT, "pool": STR, "first_token_us": INT, "ttft_us": INT}, {},
+                not_null=("request_id", "first_token_us", "ttft_us"))
+
+
+def _kind_of(dtype: pl.DataType) -> str | None:
+    if dtype.is_integer():
+        return INT
+    if dtype.is_float():
+        return FLOAT
+    if dtype in (pl.String, pl.Categorical, pl.Null):
+        return STR
+    if dtype == pl.Boolean:
+        return BOOL
+    return None
+
+
+def _fits(dtype: pl.DataType, kind: str) -> bool:
+    got = _kind_of(dtype)
+    # an all-null column reads as Null (any kind); an integer column is a fine float
+    return dtype == pl.Null or got == kind or (kind == FLOAT and got == INT)
+
+
+def _where(frame: pl.DataFrame, row: int, schema: Schema) -> str:
+    keys = [c for c in (schema.unique or ("request_id",)) if c in frame.columns]
+    said = ", ".join(f"{c} {frame[c][row]!r}" for c in keys)
+    return f"row {row}" + (f" ({said})" if said else "")
+
+
+def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
+    """Columns present with their kinds, keys not null and unique, statuses known."""
+    missing = [c for c in schema.columns if c not in frame.columns]
+    if missing:
+        raise UserError(f"{path}: missing column {missing[0]!r} (columns expected: README 'Run outputs'; "
+                        "was it written by llm-replay?)")
+    for name, kind in {**schema.columns, **schema.optional}.items():
+        if name in frame.columns and not _fits(frame.schema[name], kind):
+            sample = frame[name].drop_nulls().head(1).to_list()
+            value = f" (first value {sample[0]!r})" if sample else ""
+            raise UserError(f"{path}: column {name!r} is {frame.schema[name]}{value}; expected {EXPECTED[kind]}")
+    for name in schema.not_null:
+        if frame[name].null_count():
+            row = int(frame[name].is_null().arg_true()[0])
+            raise UserError(f"{path}: {_where(frame, row, schema)}: {name} is null; expected a value")
+    if schema.unique and frame.height:
+        dup = frame.select(pl.struct(schema.unique).is_duplicated()).to_series()
+        if dup.any():
+            row = int(dup.arg_true()[0])
+            again = int(dup.arg_true()[1])
+            raise UserError(f"{path}: {_where(frame, row, schema)} appears again at row {again}; expected one row "
+                            f"per {' and '.join(schema.unique)}")
+    if "status" in schema.columns:
+        bad = ~frame["status"].is_in(STATUSES)
+        if bad.any():
+            row = int(bad.arg_true()[0])
+            raise UserError(f"{path}: {_where(frame, row, schema)}: status {frame['status'][row]!r}; expected one of "
+                            f"{', '.join(STATUSES)}")
+
+
+def _number(file: Path, key: str, value: object, positive: bool = True) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (positive and value <= 0):
+        raise UserError(f"{file}: {key}: got {value!r}, expected a number > 0")
+    return float(value)
+
+
+def check_config(file: Path, cfg: object) -> dict:
+    """The keys of config.yaml the dashboard uses: tick_s, metrics_window_s, slo, pools' names."""
+    if not isinstance(cfg, dict):
+        raise UserError(f"{file}: expected a mapping, got {type(cfg).__name__}")
+    for key in ("tick_s", "metrics_window_s"):
+        if cfg.get(key) is not None:
+            _number(file, key, cfg[key])
+    slo = cfg.get("slo")
+    if slo is not None:
+        if not isinstance(slo, dict):
+            raise UserError(f"{file}: slo: got {slo!r}, expected a mapping (ttft_ms, tpot_ms, by_workload)")
+        by = slo.get("by_workload") or {}
+        if not isinstance(by, dict):
+            raise UserError(f"{file}: slo.by_workload: got {by!r}, expected a mapping of workload -> targets")
+        for where, targets in [("slo", slo), *((f"slo.by_workload.{w}", t) for w, t in by.items())]:
+            if not isinstance(targets, dict):
+                raise UserError(f"{file}: {where}: got {targets!r}, expected a mapping (ttft_ms, tpot_ms)")
+            for key in ("ttft_ms", "tpot_ms"):
+                if targets.get(key) is not None:
+                    _number(file, f"{where}.{key}", targets[key])
+    pools = cfg.get("pools")
+    if pools is not None and not isinstance(pools, list):
+        raise UserError(f"{file}: pools: got {pools!r}, expected a list of pools")
+    return cfg
+
+
+def check_summary(file: Path) -> None:
+    """summary.json, when a finished run has one, is a whole JSON object (not cut short)."""
+    try:
+        body = json.loads(file.read_text())
+    except OSError as exc:
+        raise UserError(f"{file}: not readable ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UserError(f"{file}: not valid JSON, truncated or damaged? ({exc})") from None
+    if not isinstance(body, dict):
+        raise UserError(f"{file}: expected a JSON object, got {type(body).__name__}")
