@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import yaml
 
 from traces.errors import UserError
+from traces.yamlfile import read_yaml
 from tui.validate import EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary
 
 # replay/live.py's layout, repeated here so tui imports no engine (tests/tui/test_live.py holds
@@ -217,16 +217,9 @@ def load_run(path: Path | str) -> RunData:
 
 
 def _load_config(file: Path) -> dict:
-    try:
-        cfg = yaml.safe_load(file.read_text()) or {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{file}: not a readable config ({getattr(exc, 'strerror', None) or exc})") from None
-    except yaml.YAMLError as exc:  # its message spans lines: the problem and where, on one
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{file}{where}: not a readable config (not valid YAML: "
-                        f"{getattr(exc, 'problem', None) or exc})") from None
-    return check_config(file, cfg)
+    """A run's config.yaml through the bounded YAML reader every input uses (a regular file,
+    bounded size, depth and alias expansion: a crafted run directory cannot blow up the dashboard)."""
+    return check_config(file, read_yaml(file, "run config") or {})
 
 
 def _ended(requests: pl.DataFrame) -> pl.DataFrame:

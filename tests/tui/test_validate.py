@@ -51,7 +51,12 @@ DAMAGES = {
                     "config.yaml: metrics_window_s: got 0, expected a number > 0"),
     "slo text": (_set_config("ttft_ms: 2000.0", "ttft_ms: fast"), "config.yaml: slo.ttft_ms: got 'fast'"),
     "slo list": (_set_config("slo:", "slo: [1]\nold_slo:"), "config.yaml: slo: got [1], expected a mapping"),
-    "config yaml": (_write("config.yaml", "tick_s: [1\n"), "config.yaml line 2: not a readable config (not valid YAML"),
+    "config yaml": (_write("config.yaml", "tick_s: [1\n"), "config.yaml line 2: not valid YAML"),
+    # a crafted config.yaml cannot expand in the dashboard either (the bounded reader of every input)
+    "config bomb": (_write("config.yaml", "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8))), "config.yaml line 6: expands to more than 200,000 values"),
     "duplicated tick": (_ticks_twice, "ticks.parquet: row 5 (t_us 6000000, pool 'shared') appears again at row 372; "
                                       "expected one row per t_us and pool"),
     "string tick times": (_rewrite("ticks.parquet", t_us=pl.col("t_us").cast(pl.String)),
