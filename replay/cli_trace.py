@@ -12,6 +12,7 @@ from pathlib import Path
 
 from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
 from traces.errors import UserError
+from traces.transforms import RATE_SCALE_RANGE
 from traces.limits import (
     DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S, TraceLimits, human_bytes,
 )  # fmt: skip
@@ -126,6 +127,10 @@ def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceCon
         if args.window:
             changes["window"] = _window(args.window)
         if args.rate_scale is not None:
+            low, high = RATE_SCALE_RANGE
+            if not (math.isfinite(args.rate_scale) and low <= args.rate_scale <= high):
+                raise UserError(f"--rate-scale {args.rate_scale:g}: expected a number in [{low:g}, {high:g}] "
+                                "(X times the trace's request rate)")
             changes["rate_scale"] = args.rate_scale
         if args.sample:
             changes["sample"] = _sample(args.sample, args.seed)

@@ -93,7 +93,7 @@ def test_ticks_are_bounded_before_the_replay_starts(cli, write, tmp_path):
 
 
 @pytest.mark.parametrize("flags, fragment", [
-    (["--rate-scale", "1e-300"], "rate_scale=1e-300 (expected a number in [1e-06, 1e+06])"),
+    (["--rate-scale", "1e-300"], "llm-replay: error: --rate-scale 1e-300: expected a number in [1e-06, 1e+06]"),
     (["--window", "0:1e300"], "end_s=1e+300"),
     (["--max-prompt-tokens", "99999999999"], "max_prompt_tokens=99999999999 (expected a token count in [0, "),
     (["--sample", "1e400"], "fraction=inf (expected a number in (0, 1])"),
