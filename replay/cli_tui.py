@@ -204,7 +204,12 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
         writer.start()
         began = time.perf_counter()
         if args.engine == "numba":
+            from replay._numba_cache import compile_estimate_s, kernels_cached
+
+            if not kernels_cached():  # the dashboard says so while the child compiles
+                writer.status("compiling", compile_estimate_s=round(compile_estimate_s()[0]))
             warm_up()
+            writer.status("running")
         timing = {"load_trace_s": load_s, "warm_up_s": time.perf_counter() - began}
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                               plans=plans, config_source=source, on_tick=writer.on_tick)

@@ -133,10 +133,11 @@ class LiveWriter:
                      lambda p: p.write_text(yaml.safe_dump(self.cfg.to_dict(), sort_keys=False)))
         self.status("running")
 
-    def status(self, state: str, error: str | None = None) -> None:
+    def status(self, state: str, error: str | None = None, **extra) -> None:
+        """state: running | compiling (with `compile_estimate_s`) | writing | failed (with `error`)."""
         body = {"state": state, "seq": self.seq, "done_us": self.done_us, "end_us": self.end_us,
                 "wall_s": round(time.monotonic() - self._started, 3),
-                "pid": self._writer[0], "pid_start": self._writer[1]}
+                "pid": self._writer[0], "pid_start": self._writer[1], **extra}
         if error is not None:
             body["error"] = error
         write_atomic(self.dir / STATUS_FILE, lambda p: p.write_text(json.dumps(body) + "\n"))

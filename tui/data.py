@@ -48,13 +48,14 @@ FLEET = "fleet"
 
 @dataclass(frozen=True)
 class LiveStatus:
-    state: str  # running | writing | failed (a finished run has no status)
+    state: str  # running | compiling | writing | failed (a finished run has no status)
     seq: int
     done_us: int
     end_us: int
     error: str | None = None
     pid: int | None = None  # the writer (process id and start time), when it recorded itself
     pid_start: int | None = None
+    compile_estimate_s: float | None = None  # while compiling: how long the first compile takes
 
 
 @dataclass
@@ -173,7 +174,8 @@ def _read_status(path: Path) -> LiveStatus:
         body = json.loads(path.read_text())
         pid, start = body.get("pid"), body.get("pid_start")
         return LiveStatus(str(body["state"]), int(body["seq"]), int(body["done_us"]), int(body["end_us"]),
-                          body.get("error"), None if pid is None else int(pid), None if start is None else int(start))
+                          body.get("error"), None if pid is None else int(pid), None if start is None else int(start),
+                          None if body.get("compile_estimate_s") is None else float(body["compile_estimate_s"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a live run status ({exc})") from None
 

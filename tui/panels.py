@@ -225,6 +225,9 @@ def header_text(model: Model, width: int) -> Text:
         if r.live is not None:
             if r.live.state == "failed":
                 t.append(f"  replay failed: {r.live.error}", "bold red")
+            elif r.live.state == "compiling":
+                about = f" (~{r.live.compile_estimate_s:.0f} s, once)" if r.live.compile_estimate_s else ""
+                t.append(f"  compiling the engine{about}", "bold yellow")
             else:
                 share = r.live.done_us / max(r.live.end_us, 1)
                 t.append(f"  live {min(share, 1):.0%}" + (" following" if v.following else ""), "bold green")

@@ -186,6 +186,24 @@ def test_a_run_not_yet_flushed_opens_empty(tmp_path):
     drive(app, script)
 
 
+def test_a_replay_still_compiling_says_so_and_for_how_long(tmp_path):
+    """run --tui on a fresh install: the child compiles for a minute and a half before its first
+    tick; the dashboard says it is compiling, not "live 0%"."""
+    trace, cfg = tiny_trace(), tiny_config()
+    from replay.cluster import plan_pools
+
+    writer = LiveWriter(tmp_path / "run", trace.frame, cfg, plan_pools(cfg))
+    writer.start()
+    writer.status("compiling", compile_estimate_s=95)
+    app = make_app(tmp_path / "run", follow=False)
+
+    async def script(pilot):
+        assert "compiling the engine (~95 s, once)" in screen_text(app)
+        assert "live 0%" not in screen_text(app)
+
+    drive(app, script)
+
+
 def test_the_dashboard_follows_a_run_being_written_to_its_end(tmp_path):
     out = tmp_path / "run"
     live_until(out, 20)
