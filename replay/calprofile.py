@@ -20,6 +20,7 @@ import yaml
 from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
 from replay.specs import get_gpu
+from traces.bounds import MIN_EFFICIENCY
 from traces.errors import ConfigError
 from traces.yamlfile import read_yaml
 
@@ -113,8 +114,9 @@ def _coefficients(step_model: dict[str, Any]) -> dict[str, float]:
         raise ProfileEntryError(f"step_model: expected numbers ({exc})") from None
     for key, value in values.items():
         if key in ("mfu", "mbu", "past_knee_mfu", "link_efficiency"):
-            if not 0.0 < value <= 1.0:
-                raise ProfileEntryError(f"step_model.{key}: got {value:g}, expected a value in (0, 1]")
+            if not MIN_EFFICIENCY <= value <= 1.0:
+                raise ProfileEntryError(f"step_model.{key}: got {value:g}, expected a value in "
+                                        f"[{MIN_EFFICIENCY:g}, 1] (an efficiency)")
         elif not (math.isfinite(value) and value >= 0):
             raise ProfileEntryError(f"step_model.{key}: got {value:g}, expected a number >= 0")
     if values.get("past_knee_mfu", 0.0) > values["mfu"]:

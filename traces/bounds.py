@@ -36,6 +36,10 @@ def _num(x: float) -> str:
 
 
 SHARE = Bound(0, 1, "a share")
+# mfu / mbu / link efficiency: below 1% a step outlasts any trace, and far below it the kernel's
+# integer step time overflows into 0 us (1e-15 read as instant steps and a healthy run).
+MIN_EFFICIENCY = 0.01
+EFFICIENCY = Bound(MIN_EFFICIENCY, 1, "an efficiency (a share of the GPU's peak)")
 SECONDS = Bound(0, 1e8, "seconds")  # about 3 years: far past any trace, far below int64 microseconds
 TOKENS = Bound(0, 100_000_000, "tokens")
 COUNT = Bound(0, 1e9, "a count")
@@ -69,9 +73,9 @@ BY_NAME: dict[str, Bound] = {
     "gpu_memory_utilization": SHARE,
     "watermark": SHARE,
     "acceptance_rate": SHARE,
-    "mfu": SHARE,
-    "mbu": SHARE,
-    "link_efficiency": SHARE,
+    "mfu": EFFICIENCY,
+    "mbu": EFFICIENCY,
+    "link_efficiency": EFFICIENCY,
     # trace
     "rate_scale": Bound(1e-6, 1e6, "a rate factor"),
     "fraction": SHARE,
@@ -113,7 +117,7 @@ BY_SUFFIX: tuple[tuple[str, Bound], ...] = (
     ("_prefill_threshold", TOKENS),
     ("_thresholds", TOKENS),
     ("_len", TOKENS),
-    ("_mfu", SHARE),
+    ("_mfu", EFFICIENCY),
     ("_us", Bound(0, 1e7, "microseconds")),
     ("_ms", Bound(0, 3.6e6, "milliseconds")),
     ("_s", SECONDS),

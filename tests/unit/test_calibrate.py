@@ -314,7 +314,7 @@ def test_knee_keys_in_config_and_profile(tmp_path):
     ({**TRUE, "allreduce_latency_us": "six"}, "fits[0].step_model: expected numbers"),
     ({**KNEE, "allreduce_latency_us": 6.0, "past_knee_mfu": 0}, "step_model.past_knee_mfu: got 0, expected a value"),
     ({**TRUE, "allreduce_latency_us": 6.0, "link_efficiency": 0}, "step_model.link_efficiency: got 0, expected"),
-    ({**TRUE, "allreduce_latency_us": 6.0, "mfu": -1}, "step_model.mfu: got -1, expected a value in (0, 1]"),
+    ({**TRUE, "allreduce_latency_us": 6.0, "mfu": -1}, "step_model.mfu: got -1, expected a value in [0.01, 1] (an efficiency)"),
     ({**TRUE, "allreduce_latency_us": -6.0}, "step_model.allreduce_latency_us: got -6, expected a number >= 0"),
     ({**KNEE, "allreduce_latency_us": 6.0, "past_knee_mfu": 0.9}, "past_knee_mfu: got 0.9, expected at most mfu"),
 ])

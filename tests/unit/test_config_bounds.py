@@ -110,6 +110,9 @@ def test_the_default_fleet_is_within_every_range():
      "pools[0].lifecycle.load_bytes_per_s: got 1e-300, expected >= 1,000,000 and <= 1e+15 (bytes/s)"),
     ("trace: {rate_scale: 1e-300}", "trace: rate_scale=1e-300 (expected a number in [1e-06, 1e+06])"),
     ("pools: [{autoscaler: {policy: kpa, params: {stable_window_s: .nan}}}]", "stable_window_s: got nan"),
+    # an efficiency so small the kernel's step time overflowed into 0 us: instant steps, a healthy verdict
+    ("pools: [{step_model: {mbu: 1e-15}}]", "pools[0].step_model.mbu: got 1e-15, expected >= 0.01 and <= 1"),
+    ("pools: [{step_model: {mfu: 1e-300}}]", "pools[0].step_model.mfu: got 1e-300, expected >= 0.01 and <= 1"),
 ])
 def test_the_reported_values_are_refused_naming_the_key(tmp_path, text, fragment):
     path = tmp_path / "c.yaml"
