@@ -115,16 +115,17 @@ def add_plugin_option(p: argparse.ArgumentParser, extra: str = "") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM ends a command as Ctrl-C does: one line, nothing partial (replay.rundir.Interrupted).
+    # SIGINT and SIGTERM end a command alike: one line, nothing partial (replay.rundir.Interrupted).
     import signal
 
-    previous: list = []  # the SIGTERM handler to restore (main may run inside a test process)
+    previous: dict = {}  # the handlers to restore (main may run inside a test process)
     try:
         from replay.cli_tui import cmd_run_tui, cmd_tui
-        from replay.rundir import raise_interrupted
+        from replay.rundir import forget_signals, raise_interrupted
 
+        forget_signals()
         if threading.current_thread() is threading.main_thread():
-            previous.append(signal.signal(signal.SIGTERM, raise_interrupted))
+            previous.update({s: signal.signal(s, raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)})
 
         args = _parser().parse_args(argv)
         if args.command == "run":
@@ -164,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 128 + signum
     finally:
-        if previous and previous[0] is not None:
-            signal.signal(signal.SIGTERM, previous[0])
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
     return 0
 
 
@@ -226,6 +228,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from replay.outputs import claimed, write_run
     from replay.report import engine_ready, print_summary, progress_bar
+    from replay.rundir import raise_if_signalled
     from replay.run import replay_trace
 
     began = time.perf_counter()
@@ -240,10 +243,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         began = time.perf_counter()
         if args.engine == "numba":
             engine_ready(console, terminal=show, quiet=args.quiet)
+            raise_if_signalled()  # one that numba's loading swallowed
         timing["warm_up_s"] = time.perf_counter() - began
         with progress_bar(console, enabled=show) as progress:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                                   progress=progress, plans=run.plans, config_source=run.source)
+        raise_if_signalled()
         write_run(out, result, force=args.force, timing=timing)
     if args.json:
         print(json.dumps(result.summary, indent=2))

@@ -90,8 +90,27 @@ class Interrupted(KeyboardInterrupt):
         self.signum, self.written = signum, written
 
 
+# Signals raised as Interrupted since the command began. Numba compiles and loads its cache inside
+# llvmlite's ctypes callbacks, which print and swallow an exception raised there: a Ctrl-C or
+# SIGTERM in that second of loading would be lost and the run would go on to write its output.
+_pending: list[int] = []
+
+
 def raise_interrupted(signum: int, _frame) -> None:
+    _pending.append(signum)
     raise Interrupted(signum)
+
+
+def forget_signals() -> None:
+    """A new command (main() may run many in one test process) starts with none pending."""
+    _pending.clear()
+
+
+def raise_if_signalled() -> None:
+    """Raise the signal that arrived while its exception could be swallowed (see `_pending`);
+    called where a command passes from loading or replaying to writing."""
+    if _pending:
+        raise Interrupted(_pending[-1])
 
 
 @contextmanager

@@ -175,6 +175,29 @@ def test_a_signal_during_the_replay_keeps_the_old_run(old_run, tmp_path, signum)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml", "out", "slow.yaml"]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_run, monkeypatch, signum):
+    """Numba loads its kernels inside llvmlite's ctypes callbacks, which print and drop an
+    exception raised there: the signal that came then must still stop the run before it writes."""
+    import replay.report
+    from replay.rundir import raise_interrupted
+
+    def loading_swallows_the_signal(console, **_kw):
+        try:
+            raise_interrupted(signum, None)  # what the handler does, inside a callback that drops it
+        except BaseException:  # noqa: BLE001 - the ctypes callback's behaviour, reproduced
+            pass
+
+    kept = listing(old_run)
+    with monkeypatch.context() as patch:
+        patch.setattr(replay.report, "engine_ready", loading_swallows_the_signal)
+        res = cli("run", "--config", "fleet.yaml", "--out", "out", "--force", "-q")
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    assert res.code == 128 + signum and said(res.err) == f"llm-replay: {word}; nothing written\n", res.err
+    assert listing(old_run) == kept
+    assert cli("run", "--config", "fleet.yaml", "--out", "again", "-q").code == 0  # the next command starts clean
+
+
 def test_ctrl_c_while_importing_is_one_line(tmp_path):
     """SIGINT as soon as the interpreter runs the entry point, while it still imports polars,
     numba and the rest: one line and exit 130, never a traceback."""
@@ -187,6 +210,19 @@ def test_ctrl_c_while_importing_is_one_line(tmp_path):
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and err == "llm-replay: interrupted; nothing written\n", err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_while_importing_is_one_line_not_a_silent_death(tmp_path):
+    code = ("import sys; print('up', flush=True); from replay.entry import main; "
+            "sys.exit(main(['run', '--out', 'out', '-q']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 143 and err == "llm-replay: terminated; nothing written\n", err
     assert list(tmp_path.iterdir()) == []
 
 
