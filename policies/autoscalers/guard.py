@@ -11,11 +11,14 @@
 
 from __future__ import annotations
 
+import numbers
+import reprlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, TypeVar
 
 from policies.api import Decision, ScalingContext
 from policies.autoscalers._util import check_number, from_zero, us
+from traces.errors import UserError
 
 S = TypeVar("S")
 
@@ -85,7 +88,7 @@ def guard_step(
         held = clamp(state.held, ctx)
         return Decision(held, replace(state, inner=inner), {"held": True, "replicas": held})
 
-    decision = fn(ctx, params, state.inner)
+    decision = _checked(fn, fn(ctx, params, state.inner))
     proposed = clamp(decision.replicas, ctx)
     current = ctx.desired
     answer, blocked = proposed, None
@@ -105,6 +108,20 @@ def guard_step(
     signals.update(policy_replicas=decision.replicas, proposed=proposed, blocked=blocked)
     next_state = GuardState(decision.state, answer, now, up, down)
     return Decision(answer, next_state, signals)
+
+
+def _checked(fn: PolicyFn, decision: Any) -> Decision:
+    """A user's autoscaler (a --plugin) may return anything: what is not a Decision with an
+    integer replica count and a dict of signals ends the run naming the policy, not deep in here."""
+    replicas = getattr(decision, "replicas", None)
+    if (isinstance(decision, Decision) and isinstance(replicas, numbers.Integral) and not isinstance(replicas, bool)
+            and isinstance(decision.signals, dict)):
+        return decision
+    name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
+    got = reprlib.repr(decision) if not isinstance(decision, Decision) else \
+        f"Decision(replicas={reprlib.repr(replicas)}, signals={reprlib.repr(decision.signals)})"
+    raise UserError(f"autoscaler {name} returned {got}; expected policies.api.Decision(replicas=<an int>, "
+                    "state, signals=<a dict>)")
 
 
 def guarded(fn: PolicyFn, guard: GuardParams, observe: ObserveFn | None = None

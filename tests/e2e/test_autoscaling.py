@@ -117,6 +117,20 @@ def test_a_users_autoscaler_loads_from_a_plugin_file(cli, write, tmp_path):
     assert ups.height >= 1 and ups["detail"][0].startswith("my_scaler:by_queue: 1 -> ")
 
 
+@pytest.mark.parametrize("fn, got", [("forgets_to_return", "returned None"),
+                                     ("text_replicas", "returned Decision(replicas='3', signals={})")])
+def test_a_users_autoscaler_that_returns_no_decision_ends_the_run_naming_it(cli, write, tmp_path, fn, got):
+    from pathlib import Path
+
+    plugin = Path(__file__).resolve().parents[1] / "fixtures" / "plugins" / "my_scaler.py"
+    write("f.yaml", SCALED.format(policy=f"'my_scaler:{fn}'"))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q", "--plugin", str(plugin))
+    assert res.code == 2 and "Traceback" not in res.err
+    assert res.err.splitlines()[-1] == (f"llm-replay: error: autoscaler my_scaler:{fn} {got}; expected "
+                               "policies.api.Decision(replicas=<an int>, state, signals=<a dict>)")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_config_alone_never_imports_the_module_its_policy_names(cli, write, tmp_path, monkeypatch):
     """`policy: "mod:fn"` without --plugin mod: the module stays unimported, the run is refused."""
     import sys
