@@ -91,6 +91,21 @@ def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
             sample = frame[name].drop_nulls().head(1).to_list()
             value = f" (first value {sample[0]!r})" if sample else ""
             raise UserError(f"{path}: column {name!r} is {frame.schema[name]}{value}; expected {EXPECTED[kind]}")
+    for name in [*schema.columns, *schema.optional]:
+        # the writer stores "no value" as null (NaN filled), never an infinity: either is damage,
+        # and a chart of it would read "inf min"
+        if name in frame.columns and frame.schema[name].is_float():
+            bad = ~frame[name].is_finite() & frame[name].is_not_null()
+            if bad.any():
+                row = int(bad.arg_true()[0])
+                raise UserError(f"{path}: {_where(frame, row, schema)}: {name} is {frame[name][row]}; expected a "
+                                "finite number or null")
+        if name in frame.columns and name.endswith("_us") and frame.schema[name].is_integer():
+            bad = frame[name] < 0
+            if bad.any():
+                row = int(bad.arg_true()[0])
+                raise UserError(f"{path}: {_where(frame, row, schema)}: {name} is {frame[name][row]}; expected "
+                                "microseconds >= 0 from the run's start")
     for name in schema.not_null:
         if frame[name].null_count():
             row = int(frame[name].is_null().arg_true()[0])

@@ -59,6 +59,14 @@ DAMAGES = {
         for i in range(8))), "config.yaml line 6: expands to more than 200,000 values"),
     "duplicated tick": (_ticks_twice, "ticks.parquet: row 5 (t_us 6000000, pool 'shared') appears again at row 372; "
                                       "expected one row per t_us and pool"),
+    "infinite ttft": (_rewrite("ticks.parquet", ttft_p99_ms=pl.when(pl.col("t_us") == 3_000_000)
+                               .then(float("inf")).otherwise(pl.col("ttft_p99_ms"))),
+                      "ticks.parquet: row 2 (t_us 3000000, pool 'shared'): ttft_p99_ms is inf; expected a finite "
+                      "number or null"),
+    "nan busy": (_rewrite("ticks.parquet", gpu_busy=pl.when(pl.col("t_us") == 2_000_000).then(float("nan"))
+                          .otherwise(pl.col("gpu_busy"))), "gpu_busy is nan; expected a finite number or null"),
+    "negative times": (_rewrite("events.parquet", t_us=pl.col("t_us") - 10**12),
+                       "t_us is -"),
     "string tick times": (_rewrite("ticks.parquet", t_us=pl.col("t_us").cast(pl.String)),
                           "ticks.parquet: column 't_us' is String (first value '1000000'); expected an integer "
                           "type (int64)"),
