@@ -95,8 +95,13 @@ def _max_model_len(f: Fields) -> int:
 def _dtype(f: Fields) -> str:
     """The activation dtype vLLM's `dtype="auto"` picks: the checkpoint's 16-bit type; FP32
     checkpoints are served in a 16-bit type too, so they count as bf16."""
-    name = f.data.get("torch_dtype", f.data.get("dtype")) or "bfloat16"
-    return {"float16": "fp16", "half": "fp16"}.get(str(name).lower(), "bf16")
+    key = "torch_dtype" if "torch_dtype" in f.data else "dtype"
+    name = f.data.get(key) or "bfloat16"
+    known = {"float16": "fp16", "half": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+             "float32": "bf16", "float": "bf16", "fp32": "bf16"}
+    if not isinstance(name, str) or name.lower().removeprefix("torch.") not in known:
+        raise f.error(key, f"got {name!r}, expected one of float16, bfloat16, float32")
+    return known[name.lower().removeprefix("torch.")]
 
 
 def attention_params(hidden: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool,

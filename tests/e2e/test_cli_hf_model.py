@@ -87,6 +87,8 @@ BAD = [
     ({"num_key_value_heads": 5}, ["num_key_value_heads: got 5, expected a divisor of num_attention_heads (28)"]),
     ({"architectures": ["MixtralForCausalLM"], "num_local_experts": 8, "num_experts_per_tok": 9},
      ["num_experts_per_tok: got 9, expected at most the 8 experts"]),
+    ({"torch_dtype": "float128"}, ["torch_dtype: got 'float128', expected one of float16, bfloat16, float32"]),
+    ({"torch_dtype": 5}, ["torch_dtype: got 5, expected one of"]),
 ]
 
 
