@@ -8,6 +8,7 @@ Autoscalers (issue 3) plug in here: they read the same snapshot and change repli
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,9 +221,11 @@ def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "
     result = fn(frame, list(pools))
     values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
     where = f"{source}: split.policy: {name}"
+    if result is None or values.ndim != 1:
+        raise ConfigError(f"{where} returned {reprlib.repr(result)}; expected one pool (an index or a name) per "
+                          f"request ({frame.height})")
     if values.shape != (frame.height,):
-        raise ConfigError(f"{where} returned {values.shape[0] if values.ndim == 1 else values.shape} values; "
-                          f"expected one pool per request ({frame.height})")
+        raise ConfigError(f"{where} returned {values.shape[0]} values; expected one pool per request ({frame.height})")
     if values.dtype.kind in "OUS":  # pool names
         index = {p: i for i, p in enumerate(pools)}
         out = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in values.tolist()], np.int64)
@@ -233,7 +236,7 @@ def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "
     bad = np.nonzero((out < 0) | (out >= len(pools)))[0]
     if bad.size:
         i = int(bad[0])
-        raise ConfigError(f"{where} sends request {frame['request_id'][i]} to {values[i]!r}, which is no pool; "
+        raise ConfigError(f"{where} sends request {frame['request_id'][i]} to {values[i].item()!r}, which is no pool; "
                           f"expected an index 0..{len(pools) - 1} or a name ({', '.join(pools)})")
     return out
 

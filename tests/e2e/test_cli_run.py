@@ -540,8 +540,9 @@ def test_a_users_pool_split_sends_requests_by_name(cli, write, tmp_path, plugins
 
 
 @pytest.mark.parametrize(("fn", "fragments"), [
-    ("to_nowhere", ["split.policy", "my_split:to_nowhere", "request 2", "7", "no pool", "0..1", "short, long"]),
+    ("to_nowhere", ["split.policy", "my_split:to_nowhere", "request 2 to 7, which is no pool", "0..1", "short, long"]),
     ("too_few", ["split.policy", "returned 1 values", "expected one pool per request"]),
+    ("forgets_to_return", ["split.policy", "my_split:forgets_to_return returned None; expected one pool"]),
     ("not_there", ["f.yaml: split.policy", "cannot load pool split", "my_split:not_there", "has no 'not_there'"]),
     ("wrong_arguments", ["f.yaml: split.policy", "pool split 'my_split:wrong_arguments' takes (trace)",
                          "expected a function of (trace, pools)"]),
