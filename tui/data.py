@@ -330,6 +330,10 @@ class RunBuilder:
         if not ticks.height:
             return
         present = ticks["pool"].unique().to_list()
+        stray = sorted(p for p in present if self.config_pools and p not in self.config_pools)
+        if stray:
+            raise UserError(f"{file}: rows for pool {stray[0]!r}, which the run's config.yaml does not have "
+                            f"(its pools: {', '.join(self.config_pools)})")
         if self.pools is None:
             self.pools = ([p for p in self.config_pools if p in present]
                           + sorted(p for p in present if p not in self.config_pools))

@@ -80,6 +80,10 @@ def _where(frame: pl.DataFrame, row: int, schema: Schema) -> str:
     return f"row {row}" + (f" ({said})" if said else "")
 
 
+# A run's longest possible time: the config reader's 1e8 s bound on any span, in microseconds.
+MAX_TIME_US = 10**14
+
+
 def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
     """Columns present with their kinds, keys not null and unique, statuses known."""
     missing = [c for c in schema.columns if c not in frame.columns]
@@ -101,11 +105,11 @@ def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
                 raise UserError(f"{path}: {_where(frame, row, schema)}: {name} is {frame[name][row]}; expected a "
                                 "finite number or null")
         if name in frame.columns and name.endswith("_us") and frame.schema[name].is_integer():
-            bad = frame[name] < 0
+            bad = (frame[name] < 0) | (frame[name] > MAX_TIME_US)
             if bad.any():
                 row = int(bad.arg_true()[0])
                 raise UserError(f"{path}: {_where(frame, row, schema)}: {name} is {frame[name][row]}; expected "
-                                "microseconds >= 0 from the run's start")
+                                f"microseconds from the run's start, 0 to {MAX_TIME_US:.0e}")
     for name in schema.not_null:
         if frame[name].null_count():
             row = int(frame[name].is_null().arg_true()[0])
@@ -136,9 +140,9 @@ def check_config(file: Path, cfg: object) -> dict:
     """The keys of config.yaml the dashboard uses: tick_s, metrics_window_s, slo, pools' names."""
     if not isinstance(cfg, dict):
         raise UserError(f"{file}: expected a mapping, got {type(cfg).__name__}")
-    for key in ("tick_s", "metrics_window_s"):
-        if cfg.get(key) is not None:
-            _number(file, key, cfg[key])
+    for key, most in (("tick_s", 3600), ("metrics_window_s", 7 * 86400)):  # the config reader's bounds
+        if cfg.get(key) is not None and _number(file, key, cfg[key]) > most:
+            raise UserError(f"{file}: {key}: got {cfg[key]!r}, expected at most {most:,} seconds")
     slo = cfg.get("slo")
     if slo is not None:
         if not isinstance(slo, dict):

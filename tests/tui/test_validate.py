@@ -67,6 +67,13 @@ DAMAGES = {
                           .otherwise(pl.col("gpu_busy"))), "gpu_busy is nan; expected a finite number or null"),
     "negative times": (_rewrite("events.parquet", t_us=pl.col("t_us") - 10**12),
                        "t_us is -"),
+    "times in seconds x 1e6": (_rewrite("events.parquet", t_us=pl.col("t_us") * 10**9),
+                               "t_us is 1"),
+    "a pool not in the config": (_rewrite("ticks.parquet", pool=pl.when(pl.col("pool") == "shared")
+                                          .then(pl.lit("zzz")).otherwise(pl.col("pool"))),
+                                 "ticks.parquet: rows for pool 'zzz', which the run's config.yaml does not have"),
+    "tick_s huge": (_set_config("tick_s: 1.0", "tick_s: 1.0e+300"),
+                    "config.yaml: tick_s: got 1e+300, expected at most 3,600 seconds"),
     "string tick times": (_rewrite("ticks.parquet", t_us=pl.col("t_us").cast(pl.String)),
                           "ticks.parquet: column 't_us' is String (first value '1000000'); expected an integer "
                           "type (int64)"),
