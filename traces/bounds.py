@@ -32,7 +32,13 @@ class Bound:
 
 
 def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e7 else f"{x:g}"
+    """Bounds as a person reads them: ints exactly (9,223,372,036,854,775,807, never 9.22337e+18),
+    round powers of ten as 1e+15, other floats to three significant digits."""
+    if isinstance(x, int):
+        return f"{x:,}"
+    if float(x).is_integer() and abs(x) < 1e7:
+        return f"{int(x):,}"
+    return f"{x:g}"
 
 
 SHARE = Bound(0, 1, "a share")

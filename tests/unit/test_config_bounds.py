@@ -102,7 +102,7 @@ def test_the_default_fleet_is_within_every_range():
     ("tick_s: 1e-9", "tick_s: got 1e-09, expected a whole number of microseconds, at least 1e-06"),
     ("tick_s: 1.5e-6", "tick_s: got 1.5e-06, expected a whole number of microseconds"),
     ("metrics_window_s: 1e300", "metrics_window_s: got 1e+300"),
-    ("seed: 100000000000000000000000", "seed: got 100000000000000000000000, expected >= 0 and <= 9.22337e+18"),
+    ("seed: 100000000000000000000000", "seed: got 100000000000000000000000, expected >= 0 and <= 9,223,372,036,854,775,807 (a seed)"),
     ("pools: [{engine: {num_gpu_blocks_override: 2000000000}}]",
      "pools[0].engine.num_gpu_blocks_override: got 2000000000, expected >= 1 and <= 4,194,304 (KV blocks per replica)"),
     ("pools: [{autoscaler: {max_replicas: 1000000000}}]", "pools[0].autoscaler.max_replicas: got 1000000000"),
