@@ -261,6 +261,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rows(n: int) -> str:
+    return "row" if n == 1 else "rows"
+
+
 def _report_trace_fixes(console, trace) -> None:
     """Nothing is dropped or reordered silently, and nothing doubtful passes without a warning.
     The source is the user's text: escaped, so that '[/x]' in a path is printed, not parsed."""
@@ -269,10 +273,11 @@ def _report_trace_fixes(console, trace) -> None:
     source = escape(str(trace.source))
     for reason, count in trace.dropped.items():
         if count:
-            console.print(f"[yellow]note:[/] {source}: dropped {count} rows ({reason})", soft_wrap=True)
+            console.print(f"[yellow]note:[/] {source}: dropped {count:,} {_rows(count)} ({reason})", soft_wrap=True)
     if trace.reordered:
-        console.print(f"[yellow]note:[/] {source}: {trace.reordered} rows were out of order and were sorted "
-                      "by arrival (--strict makes this an error)", soft_wrap=True)
+        was = "row was" if trace.reordered == 1 else "rows were"
+        console.print(f"[yellow]note:[/] {source}: {trace.reordered:,} {was} out of order and sorted by arrival "
+                      "(--strict makes this an error)", soft_wrap=True)
     for note in trace.notes:
         console.print(f"[yellow]warning:[/] {escape(note)}", soft_wrap=True)
 
