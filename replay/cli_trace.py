@@ -14,7 +14,8 @@ from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, S
 from traces.errors import UserError
 from traces.transforms import RATE_SCALE_RANGE
 from traces.limits import (
-    DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S, TraceLimits, human_bytes,
+    BYTES_CEILING, DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S,
+    TraceLimits, human_bytes,
 )  # fmt: skip
 
 
@@ -40,6 +41,9 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     b.add_argument("--max-trace-bytes", type=_size, metavar="BYTES",
                    help=f"most bytes one trace file may hold once decompressed, e.g. 3GiB "
                         f"(default {human_bytes(DEFAULT_MAX_BYTES)}, at most 4 GiB)")
+    b.add_argument("--max-line-bytes", type=_size, metavar="BYTES",
+                   help=f"longest line a text trace may hold, e.g. 16MiB (default {human_bytes(DEFAULT_MAX_LINE_BYTES)}; "
+                        "a trace row is well under 1 KiB)")
     b.add_argument("--max-rows", type=int, metavar="N",
                    help=f"most lines (Parquet: rows) one trace file may hold (default {DEFAULT_MAX_ROWS:,})")
     b.add_argument("--max-span-s", type=float, metavar="S",
@@ -49,7 +53,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
 
 def trace_limits(args: argparse.Namespace) -> TraceLimits:
     """The trace bounds the flags ask for (the defaults for those not given)."""
-    changes = {name: getattr(args, name) for name in ("max_trace_bytes", "max_rows", "max_span_s")
+    changes = {name: getattr(args, name) for name in ("max_trace_bytes", "max_rows", "max_span_s", "max_line_bytes")
                if getattr(args, name, None) is not None}
     if "max_trace_bytes" in changes:
         changes["max_bytes"] = changes.pop("max_trace_bytes")

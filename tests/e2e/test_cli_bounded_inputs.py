@@ -76,6 +76,15 @@ def test_a_gzip_bomb_is_refused_at_the_bound_the_flag_sets(cli, write):
             "bomb.csv.gz: decompresses to more than the bound of 1.0 MiB (--max-trace-bytes raises it)")
 
 
+def test_a_long_line_is_refused_at_the_bound_the_flag_sets(cli, write, tmp_path):
+    # the tester's 1.8 MB .gz of one 1.9 GB line took 11 GB; the same shape, 2 MiB long
+    write("w.csv.gz", gzip.compress(b"ts,in,out\n0,1,1" + b"9" * (2 << 20) + b"\n"))
+    refused(cli("run", "w.csv.gz", "--format", "csv", "--column-map", "arrival=ts,prompt_tokens=in,output_tokens=out",
+                "--time-unit", "ms", "-q", "--max-line-bytes", "1MiB", "--out", "r"),
+            "w.csv.gz line 2: longer than the bound of 1.0 MiB per line (--max-line-bytes raises it)")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_stray_epoch_timestamp_is_refused_naming_the_rows(cli, write, tmp_path):
     write("epoch.csv", "ts,p,o\n0,5,5\n1,5,5\n1700000000,5,5\n")
     refused(cli("run", "epoch.csv", "--column-map", "arrival=ts,prompt_tokens=p,output_tokens=o", "--out", "r"),
