@@ -30,9 +30,11 @@ from traces.configtools import from_dict
 from traces.errors import ConfigError, UserError
 
 ENGINES = ("numba", "reference")
-# Each tick runs a Python control step and keeps a row per pool: 5M ticks (58 days of 1 s ticks)
-# is already many minutes and gigabytes, so a longer run is refused before it starts.
-MAX_TICKS = 5_000_000
+# Each tick runs a Python control step and keeps a row per pool; measured, a run costs about
+# 2 KB of memory and 0.1 ms per tick-pool row (2 requests over 2.5M one-second ticks: 5.6 GB and
+# 290 s; 3 pools over 1.2M ticks: 3.6 GB). 1M rows keeps a run near 2 GB and a few minutes, so a
+# replay that needs more is refused before it starts, with the tick_s that would fit.
+MAX_TICK_POOL_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -528,15 +530,34 @@ def simulate(
 
 
 def check_tick_count(frame: pl.DataFrame, cfg: FleetConfig) -> None:
-    """Refuse a replay whose ticks (trace span plus max_drain_s, over tick_s) exceed MAX_TICKS."""
+    """Refuse a replay whose ticks (trace span plus max_drain_s, over tick_s) times its pools
+    exceed MAX_TICK_POOL_ROWS, naming the tick_s that would fit."""
     tick_us = max(1, round(cfg.tick_s * 1e6))
     last_s = (int(frame["arrival_us"].max()) if frame.height else 0) / 1e6
-    ticks = math.ceil((last_s + cfg.max_drain_s) * 1e6 / tick_us)
-    if ticks > MAX_TICKS:
-        raise ConfigError(
-            f"tick_s={cfg.tick_s:g}: the replay would step through {ticks:,} ticks ({last_s:,.0f} s of trace plus "
-            f"max_drain_s={cfg.max_drain_s:g}), more than {MAX_TICKS:,}; raise tick_s or shorten the trace (--window)"
-        )
+    ticks = _ticks(last_s + cfg.max_drain_s, tick_us)
+    pools = len(cfg.pools)
+    if ticks * pools <= MAX_TICK_POOL_ROWS:
+        return
+    fits = _tick_s_that_fits(last_s + cfg.max_drain_s, pools)
+    raise ConfigError(
+        f"tick_s={cfg.tick_s:g}: the replay would step through {ticks:,} ticks x {pools} pool{'s' * (pools > 1)} = "
+        f"{ticks * pools:,} tick rows ({last_s:,.0f} s of trace plus max_drain_s={cfg.max_drain_s:g}), more than "
+        f"{MAX_TICK_POOL_ROWS:,}; raise tick_s to {fits:g} s, or shorten the trace (--window)"
+    )
+
+
+def _ticks(seconds: float, tick_us: int) -> int:
+    return math.ceil(seconds * 1e6 / tick_us)
+
+
+def _tick_s_that_fits(seconds: float, pools: int) -> float:
+    """The smallest tick_s of one significant digit (2 -> 3 -> ... -> 9 -> 10 -> 20) within the bound."""
+    need = seconds * pools / MAX_TICK_POOL_ROWS
+    scale = 10.0 ** math.floor(math.log10(need))
+    digit = math.ceil(round(need / scale, 9))
+    while _ticks(seconds, round(digit * scale * 1e6)) * pools > MAX_TICK_POOL_ROWS:
+        digit += 1
+    return float(f"{digit * scale:.6g}")
 
 
 def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_state: list[np.ndarray],
