@@ -97,8 +97,8 @@ def test_ticks_are_bounded_before_the_replay_starts(cli, write, tmp_path):
     write("fleet.yaml", small_fleet("{path: long.csv, column_map: {arrival: ts, prompt_tokens: p, output_tokens: o}}",
                                     extra="tick_s: 0.25\n"))
     refused(cli("run", "--config", "fleet.yaml", "--out", "r"),
-            "tick_s=0.25: the replay would step through 6,926,400 ticks x 1 pool = 6,926,400 tick rows",
-            "more than 1,000,000; raise tick_s to 2 s")
+            "tick_s=0.25: the replay would step through 6,912,000 ticks x 1 pool = 6,912,000 tick rows",
+            "more than 1,000,000 (each keeps about 2 KB); raise tick_s to 2 s")
     assert not (tmp_path / "r").exists()
 
 
@@ -107,7 +107,7 @@ def test_two_requests_a_month_apart_are_refused_with_the_tick_s_that_fits(cli, w
     write("long.csv", "ts,in,out\n0,10,10\n2500000,10,10\n")
     refused(cli("run", "long.csv", "--format", "csv", "--column-map", "arrival=ts,prompt_tokens=in,output_tokens=out",
                 "--time-unit", "s", "--out", "r"),
-            "tick_s=1: the replay would step through 2,503,600 ticks x 1 pool", "raise tick_s to 3 s")
+            "tick_s=1: the replay would step through 2,500,000 ticks x 1 pool", "raise tick_s to 3 s")
     assert not (tmp_path / "r").exists()
 
 
@@ -119,7 +119,7 @@ def test_the_tick_bound_counts_every_pool(cli, write, tmp_path):
     write("fleet.yaml", f"model: llama-3.1-8b\ngpu: h100-sxm-80gb\ntrace: {trace}\nsplit: {{policy: by-workload}}\n"
                         f"pools:\n{pools}  - {{name: rest, replicas: 1}}\n")
     refused(cli("run", "--config", "fleet.yaml", "--out", "r"),
-            "step through 403,600 ticks x 4 pools = 1,614,400 tick rows", "raise tick_s to 2 s")
+            "step through 400,000 ticks x 4 pools = 1,600,000 tick rows", "raise tick_s to 2 s")
     assert not (tmp_path / "r").exists()
 
 
