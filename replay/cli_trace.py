@@ -30,7 +30,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workload", metavar="LABEL", help="workload label for every row of the trace")
     g.add_argument("--merge", action="append", default=[], metavar="PATH[=LABEL]",
                    help="merge another trace (labelled LABEL); repeatable")
-    g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty")
+    g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty (a value starting with '-' "
+                        "is joined by '=': --window=-5:)")
     g.add_argument("--rate-scale", type=float, metavar="X", help="multiply the request rate by X (compress time)")
     g.add_argument("--sample", metavar="N|FRACTION", help="keep N requests, or a FRACTION (0, 1] of them")
     g.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
