@@ -41,7 +41,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     b = p.add_argument_group("trace bounds (refuse a trace that would exhaust the machine)")
     b.add_argument("--max-trace-bytes", type=_size, metavar="BYTES",
                    help=f"most bytes one trace file may hold once decompressed, e.g. 3GiB "
-                        f"(default {human_bytes(DEFAULT_MAX_BYTES)}, at most 4 GiB)")
+                        f"(default {human_bytes(DEFAULT_MAX_BYTES)}; at most {BYTES_CEILING}, 4 GiB less one byte)")
     b.add_argument("--max-line-bytes", type=_size, metavar="BYTES",
                    help=f"longest line a text trace may hold, e.g. 16MiB (default {human_bytes(DEFAULT_MAX_LINE_BYTES)}; "
                         "a trace row is well under 1 KiB)")

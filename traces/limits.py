@@ -40,7 +40,7 @@ class TraceLimits:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) \
                 or not 1 <= self.max_bytes <= BYTES_CEILING:
             raise ValueError(f"--max-trace-bytes: got {self.max_bytes!r}, expected bytes in 1..{BYTES_CEILING:,} "
-                             "(a trace's text is one string of at most 4 GiB)")
+                             "(4 GiB less one byte: a trace's text is one string, whose length is a u32)")
         if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or not 1 <= self.max_rows <= 2**31:
             raise ValueError(f"--max-rows: got {self.max_rows!r}, expected an integer in 1..{2**31:,}")
         if not (math.isfinite(self.max_span_s) and 0 < self.max_span_s <= 1e9):

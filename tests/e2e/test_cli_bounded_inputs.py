@@ -144,6 +144,15 @@ def test_a_bad_size_is_an_argparse_error(cli):
     assert "argument --max-trace-bytes: expected a size in bytes like 3GiB, 500MB or 1000000, got 'lots'" in res.err
 
 
+def test_the_documented_largest_trace_bound_is_accepted(cli):
+    # help and README said "at most 4 GiB" while 4GiB was refused: they now name the true maximum
+    res = cli("run", "--help")
+    assert "at most 4294967295, 4 GiB less one byte" in " ".join(res.out.split())
+    assert cli("trace", "inspect", "azure-conv-2023", "--max-trace-bytes", "4294967295").code == 0
+    refused(cli("trace", "inspect", "azure-conv-2023", "--max-trace-bytes", "4GiB"),
+            "--max-trace-bytes: got 4294967296, expected bytes in 1..4,294,967,295 (4 GiB less one byte")
+
+
 def test_a_time_unit_that_does_not_fit_warns(cli, write):
     write("ms.csv", "ts,p,o\n" + "".join(f"{i * 250},5,5\n" for i in range(100)))
     res = cli("trace", "inspect", "ms.csv", "--column-map", "arrival=ts,prompt_tokens=p,output_tokens=o")
