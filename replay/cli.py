@@ -297,7 +297,7 @@ def _report_trace_fixes(console, trace) -> None:
 
 
 TRACE_FLAGS = ("trace", "format", "column_map", "time_unit", "workload", "merge", "window", "rate_scale",
-               "sample", "only_workload", "max_prompt_tokens")
+               "sample", "seed", "only_workload", "max_prompt_tokens")
 
 
 def _default_out(args: argparse.Namespace, cfg) -> Path:
@@ -306,7 +306,7 @@ def _default_out(args: argparse.Namespace, cfg) -> Path:
     stem = Path(str(cfg.trace.path or "merged")).name.split(".")[0]
     if args.config:
         stem += "-" + Path(args.config).stem
-    if any(getattr(args, flag, None) for flag in TRACE_FLAGS if flag != "trace"):
+    if any(getattr(args, flag, None) not in (None, []) for flag in TRACE_FLAGS if flag != "trace"):  # --seed 0 too
         stem += "-" + cfg.sha256()[:8]
     return Path("runs") / stem
 

@@ -34,7 +34,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                         "is joined by '=': --window=-5:)")
     g.add_argument("--rate-scale", type=float, metavar="X", help="multiply the request rate by X (compress time)")
     g.add_argument("--sample", metavar="N|FRACTION", help="keep N requests, or a FRACTION (0, 1] of them")
-    g.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    g.add_argument("--seed", type=int, help="seed of --sample, or of the config's trace: sample (default: "
+                                             "the config's seed, else 0)")
     g.add_argument("--only-workload", action="append", default=[], metavar="LABEL",
                    help="keep only rows of this workload; repeatable")
     g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
@@ -137,8 +138,12 @@ def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceCon
                 raise UserError(f"--rate-scale {args.rate_scale:g}: expected a number in [{low:g}, {high:g}] "
                                 "(X times the trace's request rate)")
             changes["rate_scale"] = args.rate_scale
+        if args.seed is not None:
+            _check_seed(args.seed, seeds_something=bool(args.sample or base.sample))
         if args.sample:
-            changes["sample"] = _sample(args.sample, args.seed)
+            changes["sample"] = _sample(args.sample, 0 if args.seed is None else args.seed)
+        elif args.seed is not None:  # the config's sample, seeded from the command line
+            changes["sample"] = dataclasses.replace(base.sample, seed=args.seed)
         if args.only_workload or args.max_prompt_tokens is not None:
             old = base.filter or FilterConfig()
             changes["filter"] = dataclasses.replace(
@@ -179,6 +184,17 @@ def _window(text: str) -> WindowConfig:
         return WindowConfig(start_s=float(start) if start else 0.0, end_s=float(end) if end else None)
     except ValueError as exc:
         raise ValueError(f"--window {text!r}: {exc}") from None
+
+
+def _check_seed(seed: int, seeds_something: bool) -> None:
+    """--seed is within a seed's bounds, and seeds something: a flag that changes nothing is an error."""
+    from traces.bounds import out_of_bounds
+
+    problem = out_of_bounds(None, "seed", seed)
+    if problem is not None:
+        raise UserError(f"--seed {seed}: expected {problem}")
+    if not seeds_something:
+        raise UserError("--seed only seeds --sample; give --sample N or drop --seed")
 
 
 def _sample(text: str, seed: int) -> SampleConfig:

@@ -153,6 +153,23 @@ def test_the_documented_largest_trace_bound_is_accepted(cli):
             "--max-trace-bytes: got 4294967296, expected bytes in 1..4,294,967,295 (4 GiB less one byte")
 
 
+@pytest.mark.parametrize("flags, fragment", [
+    (["--seed", "-1"], "llm-replay: error: --seed -1: expected >= 0 and <= "),
+    (["--seed", "-1", "--sample", "10"], "llm-replay: error: --seed -1: expected >= 0 and <= "),
+    (["--seed", "3"], "llm-replay: error: --seed only seeds --sample; give --sample N or drop --seed"),
+])
+def test_seed_is_checked_and_never_ignored(cli, flags, fragment):
+    refused(cli("trace", "inspect", "azure-conv-2023", *flags), fragment)
+
+
+def test_seed_seeds_the_configs_sample(cli, write):
+    write("fleet.yaml", small_fleet("{path: azure-conv-2023, sample: {n: 20, seed: 1}}"))
+    figures = [cli("trace", "inspect", "-c", "fleet.yaml", "--json", *flags) for flags in ([], ["--seed", "1"],
+                                                                                         ["--seed", "7"])]
+    assert [res.code for res in figures] == [0, 0, 0]
+    assert figures[0].out == figures[1].out != figures[2].out
+
+
 def test_a_time_unit_that_does_not_fit_warns(cli, write):
     write("ms.csv", "ts,p,o\n" + "".join(f"{i * 250},5,5\n" for i in range(100)))
     res = cli("trace", "inspect", "ms.csv", "--column-map", "arrival=ts,prompt_tokens=p,output_tokens=o")
