@@ -21,17 +21,41 @@ from traces.errors import UserError
 EXIT_USAGE = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage mistake is one line, as every other user mistake is: `llm-replay: error: run:
+    MESSAGE (see llm-replay run --help)` and exit 2, not argparse's whole usage block."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("llm-replay").strip()
+        flag = message.removeprefix("argument ").partition(":")[0] if message.endswith(": expected one argument") else ""
+        if flag.startswith("--"):  # argparse reads '-5:' as an option: the value must be joined to its flag
+            example = "--window=-5:" if flag == "--window" else f"{flag}=VALUE"
+            message += f" (a value that starts with '-' goes after '=': {example})"
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"llm-replay: error: {where}{message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        # argparse reports a subcommand's unknown flags from the top parser: name the subcommand
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            path = [getattr(namespace, d, None) for d in ("command", "trace_command", "demo_command")]
+            parser = OneLineParser(prog=" ".join([self.prog, *filter(None, path)]), add_help=False)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
+
 def _parser() -> argparse.ArgumentParser:
     from replay import cli_calibrate, cli_profile, cli_validate
     from replay.cli_trace import add_trace_options
     from replay.cli_tui import add_tui_parser
     from traces import DEFAULT_TRACE
 
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="llm-replay",
         description="Replay LLM request traces through a simulated fleet of vLLM-like engines.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # every subcommand's parser (those of replay/cli_*.py too) is a OneLineParser
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     run = sub.add_parser("run", help="replay a trace on a fleet and write a run directory")
     run.add_argument("trace", nargs="?", default=None,
@@ -76,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
 
     tr = sub.add_parser("trace", help="look at a trace")
-    trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND")
+    trsub = tr.add_subparsers(dest="trace_command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
     ins = trsub.add_parser("inspect", help="rows, span, rates, token percentiles, prefix reuse")
     ins.add_argument("trace", nargs="?", default=None,
                      help="trace file or bundled trace name (default: the --config's trace)")
@@ -85,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     add_trace_options(ins)
 
     demo = sub.add_parser("demo", help="replay a built-in scenario")
-    demosub = demo.add_subparsers(dest="demo_command", required=True, metavar="SCENARIO")
+    demosub = demo.add_subparsers(dest="demo_command", required=True, metavar="SCENARIO", parser_class=OneLineParser)
     inc = demosub.add_parser("incident", help="TTFT p99 past 30 s on a shared GPU-Util-scaled pool, and the fix")
     inc.add_argument("--out", "-o", default="runs/incident", help="writes OUT/before and OUT/after")
     inc.add_argument("--force", action="store_true", help="replace existing runs")
@@ -283,7 +307,7 @@ def _report_trace_fixes(console, trace) -> None:
 
 
 TRACE_FLAGS = ("trace", "format", "column_map", "time_unit", "workload", "merge", "window", "rate_scale",
-               "sample", "only_workload", "max_prompt_tokens")
+               "sample", "seed", "only_workload", "max_prompt_tokens")
 
 
 def _default_out(args: argparse.Namespace, cfg) -> Path:
@@ -292,7 +316,7 @@ def _default_out(args: argparse.Namespace, cfg) -> Path:
     stem = Path(str(cfg.trace.path or "merged")).name.split(".")[0]
     if args.config:
         stem += "-" + Path(args.config).stem
-    if any(getattr(args, flag, None) for flag in TRACE_FLAGS if flag != "trace"):
+    if any(getattr(args, flag, None) not in (None, []) for flag in TRACE_FLAGS if flag != "trace"):  # --seed 0 too
         stem += "-" + cfg.sha256()[:8]
     return Path("runs") / stem
 

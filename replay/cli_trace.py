@@ -14,7 +14,8 @@ from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, S
 from traces.errors import UserError
 from traces.transforms import RATE_SCALE_RANGE
 from traces.limits import (
-    DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S, TraceLimits, human_bytes,
+    BYTES_CEILING, DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S,
+    TraceLimits, human_bytes,
 )  # fmt: skip
 
 
@@ -29,17 +30,22 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workload", metavar="LABEL", help="workload label for every row of the trace")
     g.add_argument("--merge", action="append", default=[], metavar="PATH[=LABEL]",
                    help="merge another trace (labelled LABEL); repeatable")
-    g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty")
+    g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty (a value starting with '-' "
+                        "is joined by '=': --window=-5:)")
     g.add_argument("--rate-scale", type=float, metavar="X", help="multiply the request rate by X (compress time)")
     g.add_argument("--sample", metavar="N|FRACTION", help="keep N requests, or a FRACTION (0, 1] of them")
-    g.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    g.add_argument("--seed", type=int, help="seed of --sample, or of the config's trace: sample (default: "
+                                             "the config's seed, else 0)")
     g.add_argument("--only-workload", action="append", default=[], metavar="LABEL",
                    help="keep only rows of this workload; repeatable")
     g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
     b = p.add_argument_group("trace bounds (refuse a trace that would exhaust the machine)")
     b.add_argument("--max-trace-bytes", type=_size, metavar="BYTES",
                    help=f"most bytes one trace file may hold once decompressed, e.g. 3GiB "
-                        f"(default {human_bytes(DEFAULT_MAX_BYTES)}, at most 4 GiB)")
+                        f"(default {human_bytes(DEFAULT_MAX_BYTES)}; at most {BYTES_CEILING}, 4 GiB less one byte)")
+    b.add_argument("--max-line-bytes", type=_size, metavar="BYTES",
+                   help=f"longest line a text trace may hold, e.g. 16MiB (default {human_bytes(DEFAULT_MAX_LINE_BYTES)}; "
+                        "a trace row is well under 1 KiB)")
     b.add_argument("--max-rows", type=int, metavar="N",
                    help=f"most lines (Parquet: rows) one trace file may hold (default {DEFAULT_MAX_ROWS:,})")
     b.add_argument("--max-span-s", type=float, metavar="S",
@@ -49,7 +55,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
 
 def trace_limits(args: argparse.Namespace) -> TraceLimits:
     """The trace bounds the flags ask for (the defaults for those not given)."""
-    changes = {name: getattr(args, name) for name in ("max_trace_bytes", "max_rows", "max_span_s")
+    changes = {name: getattr(args, name) for name in ("max_trace_bytes", "max_rows", "max_span_s", "max_line_bytes")
                if getattr(args, name, None) is not None}
     if "max_trace_bytes" in changes:
         changes["max_bytes"] = changes.pop("max_trace_bytes")
@@ -132,8 +138,12 @@ def apply_trace_options(base: TraceConfig, args: argparse.Namespace) -> TraceCon
                 raise UserError(f"--rate-scale {args.rate_scale:g}: expected a number in [{low:g}, {high:g}] "
                                 "(X times the trace's request rate)")
             changes["rate_scale"] = args.rate_scale
+        if args.seed is not None:
+            _check_seed(args.seed, seeds_something=bool(args.sample or base.sample))
         if args.sample:
-            changes["sample"] = _sample(args.sample, args.seed)
+            changes["sample"] = _sample(args.sample, 0 if args.seed is None else args.seed)
+        elif args.seed is not None:  # the config's sample, seeded from the command line
+            changes["sample"] = dataclasses.replace(base.sample, seed=args.seed)
         if args.only_workload or args.max_prompt_tokens is not None:
             old = base.filter or FilterConfig()
             changes["filter"] = dataclasses.replace(
@@ -174,6 +184,17 @@ def _window(text: str) -> WindowConfig:
         return WindowConfig(start_s=float(start) if start else 0.0, end_s=float(end) if end else None)
     except ValueError as exc:
         raise ValueError(f"--window {text!r}: {exc}") from None
+
+
+def _check_seed(seed: int, seeds_something: bool) -> None:
+    """--seed is within a seed's bounds, and seeds something: a flag that changes nothing is an error."""
+    from traces.bounds import out_of_bounds
+
+    problem = out_of_bounds(None, "seed", seed)
+    if problem is not None:
+        raise UserError(f"--seed {seed}: expected {problem}")
+    if not seeds_something:
+        raise UserError("--seed only seeds --sample; give --sample N or drop --seed")
 
 
 def _sample(text: str, seed: int) -> SampleConfig:

@@ -135,6 +135,7 @@ def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -
     chunks: list[bytes] = []
     total = lines = 0
     text = True
+    line_start = 0  # offset of the line not yet ended: every line before it is within the bound
     try:
         while chunk := reader.read(min(_CHUNK_BYTES, max_bytes + 1 - total)):
             if not chunks:
@@ -146,7 +147,9 @@ def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -
                 what = "decompresses to" if gz else "holds"
                 raise TraceError(f"{display}: {what} more than the bound of {human_bytes(max_bytes)} "
                                  "(--max-trace-bytes raises it)")
-            lines += chunk.count(b"\n") if text else 0
+            if text:
+                line_start = _check_lines(chunk, total - len(chunk), line_start, limits, display, lines)
+                lines += chunk.count(b"\n")
             if lines > limits.max_rows:
                 raise _too_many_lines(display, limits.max_rows)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -154,6 +157,33 @@ def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -
             f"{display}: truncated or corrupt gzip data ({exc}); expected a complete .gz file"
         ) from None
     return b"".join(chunks)
+
+
+def _check_lines(chunk: bytes, offset: int, line_start: int, limits: TraceLimits, display: str,
+                 lines_before: int) -> int:
+    """The offset of the line still open at the end of `chunk` (which starts at `offset`, after
+    `lines_before` line endings), once no line ending in it is longer than the bound: a TraceError
+    names the first that is. Each step jumps to the last line ending within the bound of the open
+    line's start, so a chunk costs about 2 x len(chunk) / bound searches however many lines it
+    holds. CR counts as a line ending too (CR-only files are split on it later)."""
+    limit = limits.max_line_bytes
+    end = offset + len(chunk)
+    while True:
+        lo = max(line_start - offset, 0)  # bytes before `offset` hold no line ending
+        hi = min(line_start + limit + 1 - offset, len(chunk))  # a line of `limit` bytes, then its ending
+        nl = max(chunk.rfind(b"\n", lo, hi), chunk.rfind(b"\r", lo, hi))
+        if nl >= 0:
+            line_start = offset + nl + 1
+        elif line_start + limit + 1 <= end:
+            line = lines_before + (chunk.count(b"\n", 0, lo) or (0 if lines_before else chunk.count(b"\r", 0, lo)))
+            raise _long_line(display, line + 1, limit)
+        else:
+            return line_start
+
+
+def _long_line(display: str, line: int, limit: int) -> TraceError:
+    return TraceError(f"{display} line {line:,}: longer than the bound of {human_bytes(limit)} per line "
+                      "(--max-line-bytes raises it)")
 
 
 def _too_many_lines(display: str, max_rows: int) -> TraceError:

@@ -332,3 +332,35 @@ def test_fleet_that_does_not_fit_is_one_line_even_with_a_trace_window(cli, write
     before = _listing(tmp_path)
     res = cli("run", "--config", "fleet.yaml", "--out", "runs/bad", "-q")
     check_usage_error(res, ["pools[0]", "short by"], before, tmp_path)
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["run", "--max-rows", "1e99"], ["run: argument --max-rows: invalid int value: '1e99'"]),
+    (["run", "--seed", "1e99"], ["run: argument --seed: invalid int value: '1e99'"]),
+    (["run", "--max-prompt-tokens", "1e99"], ["run: argument --max-prompt-tokens"]),
+    (["run", "--max-trace-bytes", "0"], ["run: argument --max-trace-bytes: expected a size in bytes"]),
+    (["run", "--max-trace-bytes", "-5"], ["run: argument --max-trace-bytes: expected a size in bytes"]),
+    (["run", "--time-unit", "h"], ["run: argument --time-unit: invalid choice: 'h'"]),
+    (["run", "--window", "-5:"], ["run: argument --window: expected one argument", "--window=-5:"]),
+    (["trace", "inspect", "--window", "-5:"], ["trace inspect: argument --window", "(see llm-replay trace inspect --help)"]),
+    (["trace"], ["trace: the following arguments are required: SUBCOMMAND"]),
+    (["demo", "nosuch"], ["demo: argument SCENARIO: invalid choice: 'nosuch'"]),
+    (["calibrate", "x.csv"], ["calibrate: the following arguments are required", "(see llm-replay calibrate --help)"]),
+    (["validate"], ["validate: ", "(see llm-replay validate --help)"]),
+    (["profile", "--tp", "x"], ["profile: ", "(see llm-replay profile --help)"]),
+    (["tui", "a", "b"], ["tui: ", "(see llm-replay tui --help)"]),
+    (["run", "--bogus"], ["run: unrecognized arguments: --bogus (see llm-replay run --help)"]),
+    (["trace", "inspect", "x", "--bogus"], ["trace inspect: unrecognized arguments: --bogus"]),
+    (["nosuch"], ["llm-replay: error: argument COMMAND: invalid choice: 'nosuch'", "(see llm-replay --help)"]),
+])
+def test_argparse_mistakes_are_one_line(cli, tmp_path, argv, fragments):
+    """argparse's own errors printed its whole usage block; now one line like every other mistake."""
+    before = _listing(tmp_path)
+    line = check_usage_error(cli(*argv), fragments, before, tmp_path)
+    assert line.endswith(" --help)") and "usage:" not in line
+
+
+def test_a_window_value_that_starts_with_a_dash_is_read_after_equals(cli, tmp_path):
+    before = _listing(tmp_path)
+    line = check_usage_error(cli("trace", "inspect", "azure-conv-2023", "--window=-5:"), ["--window"], before, tmp_path)
+    assert "expected one argument" not in line

@@ -76,6 +76,15 @@ def test_a_gzip_bomb_is_refused_at_the_bound_the_flag_sets(cli, write):
             "bomb.csv.gz: decompresses to more than the bound of 1.0 MiB (--max-trace-bytes raises it)")
 
 
+def test_a_long_line_is_refused_at_the_bound_the_flag_sets(cli, write, tmp_path):
+    # the tester's 1.8 MB .gz of one 1.9 GB line took 11 GB; the same shape, 2 MiB long
+    write("w.csv.gz", gzip.compress(b"ts,in,out\n0,1,1" + b"9" * (2 << 20) + b"\n"))
+    refused(cli("run", "w.csv.gz", "--format", "csv", "--column-map", "arrival=ts,prompt_tokens=in,output_tokens=out",
+                "--time-unit", "ms", "-q", "--max-line-bytes", "1MiB", "--out", "r"),
+            "w.csv.gz line 2: longer than the bound of 1.0 MiB per line (--max-line-bytes raises it)")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_stray_epoch_timestamp_is_refused_naming_the_rows(cli, write, tmp_path):
     write("epoch.csv", "ts,p,o\n0,5,5\n1,5,5\n1700000000,5,5\n")
     refused(cli("run", "epoch.csv", "--column-map", "arrival=ts,prompt_tokens=p,output_tokens=o", "--out", "r"),
@@ -88,7 +97,29 @@ def test_ticks_are_bounded_before_the_replay_starts(cli, write, tmp_path):
     write("fleet.yaml", small_fleet("{path: long.csv, column_map: {arrival: ts, prompt_tokens: p, output_tokens: o}}",
                                     extra="tick_s: 0.25\n"))
     refused(cli("run", "--config", "fleet.yaml", "--out", "r"),
-            "tick_s=0.25: the replay would step through 6,926,400 ticks", "more than 5,000,000; raise tick_s")
+            "tick_s=0.25: the replay would step through 6,912,000 ticks x 1 pool = 6,912,000 tick rows",
+            "more than 1,000,000 (each keeps about 2 KB); raise tick_s to 2 s")
+    assert not (tmp_path / "r").exists()
+
+
+def test_two_requests_a_month_apart_are_refused_with_the_tick_s_that_fits(cli, write, tmp_path):
+    # the tester's case: 290 s and 5.6 GB for two requests 29 days apart at the default tick_s
+    write("long.csv", "ts,in,out\n0,10,10\n2500000,10,10\n")
+    refused(cli("run", "long.csv", "--format", "csv", "--column-map", "arrival=ts,prompt_tokens=in,output_tokens=out",
+                "--time-unit", "s", "--out", "r"),
+            "tick_s=1: the replay would step through 2,500,000 ticks x 1 pool", "raise tick_s to 3 s")
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_tick_bound_counts_every_pool(cli, write, tmp_path):
+    # 400,000 s of 1 s ticks fit with one pool, not with three (each tick keeps a row per pool)
+    write("long.csv", "ts,p,o\n0,5,5\n400000,5,5\n")
+    trace = "{path: long.csv, column_map: {arrival: ts, prompt_tokens: p, output_tokens: o}}"
+    pools = "".join(f"  - {{name: p{i}, replicas: 1, workloads: [w{i}]}}\n" for i in range(3))
+    write("fleet.yaml", f"model: llama-3.1-8b\ngpu: h100-sxm-80gb\ntrace: {trace}\nsplit: {{policy: by-workload}}\n"
+                        f"pools:\n{pools}  - {{name: rest, replicas: 1}}\n")
+    refused(cli("run", "--config", "fleet.yaml", "--out", "r"),
+            "step through 400,000 ticks x 4 pools = 1,600,000 tick rows", "raise tick_s to 2 s")
     assert not (tmp_path / "r").exists()
 
 
@@ -111,6 +142,32 @@ def test_a_bad_size_is_an_argparse_error(cli):
     res = cli("trace", "inspect", "azure-conv-2023", "--max-trace-bytes", "lots")
     assert res.code == 2
     assert "argument --max-trace-bytes: expected a size in bytes like 3GiB, 500MB or 1000000, got 'lots'" in res.err
+
+
+def test_the_documented_largest_trace_bound_is_accepted(cli):
+    # help and README said "at most 4 GiB" while 4GiB was refused: they now name the true maximum
+    res = cli("run", "--help")
+    assert "at most 4294967295, 4 GiB less one byte" in " ".join(res.out.split())
+    assert cli("trace", "inspect", "azure-conv-2023", "--max-trace-bytes", "4294967295").code == 0
+    refused(cli("trace", "inspect", "azure-conv-2023", "--max-trace-bytes", "4GiB"),
+            "--max-trace-bytes: got 4294967296, expected bytes in 1..4,294,967,295 (4 GiB less one byte")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--seed", "-1"], "llm-replay: error: --seed -1: expected >= 0 and <= "),
+    (["--seed", "-1", "--sample", "10"], "llm-replay: error: --seed -1: expected >= 0 and <= "),
+    (["--seed", "3"], "llm-replay: error: --seed only seeds --sample; give --sample N or drop --seed"),
+])
+def test_seed_is_checked_and_never_ignored(cli, flags, fragment):
+    refused(cli("trace", "inspect", "azure-conv-2023", *flags), fragment)
+
+
+def test_seed_seeds_the_configs_sample(cli, write):
+    write("fleet.yaml", small_fleet("{path: azure-conv-2023, sample: {n: 20, seed: 1}}"))
+    figures = [cli("trace", "inspect", "-c", "fleet.yaml", "--json", *flags) for flags in ([], ["--seed", "1"],
+                                                                                         ["--seed", "7"])]
+    assert [res.code for res in figures] == [0, 0, 0]
+    assert figures[0].out == figures[1].out != figures[2].out
 
 
 def test_a_time_unit_that_does_not_fit_warns(cli, write):

@@ -163,3 +163,44 @@ def test_prefix_block_tokens_is_bounded():
         TraceConfig(prefix_block_tokens=2**100)
     with pytest.raises(TraceError, match=r"prefix_block_tokens=0 \(expected an integer in 1..1,048,576\)"):
         load_trace("mooncake-synthetic", prefix_block_tokens=0)
+
+
+def test_a_gzip_of_one_long_line_stops_at_the_line_bound(tmp_path):
+    # The tester's 1.8 MB .gz of one 1.9 GB line used 11 GB; a small bound shows the same stop.
+    bomb = tmp_path / "w.csv.gz"
+    bomb.write_bytes(gzip.compress(b"ts,p,o\n0,1,1\n0,1,1" + b"9" * (4 << 20) + b"\n"))
+    message = error(bomb, format="csv", column_map=CMAP, limits=TraceLimits(max_line_bytes=1 << 20))
+    assert message == f"{bomb} line 3: longer than the bound of 1.0 MiB per line (--max-line-bytes raises it)"
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
+def test_lines_up_to_the_line_bound_load_and_a_longer_last_line_is_refused(tmp_path, ending):
+    path = tmp_path / "t.csv"
+    row = b"0,1,1," + b"x" * 94  # 100 bytes
+    path.write_bytes(ending.join([b"ts,p,o,pad", row, row]) + ending)
+    limits = TraceLimits(max_line_bytes=100)
+    assert load_trace(path, format="csv", column_map=CMAP, limits=limits).frame.height == 2
+    for last in (ending, b""):  # the last line, with or without its line ending
+        path.write_bytes(ending.join([b"ts,p,o,pad", row, row + b"x"]) + last)
+        assert "line 3: longer than the bound of 100 bytes per line" in error(path, format="csv", column_map=CMAP,
+                                                                              limits=limits)
+
+
+def test_the_default_line_bound_leaves_room_for_every_bundled_trace():
+    from traces.bundled import BUNDLED
+
+    for name in BUNDLED:
+        assert load_trace(name).frame.height > 0
+    assert TraceLimits().max_line_bytes >= 256 * 1024
+
+
+def test_lines_are_bounded_across_the_blocks_the_file_is_read_in(tmp_path, monkeypatch):
+    from traces import source
+
+    monkeypatch.setattr(source, "_CHUNK_BYTES", 7)  # every line crosses a block boundary
+    path = tmp_path / "t.csv"
+    rows = [b"0,1,1," + b"x" * n for n in (10, 30, 20, 34, 5)]  # the 4th row (line 5) is 40 bytes
+    path.write_bytes(b"ts,p,o,pad\n" + b"\n".join(rows) + b"\n")
+    assert "line 5: longer than the bound of 39 bytes" in error(path, format="csv", column_map=CMAP,
+                                                                limits=TraceLimits(max_line_bytes=39))
+    assert load_trace(path, format="csv", column_map=CMAP, limits=TraceLimits(max_line_bytes=40)).frame.height == 5
