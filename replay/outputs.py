@@ -69,27 +69,54 @@ def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ())
         raise UserError(f"--out {out_dir}: exists and is not a directory")
     live = out_dir / LIVE_DIR
     writer = live_writer(live)
-    if live.is_dir() and not live_is_dead(live) and (writer is None or writer[0] != os.getpid()):
-        who = f" (pid {writer[0]})" if writer else ""
-        hint = "" if writer else " (if none is, remove it)"
-        raise UserError(f"--out {out_dir}: a replay{who} is writing it ({live}){hint}; wait for it to end or "
-                        "choose another --out")
+    if live.is_dir() and writer is None:
+        # no status.json: a folder of the user's that happens to be called live/, never ours to remove
+        raise UserError(f"--out {out_dir}: {live} exists and is not a live run of llm-replay; choose another --out")
+    if live.is_dir() and not live_is_dead(live) and writer[0] != os.getpid():
+        raise UserError(f"--out {out_dir}: a replay (pid {writer[0]}) is writing it ({live}); wait for it to end "
+                        "or choose another --out")
     entries = sorted(p for p in out_dir.iterdir() if not (p.name == LIVE_DIR and live_is_dead(live)))
     if not entries:
         return
     if not force:
         raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace it")
-    held = []
+    held = _inputs_inside(target, inputs)
+    tops = {name.split("/")[0] for name in held}
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries
+               if p.name not in tops
+               and not (p.name in (*RUN_FILES, TIMING_FILE) and p.is_file() and not p.is_symlink()
+                        or p.name == LIVE_DIR and p.is_dir() and not p.is_symlink())]
+    named = [f"{name} (an input of this command)" for name in held] + foreign
+    if named:
+        raise UserError(f"--out {out_dir}: holds {_names(named)}; --force replaces only a run directory "
+                        f"({', '.join(RUN_ENTRIES)}) holding no input of the command; choose another --out")
+
+
+def _inputs_inside(target: Path, inputs: Iterable[str | Path]) -> list[str]:
+    """The names inside `target` (relative, each once) of the command's inputs: by path, and by
+    (st_dev, st_ino) for every file in it, so a hard link or a symlink to a file inside counts."""
+    held: dict[str, None] = {}
+    ids = {}
     for path in inputs:
         resolved = Path(path).expanduser().resolve()
         if resolved == target or target in resolved.parents:
-            held.append(f"{resolved.relative_to(target)} (an input of this command)")
-    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries
-               if not (p.name in (*RUN_FILES, TIMING_FILE) and p.is_file() and not p.is_symlink()
-                       or p.name == LIVE_DIR and p.is_dir() and not p.is_symlink())]
-    if held or foreign:
-        raise UserError(f"--out {out_dir}: holds {_names(held + foreign)}; --force replaces only a run directory "
-                        f"({', '.join(RUN_ENTRIES)}) holding no input of the command; choose another --out")
+            held[str(resolved.relative_to(target))] = None
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        ids[(st.st_dev, st.st_ino)] = None
+    if ids:
+        for root, dirs, files in os.walk(target):  # symlinks are not followed: what --force would delete
+            for name in dirs + files:
+                full = Path(root) / name
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in ids:
+                    held[str(full.relative_to(target))] = None
+    return list(held)
 
 
 @contextmanager
