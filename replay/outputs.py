@@ -69,12 +69,13 @@ def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ())
         raise UserError(f"--out {out_dir}: exists and is not a directory")
     live = out_dir / LIVE_DIR
     writer = live_writer(live)
-    if live.is_dir() and writer is None:
+    if live.is_dir() and not (live / "status.json").is_file():
         # no status.json: a folder of the user's that happens to be called live/, never ours to remove
         raise UserError(f"--out {out_dir}: {live} exists and is not a live run of llm-replay; choose another --out")
-    if live.is_dir() and not live_is_dead(live) and writer[0] != os.getpid():
-        raise UserError(f"--out {out_dir}: a replay (pid {writer[0]}) is writing it ({live}); wait for it to end "
-                        "or choose another --out")
+    if live.is_dir() and not live_is_dead(live) and (writer is None or writer[0] != os.getpid()):
+        who = f" (pid {writer[0]})" if writer else ""  # an older writer recorded no pid
+        raise UserError(f"--out {out_dir}: a replay{who} is writing it ({live}); wait for it to end or "
+                        "choose another --out")
     entries = sorted(p for p in out_dir.iterdir() if not (p.name == LIVE_DIR and live_is_dead(live)))
     if not entries:
         return

@@ -85,3 +85,12 @@ def test_plugin_that_is_a_fifo_says_so(cli, write, tmp_path):
     os.mkfifo(tmp_path / "pl.py")
     res = cli("run", "--config", "fleet.yaml", "--out", "out", "-q", "--plugin", "./pl.py")
     one_line_error(res, "--plugin ./pl.py: is a FIFO")
+
+
+def test_demo_force_replaces_a_previous_demo(cli, tmp_path):
+    assert cli("demo", "incident", "--out", "inc").code == 0
+    stamp = (tmp_path / "inc" / "before" / "summary.json").stat().st_mtime_ns
+    res = cli("demo", "incident", "--out", "inc", "--force")
+    assert res.code == 0, res.err
+    assert sorted(p.name for p in (tmp_path / "inc").iterdir()) == ["after", "before"]
+    assert (tmp_path / "inc" / "before" / "summary.json").stat().st_mtime_ns != stamp
