@@ -94,8 +94,8 @@ def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ())
 
 
 def _inputs_inside(target: Path, inputs: Iterable[str | Path]) -> list[str]:
-    """The names inside `target` (relative, each once) of the command's inputs: by path, and by
-    (st_dev, st_ino) for every file in it, so a hard link or a symlink to a file inside counts."""
+    """The names inside `target` (relative, each once) of the command's inputs: by path (a symlink
+    given as the input is resolved) and by (st_dev, st_ino), so a hard link of a run's file counts."""
     held: dict[str, None] = {}
     ids = {}
     for path in inputs:
@@ -107,16 +107,20 @@ def _inputs_inside(target: Path, inputs: Iterable[str | Path]) -> list[str]:
         except OSError:
             continue
         ids[(st.st_dev, st.st_ino)] = None
-    if ids:
-        for root, dirs, files in os.walk(target):  # symlinks are not followed: what --force would delete
-            for name in dirs + files:
-                full = Path(root) / name
-                try:
-                    st = os.lstat(full)
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in ids:
-                    held[str(full.relative_to(target))] = None
+    if not ids:
+        return list(held)
+    # What --force could delete: the top-level entries and what live/ holds (any other folder is
+    # refused anyway, so a huge one is not walked). Links are not followed.
+    found = list(target.iterdir())
+    if (target / LIVE_DIR).is_dir() and not (target / LIVE_DIR).is_symlink():
+        found += [Path(root) / name for root, dirs, files in os.walk(target / LIVE_DIR) for name in dirs + files]
+    for full in found:
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in ids:
+            held[str(full.relative_to(target))] = None
     return list(held)
 
 
