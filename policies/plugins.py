@@ -60,7 +60,10 @@ def _import(spec: str) -> tuple[str, ModuleType]:
             raise UserError(f"--plugin {spec}: the file's name {name!r} is not a Python identifier, so a config "
                             "could not name it as 'module:function'")
         if not path.is_file():
-            raise UserError(f"--plugin {spec}: no such file")
+            from replay.files import kind
+
+            what = kind(path.stat().st_mode) if path.exists() else None
+            raise UserError(f"--plugin {spec}: " + (f"is {what}, expected a .py file" if what else "no such file"))
         loaded = sys.modules.get(name)
         if loaded is not None and getattr(loaded, "__file__", None) != str(path.resolve()):
             raise UserError(f"--plugin {spec}: a module named {name!r} is already loaded from elsewhere; rename "

@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
                      help="tensor parallel size of the measurements (splitwise: keep only this TP; generic: 1)")
     cal.add_argument("--format", choices=FORMATS, default="splitwise", help="CSV layout (default: splitwise)")
     cal.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (default 5)")
-    cal.add_argument("--out", "-o", required=True, help="profile YAML to write")
+    cal.add_argument("--out", "-o", required=True, help="profile YAML to write (a new file, or with --force an existing one)")
+    cal.add_argument("--force", action="store_true", help="replace --out if it already exists (never an input)")
     cal.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
 
 
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from replay.calibrate import check_fit, cross_validate, fit_knee, step_shape, terms, unit_params
     from replay.calibrate_data import read_generic, read_splitwise
     from replay.calprofile import profile_document, write_profile
+    from replay.files import check_output_file
     from replay.specs import get_gpu, get_model
     from replay.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US
     from traces.errors import UserError
@@ -62,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if args.folds < 2:
         raise UserError(f"--folds: got {args.folds}, expected at least 2")
     path = Path(args.profile_csv)
+    # before the fit: an --out that is the input, a FIFO or an existing file is refused, not replaced
+    check_output_file(args.out, force=args.force, inputs=[path])
     if args.format == "splitwise":
         data = read_splitwise(path, model, gpu, args.tp)
         weight_dtype = "fp16"  # the Splitwise profile ran FP16 checkpoints

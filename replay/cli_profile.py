@@ -33,7 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpu-name", required=True,
                    help="name recorded in the CSV; use the catalog GPU id to calibrate with it (e.g. h200-sxm-141gb)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size whose shard shapes are timed (default 1)")
-    p.add_argument("--out", "-o", required=True, help="CSV to write")
+    p.add_argument("--out", "-o", required=True, help="CSV to write (a new file, or with --force an existing one)")
+    p.add_argument("--force", action="store_true", help="replace --out if it already exists")
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu")
     p.add_argument("--tiny", action="store_true", help="scaled-down shapes and grid (CPU tests)")
     p.add_argument("--repeats", type=int, default=5, help="timed repetitions per composition (default 5)")
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from replay.profiler import (
         TorchMissing, check_model, grid_tokens, import_torch, measure_allreduce, profile_rows, shapes_for, write_csv,
     )
+    from replay.files import check_output_file
     from replay.specs import get_model
     from traces.errors import UserError
 
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and not args.device.startswith("cuda"):
         raise UserError(f"--device: got {args.device!r}, expected cuda, cuda:N or cpu")
     check_model(model, args.tp)
+    # before minutes of timing: an existing file, a FIFO or a missing directory is refused now
+    check_output_file(args.out, force=args.force)
     try:
         torch = import_torch()
     except TorchMissing as exc:

@@ -43,13 +43,15 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
+    from replay.files import check_output_file, write_atomically
+
     shot = None
     if args.screenshot is not None:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".svg":
             raise UserError(f"--screenshot {shot}: expected a file name ending in .svg")
-        if not shot.resolve().parent.is_dir():
-            raise UserError(f"--screenshot {shot}: directory {shot.resolve().parent} does not exist")
+        # before drawing: opening a FIFO to write would block forever; a device or a link is not replaced
+        check_output_file(shot, force=True, flag="--screenshot")
     size = parse_size(args.size)
     from tui.app import make_app
 
@@ -60,10 +62,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from tui.app import render_svg
 
         svg = asyncio.run(render_svg(app, size))
-        try:
-            shot.write_text(svg)
-        except OSError as exc:  # a read-only directory, a full disk: the run was fine
-            raise UserError(f"--screenshot {shot}: cannot write it ({exc.strerror})") from None
+        # a read-only directory or a full disk is one line and leaves no half-written SVG
+        write_atomically(shot, lambda fh: fh.write(svg), flag="--screenshot")
         print(f"dashboard of {args.run} written to {shot}")
         return 0
     app.run()

@@ -7,6 +7,7 @@ its config.yaml), so the demo is a replay like any other and its numbers can be 
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from replay.cluster import plan_pools
 from replay.config import FleetConfig, load_config
 from replay.outputs import RunOutputs, check_out_dir, claimed, write_run
 from replay.run import replay_trace
+from replay.rundir import LEFTOVER
+from traces.errors import UserError
 from traces import load_from_config
 
 SCENARIOS = ("before", "after")
@@ -37,6 +40,7 @@ def run_incident(out_dir: Path, *, force: bool = False, engine: str = "numba", p
     """Replay both fleets on the same mix and write `out_dir/before` and `out_dir/after`."""
     outs = {name: Path(out_dir) / name for name in SCENARIOS}
     inputs = [demo_config_path(name) for name in SCENARIOS]
+    check_demo_out(Path(out_dir), force)
     for path in outs.values():
         check_out_dir(path, force, inputs)
     runs, timing = {}, {}
@@ -55,6 +59,36 @@ def run_incident(out_dir: Path, *, force: bool = False, engine: str = "numba", p
         for name, run in runs.items():
             write_run(outs[name], run, force=force, timing=timing[name])
     return IncidentRuns(runs["before"], runs["after"])
+
+
+def check_demo_out(out_dir: Path, force: bool) -> None:
+    """The demo's --out is new or empty, or (with --force) a previous demo's: its before/ and
+    after/ and nothing else (what dead writers of those left beside them aside). Anything else
+    would end up with two runs' files side by side, or the demo's runs inside a user's folder."""
+    if out_dir.is_symlink():
+        raise UserError(f"--out {out_dir}: is a symbolic link (to {os.readlink(out_dir)}); give a directory")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    entries = sorted(out_dir.iterdir())
+    if not entries:
+        return
+    if not force:
+        raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace "
+                        "a previous demo there")
+
+    def ours(p: Path) -> bool:
+        if p.name in SCENARIOS:
+            return p.is_dir() and not p.is_symlink()
+        m = LEFTOVER.match(p.name)
+        return (m is not None and m["name"] in SCENARIOS) or p.name in {f".{n}.lock" for n in SCENARIOS}
+
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if not ours(p)]
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise UserError(f"--out {out_dir}: holds {', '.join(foreign[:5])}{more}; --force replaces only a previous "
+                        f"demo's run directories ({', '.join(n + '/' for n in SCENARIOS)}); choose another --out")
 
 
 def comparison(runs: IncidentRuns) -> pl.DataFrame:

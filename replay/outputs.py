@@ -69,27 +69,59 @@ def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ())
         raise UserError(f"--out {out_dir}: exists and is not a directory")
     live = out_dir / LIVE_DIR
     writer = live_writer(live)
+    if live.is_dir() and not (live / "status.json").is_file():
+        # no status.json: a folder of the user's that happens to be called live/, never ours to remove
+        raise UserError(f"--out {out_dir}: {live} exists and is not a live run of llm-replay; choose another --out")
     if live.is_dir() and not live_is_dead(live) and (writer is None or writer[0] != os.getpid()):
-        who = f" (pid {writer[0]})" if writer else ""
-        hint = "" if writer else " (if none is, remove it)"
-        raise UserError(f"--out {out_dir}: a replay{who} is writing it ({live}){hint}; wait for it to end or "
+        who = f" (pid {writer[0]})" if writer else ""  # an older writer recorded no pid
+        raise UserError(f"--out {out_dir}: a replay{who} is writing it ({live}); wait for it to end or "
                         "choose another --out")
     entries = sorted(p for p in out_dir.iterdir() if not (p.name == LIVE_DIR and live_is_dead(live)))
     if not entries:
         return
     if not force:
         raise UserError(f"--out {out_dir}: already exists; choose another --out or pass --force to replace it")
-    held = []
+    held = _inputs_inside(target, inputs)
+    tops = {name.split("/")[0] for name in held}
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries
+               if p.name not in tops
+               and not (p.name in (*RUN_FILES, TIMING_FILE) and p.is_file() and not p.is_symlink()
+                        or p.name == LIVE_DIR and p.is_dir() and not p.is_symlink())]
+    named = [f"{name} (an input of this command)" for name in held] + foreign
+    if named:
+        raise UserError(f"--out {out_dir}: holds {_names(named)}; --force replaces only a run directory "
+                        f"({', '.join(RUN_ENTRIES)}) holding no input of the command; choose another --out")
+
+
+def _inputs_inside(target: Path, inputs: Iterable[str | Path]) -> list[str]:
+    """The names inside `target` (relative, each once) of the command's inputs: by path (a symlink
+    given as the input is resolved) and by (st_dev, st_ino), so a hard link of a run's file counts."""
+    held: dict[str, None] = {}
+    ids = {}
     for path in inputs:
         resolved = Path(path).expanduser().resolve()
         if resolved == target or target in resolved.parents:
-            held.append(f"{resolved.relative_to(target)} (an input of this command)")
-    foreign = [p.name + ("/" if p.is_dir() else "") for p in entries
-               if not (p.name in (*RUN_FILES, TIMING_FILE) and p.is_file() and not p.is_symlink()
-                       or p.name == LIVE_DIR and p.is_dir() and not p.is_symlink())]
-    if held or foreign:
-        raise UserError(f"--out {out_dir}: holds {_names(held + foreign)}; --force replaces only a run directory "
-                        f"({', '.join(RUN_ENTRIES)}) holding no input of the command; choose another --out")
+            held[str(resolved.relative_to(target))] = None
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        ids[(st.st_dev, st.st_ino)] = None
+    if not ids:
+        return list(held)
+    # What --force could delete: the top-level entries and what live/ holds (any other folder is
+    # refused anyway, so a huge one is not walked). Links are not followed.
+    found = list(target.iterdir())
+    if (target / LIVE_DIR).is_dir() and not (target / LIVE_DIR).is_symlink():
+        found += [Path(root) / name for root, dirs, files in os.walk(target / LIVE_DIR) for name in dirs + files]
+    for full in found:
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in ids:
+            held[str(full.relative_to(target))] = None
+    return list(held)
 
 
 @contextmanager

@@ -13,12 +13,15 @@ only what the replay added since the last one, never the whole run again.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from replay.files import kind
 from traces.errors import UserError
 from traces.yamlfile import read_yaml
 from tui.validate import EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary
@@ -200,6 +203,17 @@ def run_source(path: Path) -> tuple[Path, Path | None]:
     status = path / LIVE_DIR / STATUS_FILE
     if status.is_file():
         return path / LIVE_DIR, status
+    for name in RUN_FILES:
+        # stat only, never open: a FIFO would block, a link to /dev/zero would be read forever
+        file = path / name
+        try:
+            mode = os.stat(file).st_mode
+        except OSError:
+            continue  # missing, or a dangling link: reported as missing below
+        if not stat.S_ISREG(mode):
+            link = f" (a symbolic link to {os.readlink(file)})" if file.is_symlink() else ""
+            raise UserError(f"{file}: is {kind(mode)}{link}, not a regular file; expected the --out of "
+                            "llm-replay run")
     missing = [name for name in RUN_FILES if not (path / name).is_file()]
     if missing:
         inside = sorted(p.name for p in path.iterdir() if p.is_dir() and (p / "ticks.parquet").is_file())

@@ -45,7 +45,8 @@ def test_calibrate_splitwise_reaches_8_percent_and_rebuilds_the_shipped_profile(
             assert e == pytest.approx(w, abs=0.05)
 
 
-def test_a_config_runs_with_the_calibrated_profile(cli, write):
+def test_a_config_runs_with_the_calibrated_profile(cli, write, tmp_path):
+    (tmp_path / "profiles").mkdir()  # calibrate writes into a directory, it does not create one
     assert cli("calibrate", str(SPLITWISE), "--model", "llama-2-70b", "--gpu", "h100-sxm-80gb", "--tp", "4",
                "--out", "profiles/h100-tp4.yaml").code == 0
     write("fleet.yaml", "model: llama-2-70b\ngpu: h100-sxm-80gb\npools:\n"

@@ -135,5 +135,5 @@ def test_the_schema_is_the_one_the_replay_writes(one_pool_run, pd_run):
 def test_a_screenshot_that_cannot_be_written_is_one_line(cli, tmp_path):
     (tmp_path / "shot.svg").mkdir()  # a directory where the file should go
     code, out, err = cli("tui", BEFORE, "--screenshot", "shot.svg", "--size", "80x24")
-    assert code == 2 and err.startswith("llm-replay: error: --screenshot shot.svg: cannot write it")
+    assert code == 2 and err.startswith("llm-replay: error: --screenshot shot.svg: is a directory")
     assert err.count("\n") == 1 and not out
