@@ -7,7 +7,6 @@ its config.yaml), so the demo is a replay like any other and its numbers can be 
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import polars as pl
 
 from replay.cluster import plan_pools
 from replay.config import FleetConfig, load_config
-from replay.outputs import RunOutputs, check_out_dir, claimed, write_run
+from replay.outputs import RunOutputs, check_out_dir, claimed, existing_out_dir, write_run
 from replay.run import replay_trace
 from replay.rundir import LEFTOVER
 from traces.errors import UserError
@@ -65,12 +64,8 @@ def check_demo_out(out_dir: Path, force: bool) -> None:
     """The demo's --out is new or empty, or (with --force) a previous demo's: its before/ and
     after/ and nothing else (what dead writers of those left beside them aside). Anything else
     would end up with two runs' files side by side, or the demo's runs inside a user's folder."""
-    if out_dir.is_symlink():
-        raise UserError(f"--out {out_dir}: is a symbolic link (to {os.readlink(out_dir)}); give a directory")
-    if not out_dir.exists():
+    if not existing_out_dir(out_dir):
         return
-    if not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
     entries = sorted(out_dir.iterdir())
     if not entries:
         return

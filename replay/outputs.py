@@ -50,6 +50,18 @@ def _names(names: list[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + more
 
 
+def existing_out_dir(out_dir: Path) -> bool:
+    """Whether an --out directory already exists; a link or a file there is refused (a run, or a
+    demo's runs, go into a directory of their own, never through a link)."""
+    if out_dir.is_symlink():
+        raise UserError(f"--out {out_dir}: is a symbolic link (to {os.readlink(out_dir)}); give a directory")
+    if not out_dir.exists():
+        return False
+    if not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    return True
+
+
 def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> None:
     """Refuse, before any work is done, what the final swap could not do or should not do:
     --force replaces only a run directory, and never one holding an input of the command."""
@@ -61,12 +73,8 @@ def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ())
             if not parent.is_dir():
                 raise UserError(f"--out {out_dir}: {parent} is a file, not a directory")
             break
-    if out_dir.is_symlink():
-        raise UserError(f"--out {out_dir}: is a symbolic link (to {os.readlink(out_dir)}); give a directory")
-    if not out_dir.exists():
+    if not existing_out_dir(out_dir):
         return
-    if not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
     live = out_dir / LIVE_DIR
     writer = live_writer(live)
     if live.is_dir() and not (live / "status.json").is_file():

@@ -198,31 +198,20 @@ def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_r
     assert cli("run", "--config", "fleet.yaml", "--out", "again", "-q").code == 0  # the next command starts clean
 
 
-def test_ctrl_c_while_importing_is_one_line(tmp_path):
-    """SIGINT as soon as the interpreter runs the entry point, while it still imports polars,
-    numba and the rest: one line and exit 130, never a traceback."""
-    code = ("import sys; print('up', flush=True); from replay.entry import main; "
-            "sys.exit(main(['run', '--out', 'out', '-q']))")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+@pytest.mark.parametrize("signum, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                                (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_while_importing_is_one_line(tmp_path, signum, code, word):
+    """SIGINT or SIGTERM as soon as the interpreter runs the entry point, while it still imports
+    polars, numba and the rest: one line and 130 / 143, never a traceback or a silent death."""
+    script = ("import sys; print('up', flush=True); from replay.entry import main; "
+              "sys.exit(main(['run', '--out', 'out', '-q']))")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "up\n"
     time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     err = proc.communicate(timeout=60)[1]
-    assert proc.returncode == 130 and err == "llm-replay: interrupted; nothing written\n", err
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_sigterm_while_importing_is_one_line_not_a_silent_death(tmp_path):
-    code = ("import sys; print('up', flush=True); from replay.entry import main; "
-            "sys.exit(main(['run', '--out', 'out', '-q']))")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "up\n"
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=60)[1]
-    assert proc.returncode == 143 and err == "llm-replay: terminated; nothing written\n", err
+    assert proc.returncode == code and err == f"llm-replay: {word}; nothing written\n", err
     assert list(tmp_path.iterdir()) == []
 
 
