@@ -24,8 +24,10 @@ from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
+from replay.serving import ServingTerms, engine_arrivals, serving_terms
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import BYTES_RATE, KV_BYTES_PER_TOKEN, table_points, with_table, step_params, step_time_us_nb
+from replay.stepmodel import (BYTES_RATE, KV_BYTES_PER_TOKEN, cudagraph_capture_limit, step_params, step_time_us_nb,
+                              table_points, with_table)
 from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.bounds import BY_NAME
 from traces.configtools import from_dict
@@ -58,6 +60,8 @@ class PoolPlan:
     # the step model's coefficients as resolved (config keys, then profile, then defaults), and
     # where its step times come from: "roofline" or the table file
     step_model: dict[str, Any] = field(default_factory=dict)
+    # the API server's way in and the tokens' way out (replay/serving.py)
+    serving: ServingTerms = field(default_factory=ServingTerms)
 
     @property
     def name(self) -> str:
@@ -113,9 +117,12 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             raise ConfigError(f"{source}: {key} ({pool.name}): {exc}") from None
         sm = pool.step_model
         coefficients = step_coefficients(sm, model.id, gpu.id, tp, f"{source}: {key}.step_model")
+        drafts = (eng.speculative_config.num_speculative_tokens or 0) if eng.speculative_config is not None else 0
+        graphs = cudagraph_capture_limit(eng.max_num_seqs, eng.max_num_batched_tokens, drafts,
+                                         eng.max_cudagraph_capture_size, eng.enforce_eager)
         params = step_params(step_shape(model, gpu, cap), **coefficients, expert_parallel=terms.expert_parallel,
                              draft=terms.draft, lora_bytes_per_adapter=terms.lora_bytes_per_adapter,
-                             lora_flops_per_token=terms.lora_flops_per_token)
+                             lora_flops_per_token=terms.lora_flops_per_token, cuda_graph_max_tokens=graphs)
         if sm.backend == "table":
             params = table_params(params, pool, model.id, gpu.id, f"{source}: {key}")
         price = pool.price_usd_per_gpu_hour
@@ -123,8 +130,10 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
         spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
         adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
+        resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
+                    "async_scheduling": eng.async_scheduling}
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
-                              resolved_step_model(coefficients, sm, gpu.id)))
+                              resolved, serving_terms(pool.serving)))
     _check_fleet_blocks(plans, source)
     return plans
 
@@ -292,7 +301,8 @@ def build_inputs(
         raise ValueError("prefix_hashes contain null entries")
     engines = [p.config.engine for p in plans]
     return EngineInputs(
-        arrival_us=frame["arrival_us"].to_numpy().astype(np.int64),
+        arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
+                                   [p.serving for p in plans]),
         prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
         output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
         priority=frame["priority"].to_numpy().astype(np.int64),
@@ -322,6 +332,7 @@ def build_inputs(
         pool_watermark_blocks=np.array(
             [int(p.config.preemption.watermark * (p.capacity.kv_blocks - 1)) for p in plans], np.int64),
         pool_whole_prompt=np.array([int(p.config.preemption.whole_prompt_gate) for p in plans], np.int64),
+        pool_async_scheduling=np.array([int(e.async_scheduling) for e in engines], np.int64),
         pool_swap=np.array([int(p.config.preemption.mode == "swap") for p in plans], np.int64),
         pool_host_blocks=np.array([int(p.config.preemption.swap_space_gib * 2**30 // _block_bytes(p)) for p in plans],
                                   np.int64),

@@ -95,6 +95,13 @@ class EngineArgs:
     max_lora_rank: int = 16
     # MoE experts split whole over the replica's GPUs, with all-to-all (vLLM --enable-expert-parallel).
     enable_expert_parallel: bool = False
+    # vLLM --async-scheduling, on by default since v0.14 (vllm-project/vllm#27614): the engine
+    # schedules step k+1 while step k runs, so a request that arrives during step k waits for k+2.
+    async_scheduling: bool = True
+    # CUDA graphs: --enforce-eager turns them off; the largest capture size (vLLM's
+    # compilation_config.max_cudagraph_capture_size; None: min(2 x max_num_seqs, 512)).
+    enforce_eager: bool = False
+    max_cudagraph_capture_size: int | None = None
 
     def __post_init__(self) -> None:
         _positive("max_num_seqs", self.max_num_seqs)
@@ -116,6 +123,8 @@ class EngineArgs:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization: got {self.quantization!r}, expected one of {', '.join(QUANTIZATIONS)}")
         _positive("max_loras", self.max_loras)
+        if self.max_cudagraph_capture_size is not None:
+            _positive("max_cudagraph_capture_size", self.max_cudagraph_capture_size)
         if self.max_lora_rank not in LORA_RANKS:
             raise ValueError(f"max_lora_rank: got {self.max_lora_rank}, expected one of "
                              f"{', '.join(map(str, LORA_RANKS))}")
@@ -226,6 +235,23 @@ class StepModelArgs:
 
 
 @dataclass(frozen=True)
+class ServingArgs:
+    """What a client's latency holds outside the engine's steps (replay/serving.py): the API
+    server's time before a request reaches the engine and the way back of each token. Unset: the
+    defaults fitted to real vLLM servers (replay/serving.py says where they come from)."""
+
+    api_server_us: float | None = None
+    tokenize_us_per_token: float | None = None
+    token_return_us: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("api_server_us", "tokenize_us_per_token", "token_return_us"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name}: got {value}, expected a number of microseconds >= 0")
+
+
+@dataclass(frozen=True)
 class LifecycleConfig:
     """How long a new replica takes: pod start, then loading its weights (all shards) at load_bw."""
 
@@ -291,6 +317,7 @@ class PoolConfig:
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     step_model: StepModelArgs = field(default_factory=StepModelArgs)
+    serving: ServingArgs = field(default_factory=ServingArgs)
     # None: a fixed pool of `replicas`; else `replicas` is the initial count.
     autoscaler: AutoscalerConfig | None = None
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)

@@ -150,6 +150,10 @@ class EngineInputs:
     # Knative's activator or a Ray Serve handle holds it) until `start_replica` starts one of
     # its replicas, instead of being rejected as no_replica (default 0: rejected).
     pool_hold: np.ndarray | None = None
+    # int64[P] 1: vLLM V1's async scheduling (default 0 here; the fleet config's default is on):
+    # while a replica has requests running, the step that starts at the end of step k was
+    # scheduled when step k started, so a request queued after that waits for the one after.
+    pool_async_scheduling: np.ndarray | None = None
 
     @property
     def adapters(self) -> np.ndarray:

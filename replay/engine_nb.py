@@ -121,6 +121,7 @@ class Requests(NamedTuple):
     adapter: np.ndarray  # LoRA adapter id, -1 = the base model
     spec_credit: np.ndarray  # speculative decoding: fractional tokens carried, in SPEC_CREDIT_SCALE units
     skip_next: np.ndarray  # links of the requests a step skipped for want of a LoRA slot
+    queued: np.ndarray  # when it last joined its replica's waiting queue (async scheduling's cutoff)
 
 
 class Replicas(NamedTuple):
@@ -214,6 +215,7 @@ class Pools(NamedTuple):
     held_head: np.ndarray
     held_tail: np.ndarray
     nheld: np.ndarray
+    async_sched: np.ndarray  # 1: vLLM's async scheduling (step k + 1 is scheduled as step k starts)
 
 
 class Events(NamedTuple):
@@ -629,6 +631,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     rq.state[q] = WAITING
     if ev.clock[2] != 0:
         record(ev, t, EV_ARRIVE, r, q, 0)
+    rq.queued[q] = t
     wq_push_back(rq, reps, r, q)
     wake_idle(reps, r, t)
 
@@ -800,6 +803,7 @@ def finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t):
     rq.replica[q] = d
     rq.state[q] = WAITING
     reps.incoming[d] -= 1
+    rq.queued[q] = t
     wq_push_back(rq, reps, d, q)
     if ev.clock[2] != 0:
         record(ev, t, EV_ARRIVE, d, q, r + 1)  # value: 1 + the prefill replica (0: from the router)
@@ -824,6 +828,7 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     rq.state[q] = WAITING
     rq.preemptions[q] += 1
     reps.counters[r, C_PREEMPT] += 1
+    rq.queued[q] = t
     wq_push_front(rq, reps, r, q)
     record(ev, t, EV_SWAP_OUT if swapped else EV_PREEMPT, r, q, rq.generated[q])
     return held if swapped else 0
@@ -877,25 +882,31 @@ def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r):
-    """The waiting request to admit next under the pool's queue order (ids in policies.registry).
-    Ties go to the earlier arrival, then the lower index. On a decode replica, a request whose KV
-    has arrived goes first, the earliest arrived first: it holds its blocks already, and a request
-    that cannot fit must not keep it waiting on them."""
+def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
+    """The waiting request to admit next under the pool's queue order (ids in policies.registry),
+    among those queued by `cutoff` (-1: none is). Ties go to the earlier arrival, then the lower
+    index. On a decode replica, a request whose KV has arrived goes first, the earliest arrived
+    first: it holds its blocks already, and a request that cannot fit must not keep it waiting."""
     policy = pools.queue[p]
     if p == pools.pd[PD_DECODE]:
         q = reps.wait_head[r]
         while q >= 0:
-            if rq.nblocks[q] > 0:
+            if rq.nblocks[q] > 0 and rq.queued[q] <= cutoff:
                 return q
             q = rq.qnext[q]
     q = reps.wait_head[r]
     if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and reps.nwait[r] > LPM_MAX_QUEUE):
-        return q  # FCFS (SGLang's longest-prefix falls back to it on long queues)
+        # FCFS (SGLang's longest-prefix falls back to it on long queues)
+        while q >= 0 and rq.queued[q] > cutoff:
+            q = rq.qnext[q]
+        return q
     bs = pools.block_size[p]
     best = -1
     best_key = 0.0
     while q >= 0:
+        if rq.queued[q] > cutoff:
+            q = rq.qnext[q]
+            continue
         if policy == QUEUE_PRIORITY:
             key = float(rq.priority[q])
         elif policy == QUEUE_SHORTEST_PROMPT:
@@ -956,6 +967,10 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     detailed = ev.clock[2] != 0
     preempted = False
     swap_blocks = 0  # copied to or from host memory in this step
+    # Async scheduling (vLLM V1's default, `EngineCore.step_with_batch_queue`): while requests run,
+    # this step was scheduled as the previous one started, so only requests queued by then join
+    # it; an engine with nothing running schedules at once.
+    cutoff = reps.step_start[r] if pools.async_sched[p] != 0 and reps.nrun[r] > 0 else t
 
     # 1. Running requests first, in order; make room by preempting the policy's victim.
     i = 0
@@ -1008,7 +1023,9 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
                     loras += 1
         skipped = -1
         while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
-            q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r)
+            q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff)
+            if q < 0:
+                break  # the rest joined the queue after this step was scheduled
             a = lora_of(rq, pools, p, q)
             new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.nrun[r], a)
             if new_lora and loras >= pools.lora_slots[p]:

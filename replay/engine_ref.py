@@ -112,6 +112,7 @@ class Request:
     kv_transfers: int = 0
     adapter: int = -1  # LoRA adapter id, -1 = the base model
     spec_credit: int = 0  # speculative decoding: fractional tokens carried, in SPEC_CREDIT_SCALE units
+    queued_us: int = -1  # when it last joined its replica's waiting queue (async scheduling's cutoff)
 
     @property
     def num_tokens(self) -> int:
@@ -330,6 +331,7 @@ class ReferenceEngine:
         req.replica, req.state = rep.index, WAITING
         if self.inp.detailed_events:
             self._record(t, EV_ARRIVE, rep.index, req.index, 0)
+        req.queued_us = t
         rep.waiting.append(req)
         self._wake_idle(rep, t)
 
@@ -396,6 +398,7 @@ class ReferenceEngine:
         req.computed = req.prompt_tokens - 1  # vLLM recomputes the last prompt token for its logits
         req.replica, req.state = decode.index, WAITING
         decode.incoming -= 1
+        req.queued_us = t
         decode.waiting.append(req)
         if self.inp.detailed_events:
             self._record(t, EV_ARRIVE, decode.index, req.index, prefill.index + 1)
@@ -526,6 +529,10 @@ class ReferenceEngine:
         budget = int(inp.pool_max_num_batched_tokens[p])
         preempted = False
         swap_blocks = 0  # copied to or from host memory in this step
+        # Async scheduling (vLLM V1's default, `EngineCore.step_with_batch_queue`): while requests
+        # run, this step was scheduled as the previous one started (rep.step_start), so only the
+        # requests queued by then can join it; an engine with nothing running schedules at once.
+        cutoff = rep.step_start if self.inp.per_pool("async_scheduling", 0)[p] and rep.running else t
 
         def chunk(new: int) -> int:
             if 0 < threshold < new:
@@ -561,7 +568,9 @@ class ReferenceEngine:
         max_loras = self.lora_slots[p]
         skipped = []
         while not preempted and rep.waiting and budget > 0 and len(rep.running) < inp.pool_max_num_seqs[p]:
-            req = self._next_waiting(rep, bs)
+            req = self._next_waiting(rep, bs, cutoff)
+            if req is None:
+                break  # the rest joined the queue after this step was scheduled
             loras = {self._lora(x) for x in rep.running if x.scheduled} - {-1}
             if self._lora(req) >= 0 and self._lora(req) not in loras and len(loras) >= max_loras:
                 rep.waiting.remove(req)
@@ -691,14 +700,18 @@ class ReferenceEngine:
             hits.append(block)
         return hits
 
-    def _next_waiting(self, rep: Replica, bs: int) -> Request:
-        """The queue order's pick; ties go to the earlier arrival, then the lower index."""
+    def _next_waiting(self, rep: Replica, bs: int, cutoff: int) -> Request | None:
+        """The queue order's pick among the requests queued by `cutoff` (None: no such request);
+        ties go to the earlier arrival, then the lower index."""
         policy = self.inp.per_pool("queue", QUEUE_FCFS)[rep.pool]
-        received = [req for req in rep.waiting if req.blocks]  # KV arrived: goes first (see engine_nb)
+        eligible = [req for req in rep.waiting if req.queued_us <= cutoff]
+        received = [req for req in eligible if req.blocks]  # KV arrived: goes first (see engine_nb)
         if received:
             return received[0]
+        if not eligible:
+            return None
         if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and len(rep.waiting) > LPM_MAX_QUEUE):
-            return rep.waiting[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
+            return eligible[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
         budget = int(self.inp.per_pool("ttft_budget_us", 2_000_000)[rep.pool])
 
         def key(req: Request) -> tuple:
@@ -712,7 +725,7 @@ class ReferenceEngine:
                 k = -float(len(self._cached_prefix(rep, req, bs)))
             return (k, req.arrival_us, req.index)
 
-        return min(rep.waiting, key=key)
+        return min(eligible, key=key)
 
     def _blocks_needed(self, req: Request, num_tokens: int, bs: int) -> int:
         return math.ceil(num_tokens / bs) - len(req.blocks)
@@ -746,6 +759,7 @@ class ReferenceEngine:
         req.state = WAITING
         req.preemptions += 1
         rep.counters["preemptions"] += 1
+        req.queued_us = t
         rep.waiting.appendleft(req)
         self._record(t, EV_SWAP_OUT if swap else EV_PREEMPT, rep.index, req.index, req.generated)
         return held if swap else 0

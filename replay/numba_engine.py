@@ -111,6 +111,7 @@ class NumbaEngine:
             adapter=inputs.adapters,
             spec_credit=full(n, 0),
             skip_next=full(n, -1),
+            queued=full(n, -1),
         )
         blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
         block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
@@ -213,6 +214,7 @@ class NumbaEngine:
             held_head=full(npool, -1),
             held_tail=full(npool, -1),
             nheld=full(npool, 0),
+            async_sched=inputs.per_pool("async_scheduling", 0),
         )
         margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
         cap = max(event_capacity, 4 * margin)

@@ -86,6 +86,7 @@ def replay_trace(
                 "max_model_len": p.max_model_len,
                 "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
                 "step_model": p.step_model,
+                "serving": p.serving.to_dict(),
             }
             for p in raw.plans
         },

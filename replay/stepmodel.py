@@ -70,7 +70,12 @@ TABLE_DECODE_Y = TABLE_DECODE_X + TABLE_POINTS
 # 2k to 8k tokens, whether in one prompt or many (replay/calibrate.py, `fit_knee`).
 KNEE_TOKENS = TABLE_DECODE_Y + TABLE_POINTS
 PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
-NUM_PARAMS = PAST_KNEE_FLOPS_RATE + 1
+# CUDA graphs (vLLM V1's default FULL_AND_PIECEWISE mode): a step of at most CUDA_GRAPH_MAX_TOKENS
+# tokens replays a graph captured for the next capture size, so its matmuls and all-reduces run
+# on the padded token count (`cuda_graph_tokens`); a larger step runs eagerly, unpadded. 0: no
+# graphs (vLLM --enforce-eager).
+CUDA_GRAPH_MAX_TOKENS = PAST_KNEE_FLOPS_RATE + 1
+NUM_PARAMS = CUDA_GRAPH_MAX_TOKENS + 1
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -154,6 +159,7 @@ def step_params(
     knee_tokens: float | None = None,
     past_knee_mfu: float | None = None,
     link_efficiency: float | None = None,
+    cuda_graph_max_tokens: int = 0,
 ) -> np.ndarray:
     """The parameter vector of `step_time_us_nb` for one pool. Without `knee_tokens` (or with 0)
     every token's matmuls run at `mfu`; with it, tokens past it run at `past_knee_mfu`."""
@@ -202,12 +208,42 @@ def step_params(
         p[DRAFT_KV_BYTES_PER_TOKEN] = draft.kv_bytes_per_token
     p[LORA_BYTES_PER_ADAPTER] = lora_bytes_per_adapter
     p[LORA_FLOPS_PER_TOKEN] = lora_flops_per_token
+    p[CUDA_GRAPH_MAX_TOKENS] = cuda_graph_max_tokens
     if knee_tokens:
         if past_knee_mfu is None:
             raise ValueError("a knee (knee_tokens) needs the efficiency past it (past_knee_mfu)")
         p[KNEE_TOKENS] = knee_tokens
         p[PAST_KNEE_FLOPS_RATE] = shape.peak_flops * past_knee_mfu
     return p
+
+
+def cudagraph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int, num_speculative_tokens: int = 0,
+                          max_capture_size: int | None = None, enforce_eager: bool = False) -> int:
+    """The largest CUDA-graph capture size vLLM V1 picks: min(2 * max_num_seqs * (1 + drafts), 512),
+    capped at max_num_batched_tokens (`VllmConfig._set_cudagraph_sizes`, vllm/config/vllm.py; the
+    `--max-cudagraph-capture-size` compilation option overrides it). 0 under --enforce-eager."""
+    if enforce_eager:
+        return 0
+    largest = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512) if max_capture_size is None else max_capture_size
+    return int(min(largest, max_num_batched_tokens))
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def cuda_graph_tokens(tokens, largest):
+    """The capture size a step of `tokens` tokens is padded to: vLLM V1 captures 1, 2, 4, then
+    every multiple of 8 up to 256, then of 16 up to the largest (`_set_cudagraph_sizes`), and pads
+    a batch to the smallest size that holds it (`CudagraphDispatcher`); past the largest, none."""
+    if tokens <= 0 or tokens > largest:
+        return tokens
+    if tokens <= 4:
+        padded = 1
+        while padded < tokens:
+            padded *= 2
+    elif tokens <= 256:
+        padded = (tokens + 7) // 8 * 8
+    else:
+        padded = (tokens + 15) // 16 * 16
+    return min(padded, largest)
 
 
 @njit(cache=True, _nrt=False)
@@ -229,7 +265,10 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     if p[TABLE_ON] > 0:
         return table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens)
     decode_tokens = decode_seqs + spec_tokens
-    tokens = prefill_tokens + decode_tokens
+    # The padded slots of a CUDA-graph replay run the matmuls and all-reduces too (attention
+    # skips them: their slot mapping is the null slot); KV and attention count real tokens only.
+    real = prefill_tokens + decode_tokens
+    tokens = cuda_graph_tokens(real, np.int64(p[CUDA_GRAPH_MAX_TOKENS]))
     decode_pairs = float(decode_ctx_tokens)
     if spec_tokens > 0 and decode_seqs > 0:
         # Each draft token attends to about its sequence's context: the batch's mean.
@@ -237,17 +276,17 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_pairs)
     past_knee = tokens - p[KNEE_TOKENS]
     weight_bytes = p[WEIGHT_BYTES]
-    if p[NUM_EXPERTS] > 0 and tokens > 0:
+    if p[NUM_EXPERTS] > 0 and real > 0:
         # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
         # MoE layer in expectation (uniform routing); only those experts' weights are read.
         e = p[NUM_EXPERTS]
-        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** tokens)
+        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** real)
         weight_bytes += p[EXPERT_BYTES_EACH] * touched
     if lora_adapters > 0:
         # Each distinct adapter's A and B are gathered and read once (Punica SGMV, S-LoRA).
         weight_bytes += p[LORA_BYTES_PER_ADAPTER] * lora_adapters
         flops += p[LORA_FLOPS_PER_TOKEN] * tokens
-    nbytes = weight_bytes + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + tokens)
+    nbytes = weight_bytes + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + real)
     compute_us = flops / p[FLOPS_RATE] * 1e6
     if p[KNEE_TOKENS] > 0 and past_knee > 0:
         # The dense matmuls of the tokens past the knee run at the past-knee rate instead.

@@ -29,7 +29,7 @@ def make_inputs(
     max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
     queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
     adm=None, swap=None, host_blocks=None, pd=None, adapter=None, lora_slots=None, lora_load_us=None,
-    spec=None,
+    spec=None, async_scheduling=None,
 ) -> EngineInputs:
     n = len(arrival_us)
     prompt = np.asarray(prompt, np.int64)
@@ -81,6 +81,7 @@ def make_inputs(
         pool_lora_slots=None if lora_slots is None else np.asarray(lora_slots, np.int64),
         pool_lora_load_us=None if lora_load_us is None else np.asarray(lora_load_us, np.int64),
         **({} if spec is None else _spec_inputs(spec)),
+        pool_async_scheduling=None if async_scheduling is None else np.asarray(async_scheduling, np.int64),
     )
 
 
@@ -176,6 +177,7 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
         lora_slots=per_pool(st.sampled_from([0, 1, 2, 3])) if lora else None,
         lora_load_us=per_pool(st.sampled_from([0, 250, 5000])) if lora else None,
         spec=spec,
+        async_scheduling=per_pool(st.sampled_from([0, 1])),
     )
 
 

@@ -74,6 +74,8 @@ BY_NAME: dict[str, Bound] = {
     "num_speculative_tokens": Bound(1, 64, "draft tokens"),
     "max_loras": Bound(1, 1024, "LoRA slots"),
     "max_lora_rank": Bound(1, 512, "a LoRA rank"),
+    "max_cudagraph_capture_size": Bound(1, 16_777_216, "tokens per step"),
+    "tokenize_us_per_token": Bound(0, 1e5, "microseconds per prompt token"),
     "swap_space_gib": Bound(0, 1e5, "GiB"),
     "moe_load_imbalance": Bound(1, 1000, "the busiest GPU's load over the mean"),
     "gpu_memory_utilization": SHARE,

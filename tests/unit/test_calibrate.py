@@ -204,7 +204,9 @@ def test_config_profile_path_is_relative_to_the_config_and_reaches_the_step_para
     cfg_path.write_text("model: llama-3.1-8b\ngpu: h100-sxm-80gb\npools:\n"
                         "  - {name: a, replicas: 1, step_model: {profile: prof.yaml}}\n")
     (plan,) = plan_pools(load_config(cfg_path), str(cfg_path))
-    assert np.array_equal(plan.step_params, step_params(_shape(1), allreduce_latency_us=6.0, **TRUE))
+    # CUDA graphs up to 512 tokens: vLLM's default for max_num_seqs 256
+    assert np.array_equal(plan.step_params, step_params(_shape(1), allreduce_latency_us=6.0, **TRUE,
+                                                        cuda_graph_max_tokens=512))
 
 
 @pytest.mark.parametrize("pool", ["model: llama-2-7b",
@@ -231,7 +233,8 @@ def test_profile_splitwise_takes_the_shipped_calibration_of_the_pool_gpu(tmp_pat
                         "  - {name: a, replicas: 1, tensor_parallel_size: 4, step_model: {profile: splitwise}}\n")
     (plan,) = plan_pools(load_config(cfg_path), str(cfg_path))
     shape = cal.step_shape("llama-3.1-70b", "h200-sxm-141gb", 4)
-    assert np.array_equal(plan.step_params, step_params(shape, **gpu_defaults("h100-sxm-80gb", 4)))
+    assert np.array_equal(plan.step_params, step_params(shape, **gpu_defaults("h100-sxm-80gb", 4),
+                                                        cuda_graph_max_tokens=512))
 
 
 def test_shipped_calibrations_cover_every_catalog_gpu_and_pick_the_nearest_tp():
