@@ -180,5 +180,6 @@ def test_catalog_rows_are_json_safe_tables():
     assert by_id["deepseek-v3"]["attention"] == "MLA" and by_id["deepseek-v3"]["head_dim"] == 576
     gpus = {r["id"]: r for r in rows["gpus"]}
     assert gpus["h100-sxm-80gb"]["hbm_gb"] == 80.0 and gpus["h100-sxm-80gb"]["bf16_tflops"] == 989.4
+    assert gpus["h100-sxm-80gb"]["cuda_total_gib"] == 79.22  # vLLM's "total_gpu_memory (79.22GiB)"
     assert gpus["a100-sxm-80gb"]["fp8_tflops"] is None
     assert len({tuple(r) for r in rows["models"]}) == 1 and len({tuple(r) for r in rows["gpus"]}) == 1
