@@ -20,7 +20,11 @@ ACTIVATION_BYTES = 2
 # rows of full-vocabulary logits. Its torch peak is ~40 bytes per logit: public vLLM v0.11 logs on
 # H100 ("torch peak memory increase") show 4.8 GiB for Llama vocab (128,256), 5.6 GiB for Qwen3
 # (151,936) and 7.4 GiB for gpt-oss (201,088) at 1024 rows, the same at TP1 and TP2 - the logits
-# are gathered to every rank, and this term, not the layer activations, sets the peak.
+# are gathered to every rank, and this term, not the layer activations, sets the peak. At 256 rows
+# it gives 1.29 GiB for Llama-3-8B at 8192 tokens, where vLLM logged "PyTorch activation peak
+# memory 1.26GiB" (vllm-project/vllm PR #10511). The pass is `GPUModelRunner._dummy_sampler_run`
+# (vllm/v1/worker/gpu_model_runner.py): fp32 logits, then top-k/top-p's sort (values, int64
+# indices and the sort's scratch), masks, softmax and the scattered result live together.
 SAMPLER_BYTES_PER_LOGIT = 40
 # What vLLM V1 (v0.15) subtracts besides weights and the profile's torch peak: `memory_profiling`
 # (vllm/utils/mem_utils.py) charges `non_torch_increase`, the device memory outside torch's

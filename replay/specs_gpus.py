@@ -94,8 +94,7 @@ GPUS: dict[str, GpuSpec] = dict([
     # NVLink 4 900 GB/s total. CUDA total: no log found; 141e9 x (79.22 GiB / 80e9), the H100 SXM's
     # ratio of reported total to marketed size, = 139.63 GiB.
     _g(GpuSpec("h200-sxm-141gb", "NVIDIA H200 SXM 141GB", 141 * GB, round(141 * GB * _gib(79.22) / (80 * GB)),
-               4.8 * TB, 989.4e12, 1978.9e12, True,
-               450 * GB, "NVLink 4", 3.79)),
+               4.8 * TB, 989.4e12, 1978.9e12, True, 450 * GB, "NVLink 4", 3.79)),
     # NVIDIA DGX B200 / HGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs = 180 GB each, 8 TB/s each;
     # HGX B200 lists 72 PFLOPS FP8 and 36 PFLOPS FP16/BF16 for 8 GPUs with sparsity, so 4.5 / 2.25
     # PFLOPS dense per GPU; NVLink 5 1.8 TB/s total = 900 GB/s each way. CUDA total 178.4 GiB:
@@ -112,6 +111,6 @@ GPUS: dict[str, GpuSpec] = dict([
     # dense (double with sparsity); 7 Infinity Fabric links x 64 GB/s = 448 GB/s each way
     # (896 GB/s aggregate peer bandwidth). HIP total 191.98 GiB: rocminfo's VRAM pool on an MI300X,
     # "Size: 201310208(0xbffc000) KB" (ROCm/legacy-rocm-build issue #4414).
-    _g(GpuSpec("mi300x-192gb", "AMD Instinct MI300X 192GB", 192 * GB, 201_310_208 * 1024, 5.3 * TB, 1307.4e12, 2614.9e12, True,
-               448 * GB, "Infinity Fabric", 2.49)),
+    _g(GpuSpec("mi300x-192gb", "AMD Instinct MI300X 192GB", 192 * GB, 201_310_208 * 1024, 5.3 * TB, 1307.4e12,
+               2614.9e12, True, 448 * GB, "Infinity Fabric", 2.49)),
 ])
