@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="tokens per KV block: a power of 2 up to 128 (default 16)")
     cap.add_argument("--max-num-batched-tokens", type=int, default=8192,
                      help="tokens per step, which sizes the activation memory reserved (default 8192)")
+    cap.add_argument("--max-num-seqs", type=int, default=256,
+                     help="sequences per step, which sizes the profile's sampler pass (default 256)")
+    cap.add_argument("--gpu-memory-bytes", type=float, default=None,
+                     help="memory per GPU in bytes, e.g. 80e9, instead of the total CUDA reports for --gpu "
+                          "(79.22 GiB for an H100 80GB)")
     cap.add_argument("--num-gpu-blocks-override", type=int, default=None,
                      help="KV blocks per replica instead of what memory allows (vLLM's flag of that name)")
     cap.add_argument("--break-even", action="store_true",
@@ -324,7 +329,8 @@ def _default_out(args: argparse.Namespace, cfg) -> Path:
 # capacity's numeric flags and the config keys whose ranges they share (traces/bounds.py).
 CAPACITY_FLAGS = {"tp": "tensor_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
                   "block_size": "block_size", "max_num_batched_tokens": "max_num_batched_tokens",
-                  "num_gpu_blocks_override": "num_gpu_blocks_override", "flops": "flops"}
+                  "num_gpu_blocks_override": "num_gpu_blocks_override", "flops": "flops",
+                  "max_num_seqs": "max_num_seqs", "gpu_memory_bytes": "gpu_memory_bytes"}
 
 
 def _check_flag_ranges(args: argparse.Namespace, flags: dict[str, str]) -> None:
@@ -358,13 +364,15 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
             kv_cache_dtype=args.kv_cache_dtype, weight_dtype=args.weight_dtype,
             num_gpu_blocks_override=args.num_gpu_blocks_override,
-            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+            gpu_memory_bytes=args.gpu_memory_bytes,
         )
     except UserError as exc:
         # Name the flag the user typed, not the parameter behind it.
         text = str(exc)
         for flag in ("gpu_memory_utilization", "block_size", "kv_cache_dtype", "weight_dtype",
-                     "num_gpu_blocks_override", "max_num_batched_tokens", "tensor_parallel_size"):
+                     "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "gpu_memory_bytes",
+                     "tensor_parallel_size"):
             text = text.replace(flag, "--tp" if flag == "tensor_parallel_size" else "--" + flag.replace("_", "-"))
         raise UserError(f"capacity: {text}") from None
     if args.json:

@@ -112,6 +112,7 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
                 max_model_len=max_len,
                 extra_weights_bytes_per_gpu=terms.extra_weights_bytes_per_gpu,
                 extra_kv_bytes_per_token_per_gpu=terms.extra_kv_bytes_per_token_per_gpu,
+                gpu_memory_bytes=pool.gpu_memory_bytes,
             )
         except ConfigError as exc:
             raise ConfigError(f"{source}: {key} ({pool.name}): {exc}") from None

@@ -308,6 +308,9 @@ class PoolConfig:
     gpu: str | None = None
     weight_dtype: str | None = None
     price_usd_per_gpu_hour: float | None = None
+    # Bytes of memory per GPU to size the KV cache from, instead of the GPU's CUDA-reported total
+    # (replay/specs_gpus.py); 80e9 is an "80 GB" card taken at its marketed size.
+    gpu_memory_bytes: float | None = None
     # Trace workload labels this pool serves; an empty list takes every label no other pool lists.
     workloads: tuple[str, ...] = ()
     router: str = "least-outstanding"

@@ -20,18 +20,33 @@ ACTIVATION_BYTES = 2
 # rows of full-vocabulary logits. Its torch peak is ~40 bytes per logit: public vLLM v0.11 logs on
 # H100 ("torch peak memory increase") show 4.8 GiB for Llama vocab (128,256), 5.6 GiB for Qwen3
 # (151,936) and 7.4 GiB for gpt-oss (201,088) at 1024 rows, the same at TP1 and TP2 - the logits
-# are gathered to every rank, and this term, not the layer activations, sets the peak.
+# are gathered to every rank, and this term, not the layer activations, sets the peak. At 256 rows
+# it gives 1.29 GiB for Llama-3-8B at 8192 tokens, where vLLM logged "PyTorch activation peak
+# memory 1.26GiB" (vllm-project/vllm PR #10511). The pass is `GPUModelRunner._dummy_sampler_run`
+# (vllm/v1/worker/gpu_model_runner.py): fp32 logits, then top-k/top-p's sort (values, int64
+# indices and the sort's scratch), masks, softmax and the scattered result live together.
 SAMPLER_BYTES_PER_LOGIT = 40
-# Memory outside torch's allocator, per GPU. CUDA context + cuBLAS workspaces: ~0.5 GiB on
-# Hopper; early V1 workers charged it (device-wide used minus torch-allocated), recent ones leave it
-# in the (1 - utilization) headroom - charging it keeps utilization 1.0 physically possible.
-CUDA_CONTEXT_BYTES = GiB // 2
-# NCCL communicators + vLLM's custom all-reduce buffers when TP > 1: measured non-torch memory goes
-# from 0.13 GiB at TP1 to 0.55 GiB at TP2 (same vLLM v0.11 logs).
-TP_COMM_BYTES = GiB // 2
-# CUDA graph pool: vLLM logs 0.36-1.03 GiB ("Estimated CUDA graph memory", vllm-project/vllm PR
-# #21489 and #30515); recent releases profile it before sizing the KV cache.
-CUDA_GRAPH_BYTES = 3 * GiB // 4
+# What vLLM V1 (v0.15) subtracts besides weights and the profile's torch peak: `memory_profiling`
+# (vllm/utils/mem_utils.py) charges `non_torch_increase`, the device memory outside torch's
+# allocator that grew from the snapshot `Worker.init_device` (vllm/v1/worker/gpu_worker.py) takes
+# - after the CUDA context and the NCCL communicators exist, so neither is charged: they live in
+# the (1 - utilization) headroom - to the end of the profile run. Two terms, fitted to the three
+# KV sizes vLLM v0.15.1 logged on H100 (../shared/measurements/vllm-s2r/experiments.csv,
+# num_gpu_blocks: Llama-2-7B TP1 7,463; CodeLlama-34B TP2 26,603; Llama-2-70B TP4 31,357):
+# kernels loaded on first use during loading and profiling (CUDA lazy module loading), at any TP:
+# 0.25 GiB puts the TP1 row within 0.05% (vLLM's own logs show 0.16 GiB for an 11B model in
+# PR #12126).
+NON_TORCH_BYTES = GiB // 4
+# NCCL's buffers, connected at the first collective of the profile run (lazy connection since
+# NCCL 2.22), when TP > 1. 0.45 GiB alone reproduces the TP2 and TP4 rows within 0.05%; 0.75 GiB
+# is what also keeps the reference lesson's 80 GB replica (max_num_seqs 256, a 128K vocabulary:
+# a sampler-bound profile the rows do not probe) within 5%: at 0.45 it reads 5.6% high. Both rows
+# then read 0.7% low, well inside their 3%.
+TP_COMM_BYTES = 3 * GiB // 4
+# CUDA graphs are not charged: v0.15 estimates their pool (`profile_cudagraph_memory`, PR #30515)
+# but subtracts it only under VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, off by default until
+# v0.21 (vllm-project/vllm issue #45178); the graphs, captured after the KV cache is allocated,
+# take their 0.4-1 GiB from the headroom too.
 
 
 def _model(model: ModelSpec | str) -> ModelSpec:
@@ -150,12 +165,12 @@ def activation_peak_bytes(model: ModelSpec | str, tp: int, max_num_batched_token
 
 
 def overhead_bytes(tp: int) -> int:
-    """Fixed non-torch memory per GPU: CUDA context, NCCL / all-reduce buffers (TP > 1), CUDA graphs.
+    """Non-torch memory vLLM V1 charges per GPU: lazily loaded kernels, plus NCCL buffers at TP > 1.
 
-    0.5 GiB + 0.5 GiB (TP > 1 only) + 0.75 GiB: 1.25 GiB (1.34 GB) at TP1, 1.75 GiB (1.88 GB) above.
+    0.25 GiB at TP1 (0.27 GB), 1 GiB (1.07 GB) above; see NON_TORCH_BYTES and TP_COMM_BYTES.
     """
     tp = _positive_int("tensor_parallel_size", tp)
-    return CUDA_CONTEXT_BYTES + (TP_COMM_BYTES if tp > 1 else 0) + CUDA_GRAPH_BYTES
+    return NON_TORCH_BYTES + (TP_COMM_BYTES if tp > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -178,6 +193,10 @@ class Capacity:
     max_num_seqs: int
     num_gpu_blocks_override: int | None
     hbm_bytes: int
+    # the memory the KV cache was sized from: the GPU's CUDA-reported total, or the pool's
+    # `gpu_memory_bytes` (`gpu_memory_source` says which: "cuda" or "override")
+    gpu_memory_bytes: int
+    gpu_memory_source: str
     usable_bytes_per_gpu: int
     weights_bytes_per_gpu: int
     activation_peak_bytes: int
@@ -220,15 +239,20 @@ def kv_capacity(
     max_model_len: int | None = None,
     extra_weights_bytes_per_gpu: int = 0,
     extra_kv_bytes_per_token_per_gpu: int = 0,
+    gpu_memory_bytes: float | None = None,
 ) -> Capacity:
     """KV blocks per GPU as vLLM V1 sizes them at startup.
 
-    `num_blocks = (hbm * utilization - weights - activation_peak - overhead) // (block_size *
-    kv_bytes_per_token_per_gpu)`, as `Worker.determine_available_memory` (vllm/v1/worker/
-    gpu_worker.py) and `get_kv_cache_config` (vllm/v1/core/kv_cache_utils.py) do; the per-layer
-    floor there gives the same integer. The activation peak models the profile run
-    (`activation_peak_bytes`); the overhead is a fixed 1.25 GiB at TP1 and 1.75 GiB at TP > 1
-    (CUDA context 0.5, NCCL / all-reduce 0.5, CUDA graphs 0.75; see `overhead_bytes`).
+    `num_blocks = (total * utilization - weights - activation_peak - overhead) // (block_size *
+    kv_bytes_per_token_per_gpu)`, as vLLM v0.15 does: `Worker.init_device` requests `total *
+    gpu_memory_utilization` of the CUDA-reported total (vllm/v1/worker/gpu_worker.py),
+    `Worker.determine_available_memory` subtracts `memory_profiling`'s non-KV memory (weights,
+    the profile run's torch peak, the non-torch increase; vllm/utils/mem_utils.py), and
+    `get_kv_cache_config` (vllm/v1/core/kv_cache_utils.py) divides; the per-layer floor there
+    gives the same integer. The activation peak models `GPUModelRunner.profile_run`'s forward of
+    max_num_batched_tokens and its `_dummy_sampler_run` (`activation_peak_bytes`); the overhead is
+    the non-torch increase, 0.25 GiB at TP1 and 1 GiB at TP > 1 (`overhead_bytes`). `total` is
+    `gpu.cuda_total_bytes` unless `gpu_memory_bytes` overrides it (a pool's key of that name).
     `num_gpu_blocks_override` replaces the block count (a measured one is the accurate choice), but
     the weights must still fit. `extra_weights_bytes_per_gpu` (a draft model, LoRA buffers) is
     held like the weights; `extra_kv_bytes_per_token_per_gpu` (a draft model's KV, which vLLM keeps
@@ -237,11 +261,12 @@ def kv_capacity(
 
     `model` and `gpu` are specs or catalog ids. `max_num_seqs` sizes the profile's sampler pass;
     256 is EngineArgs' default here and vLLM's below 70 GiB, while `vllm serve` on H100-class GPUs
-    defaults to 1024, which adds ~4 GB of sampler peak for a 128K vocabulary. HBM is the marketed
-    decimal size (see `GpuSpec`), a little below what CUDA reports.
+    defaults to 1024, which adds ~4 GB of sampler peak for a 128K vocabulary.
 
-    Lesson check (../shared/reference/003_*.txt): llama-3.1-70b, bf16, TP4, h100-sxm-80gb, 0.9 gives
-    25,479 blocks = 407,664 tokens, 2.1% above the lesson's 399,169.
+    Checks: the three KV sizes vLLM v0.15.1 logged on H100 (tests/unit/test_memory_vllm.py) within
+    0.8%; the reference lesson (../shared/reference/003_*.txt), llama-3.1-70b bf16 TP4 at 0.9 with
+    `gpu_memory_bytes` 80e9 (its "80 GB"), gives 26,093 blocks = 417,488 tokens, 4.6% above its
+    399,169.
     """
     model, gpu = _model(model), _gpu(gpu)
     tp = check_tensor_parallel(model, tp)
@@ -259,7 +284,8 @@ def kv_capacity(
     if model.is_moe:
         expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
 
-    usable = math.floor(gpu.hbm_bytes * util)
+    total, source = gpu_memory_total(gpu, gpu_memory_bytes)
+    usable = math.floor(total * util)
     weights = weights_bytes_per_gpu(model, tp, weight_dtype)
     extra = _nonnegative_int("extra_weights_bytes_per_gpu", extra_weights_bytes_per_gpu)
     _nonnegative_int("extra_kv_bytes_per_token_per_gpu", extra_kv_bytes_per_token_per_gpu)
@@ -277,7 +303,7 @@ def kv_capacity(
         drafts = f" + {_gb(extra)} of draft model / LoRA buffers" if extra else ""
         terms = (f"{_gb(weights)} of weights{drafts} + {_gb(activation)} activations + {_gb(overhead)} "
                  "overhead per GPU")
-        room = f"{_gb(usable)} usable ({util:g} x {gpu.hbm_bytes / 1e9:g} GB)"
+        room = f"{_gb(usable)} usable ({util:g} x {total / 1e9:.4g} GB)"
         need = weights + extra + activation + overhead
         relation = (f"{terms} > {room}" if need > usable
                     else f"{terms} leave {_gb(available)} of {room}, less than one KV block")
@@ -294,13 +320,31 @@ def kv_capacity(
         model=model, gpu=gpu, tp=tp, weight_dtype=dtype, expert_weight_dtype=expert_dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=float(util), block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        num_gpu_blocks_override=num_gpu_blocks_override, hbm_bytes=gpu.hbm_bytes, usable_bytes_per_gpu=usable,
+        num_gpu_blocks_override=num_gpu_blocks_override, hbm_bytes=gpu.hbm_bytes, gpu_memory_bytes=total,
+        gpu_memory_source=source, usable_bytes_per_gpu=usable,
         weights_bytes_per_gpu=weights, activation_peak_bytes=activation, overhead_bytes=overhead,
         kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
         available_kv_bytes_per_gpu=available, block_bytes_per_gpu=block_bytes, kv_blocks=blocks,
         kv_tokens=blocks * block_size, extra_weights_bytes_per_gpu=extra_weights_bytes_per_gpu,
         extra_kv_bytes_per_token_per_gpu=extra_kv_bytes_per_token_per_gpu,
     )
+
+
+# A GPU's memory as `gpu_memory_bytes` accepts it: 1 GB to 10 TB (traces/bounds.py holds the same).
+GPU_MEMORY_MIN, GPU_MEMORY_MAX = 1e9, 1e13
+
+
+def gpu_memory_total(gpu: GpuSpec, gpu_memory_bytes: float | None = None) -> tuple[int, str]:
+    """The per-GPU memory KV capacity is sized from, and where it comes from: the CUDA-reported
+    total of `gpu` ("cuda"), or `gpu_memory_bytes` ("override"; 80e9 is read as 80,000,000,000)."""
+    if gpu_memory_bytes is None:
+        return gpu.cuda_total_bytes, "cuda"
+    value = gpu_memory_bytes
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not GPU_MEMORY_MIN <= value <= GPU_MEMORY_MAX:
+        raise ConfigError(f"gpu_memory_bytes: got {value!r}, expected bytes of memory per GPU, from 1e9 to 1e13 "
+                          "(80e9 for an '80 GB' card)")
+    return int(value), "override"
 
 
 def _gb(nbytes: float) -> str:

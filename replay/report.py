@@ -185,9 +185,12 @@ def print_capacity(console: Console, cap) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     gb = 1e9
+    source = "--gpu-memory-bytes" if d["gpu_memory_source"] == "override" else "as CUDA reports it"
+    table.add_row("GPU memory", f"{d['gpu_memory_bytes'] / gb:,.2f} GB = {d['gpu_memory_bytes'] / 2**30:,.2f} GiB "
+                                f"({source}) x {d['gpu_memory_utilization']:g}")
     table.add_row("weights per GPU", f"{d['weights_bytes_per_gpu'] / gb:,.2f} GB ({d['weight_dtype']})")
     table.add_row("activation peak per GPU", f"{d['activation_peak_bytes'] / gb:,.2f} GB")
-    table.add_row("other overhead per GPU", f"{d['overhead_bytes'] / gb:,.2f} GB")
+    table.add_row("non-torch memory per GPU", f"{d['overhead_bytes'] / gb:,.2f} GB")
     table.add_row("KV cache per GPU", f"{d['available_kv_bytes_per_gpu'] / gb:,.2f} GB")
     table.add_row("KV bytes per token", f"{d['kv_bytes_per_token']:,} ({d['kv_cache_dtype']}, whole model)")
     table.add_row("KV bytes per token per GPU", f"{d['kv_bytes_per_token_per_gpu']:,}")
@@ -227,7 +230,8 @@ def _inspect_value(value) -> str:
 CATALOG_HEADERS = {
     "params_b": "params B", "active_params_b": "active B", "layers": "layers", "attention": "attn",
     "kv_heads": "kv heads", "head_dim": "head", "context_tokens": "context", "weight_dtype": "weights",
-    "kv_bytes_per_token_bf16": "KV/token", "hbm_gb": "HBM GB", "hbm_tb_per_s": "TB/s",
+    "kv_bytes_per_token_bf16": "KV/token", "hbm_gb": "HBM GB", "cuda_total_gib": "CUDA GiB",
+    "hbm_tb_per_s": "TB/s",
     "bf16_tflops": "BF16 TF", "fp8_tflops": "FP8 TF", "interconnect_gb_per_s": "link GB/s",
     "interconnect": "link", "price_usd_per_gpu_hour": "$/GPU-h",
 }
@@ -238,8 +242,9 @@ def print_catalog(console: Console, rows: dict) -> None:
         if not items:
             continue
         table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-        # The table keeps what fits 80 columns; --json has every field.
-        keys = [k for k in items[0] if k not in ("interconnect", "attention", "kv_heads", "head_dim")]
+        # The table keeps what fits 80 columns; --json has every field. A GPU's marketed size is in
+        # its id (h100-sxm-80gb), so the table shows the memory CUDA reports instead.
+        keys = [k for k in items[0] if k not in ("interconnect", "attention", "kv_heads", "head_dim", "hbm_gb")]
         for key in keys:
             table.add_column(CATALOG_HEADERS.get(key, key), justify="left" if key == "id" else "right",
                              no_wrap=key == "id")

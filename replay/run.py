@@ -83,6 +83,10 @@ def replay_trace(
                 "replicas": p.config.replicas,
                 "kv_blocks_per_replica": p.capacity.kv_blocks,
                 "kv_tokens_per_replica": p.capacity.kv_tokens,
+                # what the KV cache was sized from: bytes per GPU, "cuda" (the GPU's reported
+                # total) or "override" (the pool's gpu_memory_bytes)
+                "gpu_memory_bytes": p.capacity.gpu_memory_bytes,
+                "gpu_memory_source": p.capacity.gpu_memory_source,
                 "max_model_len": p.max_model_len,
                 "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour,
                 "step_model": p.step_model,

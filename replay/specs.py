@@ -165,6 +165,8 @@ def catalog_rows() -> dict[str, list[dict[str, Any]]]:
         {
             "id": g.id,
             "hbm_gb": round(g.hbm_bytes / 1e9, 1),
+            # what CUDA reports, and vLLM sizes the KV cache from
+            "cuda_total_gib": round(g.cuda_total_bytes / 2**30, 2),
             "hbm_tb_per_s": round(g.hbm_bandwidth_bytes_per_s / 1e12, 3),
             "bf16_tflops": round(g.bf16_flops / 1e12, 1),
             "fp8_tflops": round(g.fp8_flops / 1e12, 1) if g.fp8_native else None,

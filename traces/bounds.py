@@ -71,6 +71,7 @@ BY_NAME: dict[str, Bound] = {
     "max_num_batched_tokens": Bound(1, 16_777_216, "tokens per step"),
     "block_size": Bound(1, 128, "tokens per block"),
     "num_gpu_blocks_override": Bound(1, 4_194_304, "KV blocks per replica"),
+    "gpu_memory_bytes": Bound(1e9, 1e13, "bytes of memory per GPU"),
     "num_speculative_tokens": Bound(1, 64, "draft tokens"),
     "max_loras": Bound(1, 1024, "LoRA slots"),
     "max_lora_rank": Bound(1, 512, "a LoRA rank"),

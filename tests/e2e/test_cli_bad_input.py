@@ -117,7 +117,7 @@ CONFIG_CASES = {
     "model does not fit at that TP": (
         "model: llama-3.1-70b\ngpu: h100-sxm-80gb\npools:\n  - {name: a, replicas: 1, tensor_parallel_size: 1}\n",
         ["pools[0]", "llama-3.1-70b", "h100-sxm-80gb", "tensor_parallel_size 1", "does not fit",
-         "short by 72.1 GB", "tensor_parallel_size >= 4"]),
+         "short by 66.5 GB", "tensor_parallel_size >= 2"]),
     "python object YAML tag": (
         'model: !!python/object/apply:os.system ["echo hi"]\n',
         ["fleet.yaml line 1", "python/object/apply:os.system"]),
@@ -258,7 +258,7 @@ def test_context_overflow_is_not_an_input_error(cli, write, tmp_path):
 
 @pytest.mark.parametrize(("argv", "fragments"), [
     (["capacity", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "1"],
-     ["llama-3.1-70b", "h100-sxm-80gb", "--tp 1", "short by 72.1 GB"]),
+     ["llama-3.1-70b", "h100-sxm-80gb", "--tp 1", "0.9 x 85.06 GB", "short by 66.5 GB", "--tp >= 2"]),
     (["capacity", "--model", "llama-9", "--gpu", "h100-sxm-80gb"], ["'llama-9'", "known", "llama-3.1-8b"]),
     (["capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "1"], ["'h100'", "known", "h100-sxm-80gb"]),
     (["capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", "--kv-cache-dtype", "int2"],

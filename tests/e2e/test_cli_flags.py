@@ -33,6 +33,13 @@ def test_every_flag_of_every_subcommand_has_help():
     ("--gpu-memory-utilization", "nan", "capacity: --gpu-memory-utilization: got nan, expected >= 0 and <= 1 (a share)"),
     ("--num-gpu-blocks-override", "2000000000", "capacity: --num-gpu-blocks-override: got 2000000000, expected >= 1"),
     ("--max-num-batched-tokens", "0", "capacity: --max-num-batched-tokens: got 0"),
+    ("--max-num-seqs", "0", "capacity: --max-num-seqs: got 0, expected >= 1"),
+    ("--gpu-memory-bytes", "5", "capacity: --gpu-memory-bytes: got 5, expected >= 1e+09 and <= 1e+13 "
+                                "(bytes of memory per GPU)"),
+    ("--gpu-memory-bytes", "1e14", "capacity: --gpu-memory-bytes: got 1e+14, expected >= 1e+09"),
+    ("--gpu-memory-bytes", "nan", "capacity: --gpu-memory-bytes: got nan"),
+    ("--gpu-memory-bytes", "-1", "capacity: --gpu-memory-bytes: got -1"),
+    ("--gpu-memory-bytes", "80GB", "capacity: argument --gpu-memory-bytes: invalid float value: '80GB'"),
 ])
 def test_capacity_flags_out_of_range_are_one_line(cli, flag, value, fragment):
     argv = ["capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", flag, value]

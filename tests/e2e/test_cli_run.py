@@ -394,13 +394,23 @@ def test_capacity_kv_bytes_per_token(cli, model, bf16):
 
 
 def test_capacity_llama_70b_tp4_h100(cli):
-    cap = capacity(cli, "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "4")
+    # The reference lesson's replica: 90% of "80 GB" (80e9 bytes) gives it 399,169 KV tokens.
+    lesson = ("--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "4", "--gpu-memory-bytes", "80e9")
+    cap = capacity(cli, *lesson)
     assert (cap["model"], cap["gpu"], cap["tp"]) == ("llama-3.1-70b", "h100-sxm-80gb", 4)
+    assert (cap["gpu_memory_bytes"], cap["gpu_memory_source"]) == (80_000_000_000, "override")
     assert 34.5e9 <= cap["weights_bytes_per_gpu"] <= 35.5e9
     assert abs(cap["kv_tokens"] - 399_169) <= 0.05 * 399_169
     assert cap["kv_tokens"] == cap["kv_blocks"] * cap["block_size"]
-    table = cli("capacity", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--tp", "4")
+    table = cli("capacity", *lesson)
     assert table.code == 0 and f"{cap['kv_tokens']:,}" in table.out
+    assert "80.00 GB = 74.51 GiB (--gpu-memory-bytes) x 0.9" in table.out
+    # Without the flag the GPU's memory is what CUDA reports: 79.22 GiB, 13% more KV than 80e9 bytes.
+    real = capacity(cli, *lesson[:-2])
+    assert (real["gpu_memory_bytes"], real["gpu_memory_source"]) == (round(79.22 * 2**30), "cuda")
+    assert real["kv_tokens"] == pytest.approx(1.13 * cap["kv_tokens"], rel=0.01)
+    shown = cli("capacity", *lesson[:-2])
+    assert "85.06 GB = 79.22 GiB (as CUDA reports it) x 0.9" in shown.out
 
 
 def test_trace_inspect_json_bundled_conv(cli):

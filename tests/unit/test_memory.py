@@ -24,6 +24,7 @@ from replay.specs import GPUS, MODELS, get_gpu, get_model
 from traces.errors import ConfigError
 
 LESSON_KV_TOKENS = 399_169  # ../shared/reference/003_*.txt: Llama 3.1 70B bf16, TP4, 80 GB, 0.9
+LESSON_GPU_BYTES = 80e9  # the lesson's "80 GB": decimal, not the 79.22 GiB CUDA reports
 
 
 def test_kv_bytes_per_token_reference_numbers():
@@ -48,7 +49,8 @@ def test_a_4000_token_conversation_on_the_8b_is_about_half_a_gigabyte():
 
 
 def test_one_100k_request_holds_the_kv_of_about_eighty_1280_token_conversations():
-    cap = kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 4)
+    # The lesson's replica (its 80 GB cards): 4 requests of 100K fit where 326 of 1,280 do.
+    cap = kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 4, gpu_memory_bytes=LESSON_GPU_BYTES)
     ratio = max_concurrency(cap, 1280) / max_concurrency(cap, 100_000)
     assert ratio == pytest.approx(80, rel=0.05)
     assert 100_000 / 1280 == pytest.approx(80, rel=0.05)
@@ -84,16 +86,32 @@ def test_weights_bytes():
 
 
 def test_lesson_replica_capacity_within_five_percent():
-    cap = kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 4, gpu_memory_utilization=0.9)
+    cap = kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 4, gpu_memory_utilization=0.9,
+                      gpu_memory_bytes=LESSON_GPU_BYTES)
+    assert (cap.gpu_memory_bytes, cap.gpu_memory_source) == (80_000_000_000, "override")
     assert cap.usable_bytes_per_gpu == 72_000_000_000
     assert cap.weights_bytes_per_gpu == pytest.approx(35.3e9, rel=0.01)
     assert cap.kv_tokens == pytest.approx(LESSON_KV_TOKENS, rel=0.05)
     # Pinned so a change to the activation or overhead model is a visible decision.
-    assert (cap.kv_blocks, cap.kv_tokens) == (25_479, 407_664)
+    assert (cap.kv_blocks, cap.kv_tokens) == (26_093, 417_488)
     assert cap.kv_tokens == cap.kv_blocks * cap.block_size
     assert cap.available_kv_bytes_per_gpu == (cap.usable_bytes_per_gpu - cap.weights_bytes_per_gpu
                                               - cap.activation_peak_bytes - cap.overhead_bytes)
     assert cap.kv_blocks == cap.available_kv_bytes_per_gpu // (16 * 81_920)
+
+
+def test_capacity_is_sized_from_the_memory_cuda_reports_unless_overridden():
+    h100 = get_gpu("h100-sxm-80gb")
+    assert h100.cuda_total_bytes == round(79.22 * 2**30)  # vLLM's "total_gpu_memory (79.22GiB)"
+    cap = kv_capacity("llama-3.1-70b", h100, 4)
+    assert (cap.gpu_memory_bytes, cap.gpu_memory_source) == (h100.cuda_total_bytes, "cuda")
+    assert cap.usable_bytes_per_gpu == int(h100.cuda_total_bytes * 0.9)
+    lesson = kv_capacity("llama-3.1-70b", h100, 4, gpu_memory_bytes=LESSON_GPU_BYTES)
+    # 0.9 x 5.06e9 more bytes per GPU is 55,600 tokens more of the 70B's KV (81,920 bytes each per GPU).
+    assert cap.kv_tokens - lesson.kv_tokens == pytest.approx(0.9 * (h100.cuda_total_bytes - 80e9) / 81_920, abs=16)
+    # an int is taken as is; the H200's larger total gives more blocks than its override to 80e9
+    assert kv_capacity("llama-3.1-8b", "h200-sxm-141gb", 1, gpu_memory_bytes=80 * 10**9).kv_blocks < \
+        kv_capacity("llama-3.1-8b", "h200-sxm-141gb", 1).kv_blocks
 
 
 def test_fp8_kv_doubles_the_blocks():
@@ -117,12 +135,16 @@ def test_does_not_fit_says_by_how_much_and_what_to_try():
         kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 1)
     msg = str(err.value)
     assert msg.startswith("llama-3.1-70b in bf16 does not fit on h100-sxm-80gb at tensor_parallel_size 1: ")
-    assert "141.1 GB of weights" in msg and "> 72.0 GB usable (0.9 x 80 GB)" in msg
-    assert "short by 72." in msg and "try tensor_parallel_size >= 4 or a smaller weight dtype" in msg
-    # FP8 weights fit at TP2.
+    assert "141.1 GB of weights" in msg and "> 76.6 GB usable (0.9 x 85.06 GB)" in msg
+    assert "short by 66." in msg and "try tensor_parallel_size >= 2 or a smaller weight dtype" in msg
+    # On the lesson's 80e9-byte cards bf16 needs TP4, FP8 weights fit at TP2.
+    with pytest.raises(ConfigError, match=r"> 72.0 GB usable \(0.9 x 80 GB\).*try tensor_parallel_size >= 4"):
+        kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 2, gpu_memory_bytes=80e9)
     with pytest.raises(ConfigError, match="try tensor_parallel_size >= 2"):
-        kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 1, weight_dtype="fp8")
-    assert kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 2, weight_dtype="fp8").kv_blocks > 0
+        kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 1, weight_dtype="fp8", gpu_memory_bytes=80e9)
+    assert kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 2, weight_dtype="fp8", gpu_memory_bytes=80e9).kv_blocks > 0
+    # on the 79.22 GiB CUDA reports, FP8 weights leave one H100 about 6,000 tokens of KV
+    assert 5_000 < kv_capacity("llama-3.1-70b", "h100-sxm-80gb", 1, weight_dtype="fp8").kv_tokens < 7_000
 
 
 def test_num_gpu_blocks_override_sets_the_blocks_but_weights_must_fit():
@@ -150,6 +172,9 @@ def test_max_model_len_must_fit_when_given():
     ({"block_size": 24}, "block_size: got 24, expected one of 1, 2, 4, 8, 16, 32, 64, 128"),
     ({"kv_cache_dtype": "int8"}, "unknown kv_cache_dtype 'int8'; known: auto"),
     ({"max_num_batched_tokens": 0}, "max_num_batched_tokens: got 0"),
+    ({"gpu_memory_bytes": 5e8}, r"gpu_memory_bytes: got 500000000.0, expected bytes of memory per GPU, from 1e9"),
+    ({"gpu_memory_bytes": float("inf")}, "gpu_memory_bytes: got inf"),
+    ({"gpu_memory_bytes": "80e9"}, "gpu_memory_bytes: got '80e9'"),
     ({"model": "llama-5"}, "unknown model 'llama-5'"),
     ({"gpu": "tpu-v5"}, "unknown gpu 'tpu-v5'"),
 ])
@@ -174,7 +199,9 @@ def test_activation_and_overhead_terms():
     assert act == 8192 * 8192 * 2 + 256 * 128_256 * 40
     # ... and the layer activations take over at TP1 with 8192 tokens.
     assert activation_peak_bytes("llama-3.1-70b", 1) == 8192 * 2 * (2 * 8192 + 3 * 28672)
-    assert overhead_bytes(1) == 1.25 * 2**30 and overhead_bytes(8) == 1.75 * 2**30
+    # non-torch memory: 0.25 GiB of kernels, plus 0.75 GiB of NCCL buffers at TP > 1; no CUDA
+    # context or graphs (vLLM v0.15 charges neither)
+    assert overhead_bytes(1) == 0.25 * 2**30 and overhead_bytes(8) == 1.0 * 2**30
 
 
 def _blocks(model_id, gpu_id, tp, **kwargs) -> int:

@@ -114,6 +114,9 @@ def test_every_gpu_is_internally_consistent(gpu_id):
     assert 0 < g.price_usd_per_gpu_hour < 20
     # Decimal marketed gigabytes: "80gb" is 80e9 bytes.
     assert g.hbm_bytes == int(gpu_id.rsplit("-", 1)[1].removesuffix("gb")) * 10**9
+    # What CUDA reports is the board's memory less the driver's reservation: between the marketed
+    # decimal size's 99% and 108% (79.22 GiB = 85.06e9 bytes for an "80 GB" H100).
+    assert isinstance(g.cuda_total_bytes, int) and 0.99 < g.cuda_total_bytes / g.hbm_bytes < 1.08
 
 
 def test_datasheet_spot_checks():
@@ -161,7 +164,9 @@ def test_spec_construction_rejects_inconsistent_numbers():
     with pytest.raises(ConfigError, match="num_layers must be a positive integer"):
         ModelSpec("x", "X", "x/x", 0, 64, 4, 2, 16, 128, 100, 1e6, 1e6, 128)
     with pytest.raises(ConfigError, match="hbm_bytes must be positive"):
-        GpuSpec("g", "G", 0, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0)
+        GpuSpec("g", "G", 0, 10**9, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0)
+    with pytest.raises(ConfigError, match="cuda_total_bytes must be positive"):
+        GpuSpec("g", "G", 10**9, 0, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0)
 
 
 def test_catalog_rows_are_json_safe_tables():
@@ -175,5 +180,6 @@ def test_catalog_rows_are_json_safe_tables():
     assert by_id["deepseek-v3"]["attention"] == "MLA" and by_id["deepseek-v3"]["head_dim"] == 576
     gpus = {r["id"]: r for r in rows["gpus"]}
     assert gpus["h100-sxm-80gb"]["hbm_gb"] == 80.0 and gpus["h100-sxm-80gb"]["bf16_tflops"] == 989.4
+    assert gpus["h100-sxm-80gb"]["cuda_total_gib"] == 79.22  # vLLM's "total_gpu_memory (79.22GiB)"
     assert gpus["a100-sxm-80gb"]["fp8_tflops"] is None
     assert len({tuple(r) for r in rows["models"]}) == 1 and len({tuple(r) for r in rows["gpus"]}) == 1
