@@ -28,7 +28,8 @@ class ExperimentReplay:
     """A replayed experiment. `figures[stage]` (0, 1, ... and WHOLE_RUN) maps the names of
     ground_truth.csv (ttft_mean, itl_mean, e2e_p99, throughput_req_s, ...) to replayed values, plus
     `requests`, `finished` and `unfinished` counts. `requests` is the run's requests frame with a
-    `stage` column; `ticks` its per-pool tick series; `summary` its summary.json mapping."""
+    `stage` column; `ticks` its per-pool tick series; `summary` its summary.json mapping;
+    `stage_spans_us[stage]` = (the stage's start, its last arrival) on the ticks' clock."""
 
     experiment: Experiment
     figures: dict[int, dict[str, float | None]]
@@ -36,6 +37,7 @@ class ExperimentReplay:
     ticks: pl.DataFrame
     summary: dict[str, Any]
     wall_s: float
+    stage_spans_us: dict[int, tuple[int, int]] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,8 +114,10 @@ def replay_experiment(exp: Experiment, overrides: dict[str, Any] | None = None, 
     figures = {s.index: measure(exp, requests.filter(pl.col("stage") == s.index), s.index, starts)
                for s in exp.stages}
     figures[WHOLE_RUN] = measure(exp, requests, WHOLE_RUN, starts)
+    last = dict(requests.group_by("stage").agg(pl.col("arrival_us").max()).iter_rows())
+    spans = {stage: (start, int(last[stage])) for stage, start in starts.items()}
     return ExperimentReplay(exp, figures, requests, result.ticks, result.summary,
-                            time.perf_counter() - started, dict(overrides or {}))
+                            time.perf_counter() - started, spans, dict(overrides or {}))
 
 
 __all__ = ["COMPARED", "FAMILIES", "STAGE_GAP_S", "ExperimentReplay", "measure", "replay_experiment"]

@@ -185,3 +185,19 @@ def test_itl_is_read_as_the_harness_read_it(experiments):
     assert got["throughput_req_s"] == pytest.approx(2 / 4.03)
     no_count = dataclasses.replace(exp, measured={})
     assert measure(no_count, requests, 0, {0: 0})["itl_mean"] == pytest.approx(2000.0 / 246)
+
+
+def test_a_replay_gives_every_stage_its_figures_frames_and_span(experiments):
+    from replay.measured import replay_experiment
+
+    exp = experiments["62"]  # Mistral-NeMo-12B TP2 at 2.5 then 6 req/s: 5,100 requests
+    result = replay_experiment(exp, {"pools.vllm.engine.max_num_seqs": 16})
+    assert set(result.figures) == {WHOLE_RUN, 0, 1} and result.unfinished == 0
+    assert [result.figures[s]["requests"] for s in (0, 1, WHOLE_RUN)] == [1500, 3600, 5100]
+    assert result.requests["stage"].value_counts().sort("stage")["count"].to_list() == [1500, 3600]
+    assert result.summary["pool_plans"]["vllm"]["tensor_parallel_size"] == 2
+    assert result.ticks["pool"].unique().to_list() == ["vllm"]
+    assert result.ticks["running"].max() == 16  # the override reached the engine (25 without it)
+    (start0, last0), (start1, last1) = result.stage_spans_us[0], result.stage_spans_us[1]
+    assert start0 == 0 and last0 == pytest.approx(600e6, abs=2) and start1 == last0 + STAGE_GAP_S * 1e6
+    assert result.figures[1]["ttft_mean"] > 0 and result.figures[1]["itl_mean"] > 0
