@@ -65,7 +65,8 @@ def _describe(result: Any) -> dict[str, Any]:
         "workload": exp.workload, "stages_rps": [s.rate_rps for s in exp.stages], "unsafe": exp.unsafe,
         "not_modelled": list(exp.not_modelled()), "unfinished": result.unfinished,
         "replay_wall_s": round(result.wall_s, 3),
-        "replayed": {str(stage): figures for stage, figures in result.figures.items()},
+        "measured": {str(stage): figures for stage, figures in sorted(exp.measured.items())},
+        "replayed": {str(stage): figures for stage, figures in sorted(result.figures.items())},
     }
 
 
