@@ -1,6 +1,7 @@
 """`llm-replay validate SCENARIOS.yaml`: replay each scenario, compare with published measurements,
 print predicted vs expected per row and the MAPE per metric group. Exit 0: every row within its
-tolerance; 1: some row outside it (or a replay that left requests unfinished); 2: bad input."""
+tolerance; 1: some row outside it (or a replay that left requests unfinished); 2: bad input.
+`llm-replay validate vllm-s2r --data DIR` replays real vLLM experiments instead (replay/cli_measured.py)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ the span from the first arrival to the last finish. Replays run until every requ
 
 'published' names the shipped file of published measurements (replay/scenarios/published.yaml).
 Exit codes: 0 every row passes, 1 some row fails, 2 bad input.
+
+'vllm-s2r' names a set of real vLLM experiments whose files are not shipped (their licence does
+not allow it): --data DIR is the folder holding experiments.csv and ground_truth.csv, --models DIR
+holds <name>/config.json for models the catalog lacks, --only takes exp_ids. It prints measured vs
+replayed TTFT, ITL and E2E means per experiment and stage (p90/p99 too with --json), then the
+MAPE per family; exit 0 when it ran, 2 bad input.
 """
 
 
@@ -55,6 +62,10 @@ def add_parser(sub: Any) -> None:
                    help="run only the scenario(s) whose name contains NAME (repeatable)")
     p.add_argument("--engine", choices=("numba", "reference"), default="numba",
                    help="replay engine (default numba; reference: the pure-Python twin, slower)")
+    p.add_argument("--data", metavar="DIR", default=None,
+                   help="vllm-s2r only: the measurements folder (experiments.csv, ground_truth.csv); required")
+    p.add_argument("--models", metavar="DIR", default=None,
+                   help="vllm-s2r only: a folder of <name>/config.json for models the catalog lacks")
     from replay.cli import add_plugin_option
 
     add_plugin_option(p)
@@ -75,6 +86,13 @@ def run(args: argparse.Namespace) -> int:
     from traces.errors import UserError
 
     load_plugins(args.plugin)
+    from replay import cli_measured
+
+    if args.scenarios == cli_measured.NAME and not Path(args.scenarios).exists():
+        return cli_measured.run(args)
+    for flag in ("data", "models"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag}: applies to 'validate {cli_measured.NAME}' only, not to a scenario file")
     path = scenario_path(args.scenarios)
     scenarios = load_scenarios(path)
     if args.only:
