@@ -110,3 +110,32 @@ def test_to_dict_is_summary_json_shaped():
     assert got == {"class": "overloaded", "queue_slope_per_s": 8.0, "arrival_rate_per_s": 20.0,
                    "completion_rate_per_s": 12.0, "queue_end": 480, "queue_peak": 480,
                    "judged_from_s": 30.0, "judged_to_s": 60.0}
+
+
+def test_classify_pool_reads_a_ticks_frame_and_a_prefill_pools_load_from_the_requests():
+    import polars as pl
+
+    from replay.saturation import classify_pool
+
+    n = 60
+    t_us = np.arange(1, n + 1) * TICK_US
+    # the decode pool's ticks count every arrival; the prefill pool's none, its queue grows
+    ticks = pl.DataFrame({
+        "t_us": np.concatenate((t_us, t_us)), "pool": ["decode"] * n + ["prefill"] * n,
+        "waiting": np.concatenate((np.zeros(n, np.int64), np.arange(1, n + 1) * 6)),
+        "arrivals": np.concatenate((np.full(n, 10), np.zeros(n, np.int64))),
+        "finished": np.concatenate((np.full(n, 4), np.zeros(n, np.int64))),
+    })
+    # 10 requests a second arrive (at the decode pool); the prefill pool ends 4 prefills a second
+    arrival = np.repeat(np.arange(n) * TICK_US, 10) + 1
+    prefill_end = np.full(len(arrival), None, dtype=object)
+    prefill_end[: 4 * n] = np.repeat(np.arange(n) * TICK_US + 500_000, 4)
+    requests = pl.DataFrame({"pool": ["decode"] * len(arrival), "prefill_pool": ["prefill"] * len(arrival),
+                             "arrival_us": arrival, "prefill_end_us": pl.Series(prefill_end.tolist(), dtype=pl.Int64)})
+    prefill = classify_pool(ticks, "prefill", requests=requests)
+    assert prefill.state == OVERLOADED
+    assert prefill.arrival_rate_per_s == pytest.approx(10) and prefill.completion_rate_per_s == pytest.approx(4)
+    assert classify_pool(ticks, "prefill").state != OVERLOADED  # without the requests it sees no load
+    assert classify_pool(ticks, "decode", requests=requests).state == STABLE
+    stage = classify_pool(ticks, "prefill", (20 * TICK_US, 40 * TICK_US), requests)
+    assert stage.state == OVERLOADED and stage.judged_to_us == 40 * TICK_US
