@@ -20,6 +20,7 @@ from numba import njit
 from replay.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
+from replay.saturation import classify_pool
 from replay.serving import token_return_us
 
 REQUEST_COLUMNS = (
@@ -327,13 +328,16 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
     fleet = block(requests, ticks, int(hits.sum()), int(queries.sum()), int(outs.sum()))
     pools = {}
     for plan in raw.plans:
+        pool_ticks = ticks.filter(pl.col("pool") == plan.name)
         pools[plan.name] = block(
             served_by(requests, plan.name),  # a prefill pool's are those it prefilled (they decode elsewhere)
-            ticks.filter(pl.col("pool") == plan.name),
+            pool_ticks,
             int(hits[plan.index]),
             int(queries[plan.index]),
             int(outs[plan.index]),
         )
+        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/saturation.py)
+        pools[plan.name]["saturation"] = classify_pool(pool_ticks, plan.name, requests=requests).to_dict()
     workloads = {
         str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
         for name in sorted(requests["workload"].unique().to_list())

@@ -141,6 +141,17 @@ def _cell(value, unit: str) -> str:
     return f"{value:,}"
 
 
+SATURATION_STYLES = {"stable": "green", "backlogged": "yellow", "overloaded": "bold red"}
+
+
+def saturation_cell(saturation: dict | None) -> str:
+    """A pool's class as rich markup: red overloaded, yellow backlogged, green stable."""
+    if not saturation:
+        return "-"
+    state = str(saturation.get("class"))
+    return f"[{SATURATION_STYLES.get(state, 'default')}]{escape(state)}[/]"
+
+
 def coverage_line(summary: dict) -> str:
     """Which requests the table's percentiles cover (a rejected or unfinished request has none)."""
     return (f"percentiles cover: TTFT the {summary.get('ttft_requests', 0):,} requests with a first token; TPOT "
@@ -164,6 +175,9 @@ def print_summary(console: Console, summary: dict, out: Path, wall_s: float | No
         columns.append(summary)
     for label, key, unit in SUMMARY_ROWS:
         table.add_row(label, *(_cell(col.get(key), unit) for col in columns))
+    # per pool only: the fleet's pools may be one stable and one overloaded (replay/saturation.py)
+    table.add_row("saturation", *(saturation_cell(pool.get("saturation")) for pool in pools.values()),
+                  *([""] if len(pools) > 1 else []))
     console.print(table)
     console.print(f"[dim]{coverage_line(summary)}[/]", soft_wrap=True)
     print_verdict(console, summary.get("verdict") or [])

@@ -24,7 +24,8 @@ import polars as pl
 from replay.files import kind
 from traces.errors import UserError
 from traces.yamlfile import read_yaml
-from tui.validate import EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary
+from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary,
+                          summary_saturation)
 
 # replay/live.py's layout, repeated here so tui imports no engine (tests/tui/test_live.py holds
 # the two equal)
@@ -32,7 +33,7 @@ LIVE_DIR = "live"
 STATUS_FILE = "status.json"
 CHUNK_FILES = ("ticks", "events", "requests", "firsts")
 RUN_FILES = ("ticks.parquet", "events.parquet", "requests.parquet", "config.yaml")
-SUMMARY_FILE = "summary.json"  # not drawn from, but checked when there: a cut-short one is a damaged run
+SUMMARY_FILE = "summary.json"  # checked when there (a cut-short one is a damaged run); gives the pools' saturation
 # the columns read, declared with their kinds in tui/validate.py (one schema per file)
 TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
@@ -73,6 +74,7 @@ class RunData:
     requests: pl.DataFrame
     slo: dict
     live: LiveStatus | None = None
+    saturation: dict[str, str] = field(default_factory=dict)  # pool -> class, from summary.json (finished runs)
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
@@ -246,10 +248,16 @@ def _ended(requests: pl.DataFrame) -> pl.DataFrame:
             .sort("ended_us"))
 
 
+def _saturation_in(src: Path) -> dict[str, str]:
+    """The pools' saturation classes of a finished run's summary.json (checked whole when there)."""
+    if not (src / SUMMARY_FILE).is_file():
+        return {}
+    return summary_saturation(src / SUMMARY_FILE, check_summary(src / SUMMARY_FILE))
+
+
 def _load_finished(path: Path, src: Path) -> RunData:
     builder = RunBuilder(path, _load_config(src / "config.yaml"))
-    if (src / SUMMARY_FILE).is_file():
-        check_summary(src / SUMMARY_FILE)
+    saturation = _saturation_in(src)
     ticks = _read_parquet(src / "ticks.parquet", TICKS)
     events = _read_parquet(src / "events.parquet", EVENTS)
     requests = _read_parquet(src / "requests.parquet", REQUESTS)
@@ -257,7 +265,9 @@ def _load_finished(path: Path, src: Path) -> RunData:
     builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
     builder.add_ticks(ticks, src / "ticks.parquet")
     builder.add_events(events)
-    return builder.snapshot(requests, None)
+    data = builder.snapshot(requests, None)
+    data.saturation = saturation
+    return data
 
 
 class Grow:
@@ -547,5 +557,5 @@ class LiveFollower:
             held = sum(f.height for f in self.requests) + (self.inflight.height if self.inflight is not None else 0)
             if (_rows_in(src / "ticks.parquet") == b.tick_rows and _rows_in(src / "requests.parquet") == held
                     and _rows_in(src / "events.parquet") == b.event_rows):
-                return RunData(**{**self.data.__dict__, "live": None})
+                return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)

@@ -221,6 +221,7 @@ def header_text(model: Model, width: int) -> Text:
     t.append(f"  {scope} [{scopes.index(v.scope) + 1}/{len(scopes)}]" if v.scope in scopes else f"  {scope}")
     t.append(f"  {fmt_time(v.cursor_us)} / {fmt_time(model.t_end)}", "bold")
     t.append(f"  {'▶' if v.playing else '❚❚'} {SPEEDS[v.speed_index]}x")
+    t.append_text(saturation_text(model))
     for r in model.runs:
         if r.live is not None:
             if r.live.state == "failed":
@@ -232,6 +233,34 @@ def header_text(model: Model, width: int) -> Text:
                 share = r.live.done_us / max(r.live.end_us, 1)
                 t.append(f"  live {min(share, 1):.0%}" + (" following" if v.following else ""), "bold green")
     t.truncate(width)
+    return t
+
+
+SATURATION_STYLES = {"stable": "green", "backlogged": "bold yellow", "overloaded": "bold red"}
+
+
+def saturation_text(model: Model) -> Text:
+    """The scope's saturation class from each run's summary.json: a pool's own; for a fleet of
+    several pools, the pools that were not stable by name (or `stable` when all were). Nothing for
+    a run without it (recorded before the field, or still live)."""
+    scope = model.view.scope
+    t = Text()
+    if not any(run.saturation for run in model.runs):
+        return t
+    for k, run in enumerate(model.runs):
+        t.append(" vs " if k else "  ", "grey50")
+        one = scope if scope != FLEET else (run.pools[0] if len(run.pools) == 1 else None)
+        if one is not None:
+            state = run.saturation.get(one)
+            t.append(state or "-", SATURATION_STYLES.get(state, "grey50"))
+            continue
+        if not run.saturation:
+            t.append("-", "grey50")
+            continue
+        worse = [(p, s) for p, s in run.saturation.items() if s != "stable"]
+        for i, (pool, state) in enumerate(worse or [("", "stable")]):
+            t.append((", " if i else "") + (f"{pool} " if pool else ""), RUN_STYLES[k])
+            t.append(state, SATURATION_STYLES[state])
     return t
 
 

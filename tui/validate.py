@@ -22,6 +22,7 @@ INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
 EXPECTED = {INT: "an integer type (int64)", FLOAT: "a numeric type (float64)", STR: "a string type",
             BOOL: "a boolean type"}
 STATUSES = ("finished", "rejected", "unfinished")
+SATURATION_CLASSES = ("stable", "backlogged", "overloaded")  # replay/saturation.py's CLASSES
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def check_config(file: Path, cfg: object) -> dict:
     return cfg
 
 
-def check_summary(file: Path) -> None:
+def check_summary(file: Path) -> dict:
     """summary.json, when a finished run has one, is a whole JSON object (not cut short)."""
     try:
         body = json.loads(file.read_text())
@@ -172,3 +173,23 @@ def check_summary(file: Path) -> None:
         raise UserError(f"{file}: not valid JSON, truncated or damaged? ({exc})") from None
     if not isinstance(body, dict):
         raise UserError(f"{file}: expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def summary_saturation(file: Path, body: dict) -> dict[str, str]:
+    """Each pool's saturation class (`pools.<name>.saturation.class`, replay/saturation.py); a
+    pool without one (a run recorded before the field existed) is left out."""
+    pools = body.get("pools")
+    if not isinstance(pools, dict):
+        return {}
+    found = {}
+    for name, block in pools.items():
+        got = block.get("saturation") if isinstance(block, dict) else None
+        if got is None:
+            continue
+        state = got.get("class") if isinstance(got, dict) else got
+        if state not in SATURATION_CLASSES:
+            raise UserError(f"{file}: pools.{name}.saturation.class: got {state!r}, expected one of "
+                            f"{', '.join(SATURATION_CLASSES)}")
+        found[str(name)] = state
+    return found
