@@ -188,6 +188,30 @@ def default_coefficients(gpu_id: str) -> dict[str, float] | None:
     return entry
 
 
+REQUEST_FIT_FORMAT = "llm-replay-request-fit/1"
+
+
+@functools.lru_cache(maxsize=None)
+def request_fit(gpu_id: str) -> dict[str, Any] | None:
+    """The shipped request-level fit of `gpu_id` (`llm-replay calibrate --experiments`: replays of real
+    vLLM servers matched to what their clients measured), or None for a GPU without one. Its
+    step-model keys win over the GPU's Vidur-fitted ones when a pool sets no profile."""
+    path = PROFILES_DIR / f"request_fit_{gpu_id}.yaml"
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("format") != REQUEST_FIT_FORMAT or data.get("gpu") != gpu_id:
+        raise ConfigError(f"{path}: expected 'format: {REQUEST_FIT_FORMAT}' for gpu {gpu_id}")
+    return data
+
+
+def default_source(gpu_id: str) -> str:
+    """What a pool without a profile takes its step model from, for summary.json."""
+    if request_fit(gpu_id) is not None:
+        return f"{gpu_id} defaults (request-level fit to real vLLM servers, replay/profiles/request_fit_{gpu_id}.yaml)"
+    return f"{gpu_id} defaults"
+
+
 @functools.lru_cache(maxsize=None)
 def _shipped(name: str) -> Profile:
     return read_profile(PROFILES_DIR / name)
@@ -216,9 +240,11 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
 
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
-    base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us", "link_efficiency"))
-    if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some
-        base.update(default_coefficients(gpu_id) or {})
+    base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us", "link_efficiency",
+                                                   "attention_mbu"))
+    if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some,
+        base.update(default_coefficients(gpu_id) or {})  # and its request-level fit, where shipped
+        base.update((request_fit(gpu_id) or {}).get("step_model", {}))
     elif args.profile == VIDUR:
         defaults = default_coefficients(gpu_id)
         if defaults is None:

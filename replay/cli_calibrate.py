@@ -29,15 +29,31 @@ not measured) and TP 2 batch 64 rows (anomalous) are excluded and counted. Witho
 in the file gets its own fit.
 
 {textwrap.fill(GENERIC_HELP, 100)}
+
+Request level (--experiments DIR, instead of PROFILE.csv): replay real vLLM experiments whole (a
+measurements folder as `validate vllm-s2r` reads it) and fit the step model's memory efficiency
+(mbu), per-step and per-sequence overheads and all-reduce latency, and the serving terms, to the
+client-measured mean TTFT, ITL and E2E; then leave-one-model-out cross-validation. Prints the
+config keys it found and writes them (with the errors) to --out. One GPU per fit.
 """
 
 
 def add_parser(sub: Any) -> None:
     cal = sub.add_parser("calibrate", help="fit the step model to measured step times (writes a profile)",
                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cal.add_argument("profile_csv", metavar="PROFILE.csv", help="measured step times")
-    cal.add_argument("--model", required=True, help="catalog model id (llm-replay catalog)")
-    cal.add_argument("--gpu", required=True, help="catalog GPU id (llm-replay catalog)")
+    cal.add_argument("profile_csv", metavar="PROFILE.csv", nargs="?", help="measured step times")
+    cal.add_argument("--model", help="catalog model id (llm-replay catalog); step times only")
+    cal.add_argument("--gpu", help="catalog GPU id (llm-replay catalog); step times only")
+    cal.add_argument("--experiments", metavar="DIR",
+                     help="request level: a folder of real vLLM experiments (experiments.csv, ground_truth.csv)")
+    cal.add_argument("--models", metavar="DIR", help="request level: folder of config.json files for models "
+                                                      "not in the catalog")
+    cal.add_argument("--only", action="append", default=[], metavar="ID",
+                     help="request level: fit only these exp_ids (repeatable)")
+    cal.add_argument("--max-stage-s", type=float, default=240.0, metavar="S",
+                     help="request level: replay at most S seconds of each stage while fitting (default 240; "
+                          "the rate, not the length, sets a stage's latencies)")
+    cal.add_argument("--no-cv", action="store_true", help="request level: skip the cross-validation")
     cal.add_argument("--tp", type=int, default=None,
                      help="tensor parallel size of the measurements (splitwise: keep only this TP; generic: 1)")
     cal.add_argument("--format", choices=FORMATS, default="splitwise", help="CSV layout (default: splitwise)")
@@ -48,6 +64,25 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from traces.errors import UserError
+
+    if args.experiments is not None:
+        if args.profile_csv is not None or args.model or args.gpu or args.tp is not None:
+            raise UserError("calibrate --experiments: fits whole experiments, so it takes no PROFILE.csv, --model, "
+                            "--gpu or --tp (each experiment names its own)")
+        from replay.cli_calibrate_requests import run_requests
+
+        return run_requests(args)
+    if args.profile_csv is None:
+        raise UserError("calibrate: give PROFILE.csv (measured step times) with --model and --gpu, or --experiments "
+                        "DIR (real vLLM experiments)")
+    for flag in ("model", "gpu"):
+        if getattr(args, flag) is None:
+            raise UserError(f"calibrate {args.profile_csv}: --{flag} is required with step times")
+    return _run_steps(args)
+
+
+def _run_steps(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.calibrate import check_fit, cross_validate, fit_knee, step_shape, terms, unit_params

@@ -65,9 +65,19 @@ def _describe(result: Any) -> dict[str, Any]:
         "workload": exp.workload, "stages_rps": [s.rate_rps for s in exp.stages], "unsafe": exp.unsafe,
         "not_modelled": list(exp.not_modelled()), "unfinished": result.unfinished,
         "replay_wall_s": round(result.wall_s, 3),
+        "saturation": _saturation(result),
         "measured": {str(stage): figures for stage, figures in sorted(exp.measured.items())},
         "replayed": {str(stage): figures for stage, figures in sorted(result.figures.items())},
     }
+
+
+def _saturation(result: Any) -> dict[str, Any]:
+    from replay.measured.compare import measured_class, replayed_classes
+
+    replayed = replayed_classes(result)
+    want = measured_class(result.experiment)
+    return {"measured": want, "replayed": {str(k): v for k, v in sorted(replayed.items())},
+            "differs": replayed[-1] != want}
 
 
 def _ms(v: float | None) -> str:
@@ -91,9 +101,14 @@ def print_table(console: Any, results: list, rows: list, errors: dict) -> None:
         t.add_column(f"{family} meas", justify="right")
         t.add_column("replay", justify="right")
         t.add_column("err", justify="right")
+    t.add_column("class", justify="left")
     t.add_column("", justify="left")
+    differs = []
     for result in results:
         exp = result.experiment
+        sat = _saturation(result)
+        if sat["differs"]:
+            differs.append(f"{exp.id} (replayed {sat['replayed']['-1']}, measured {sat['measured']})")
         stages = [-1, *(s.index for s in exp.stages)] if len(exp.stages) > 1 else [-1]
         for stage in stages:
             label = "all" if stage == -1 else f"{stage}: {exp.stages[stage].rate_rps:g}/s"
@@ -110,8 +125,13 @@ def print_table(console: Any, results: list, rows: list, errors: dict) -> None:
                 if result.unfinished:
                     notes.append(f"{result.unfinished} unfinished")
             head = (exp.id, exp.set, f"{exp.model} TP{exp.tp}") if stage == -1 else ("", "", "")
-            t.add_row(*head, label, *cells, "; ".join(notes))
+            cls = sat["replayed"][str(stage)] if str(stage) in sat["replayed"] else sat["replayed"]["-1"]
+            if stage == -1 and sat["differs"]:
+                cls = f"[red]{cls} (measured {sat['measured']})[/]"
+            t.add_row(*head, label, *cells, cls, "; ".join(notes))
     console.print(t)
+    console.print(f"saturation: {len(results) - len(differs)} of {len(results)} runs replay in their measured class"
+                  + (f"; differs: {', '.join(differs)}" if differs else ""), soft_wrap=True)
     m = Table(title="MAPE of the means (|replayed - measured| / measured)")
     for name in ("set", "over", "rows", "TTFT", "ITL", "E2E"):
         m.add_column(name, justify="left" if name in ("set", "over") else "right")

@@ -19,14 +19,14 @@ import polars as pl
 from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
-from replay.calprofile import step_coefficients
+from replay.calprofile import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.serving import ServingTerms, engine_arrivals, serving_terms
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import (BYTES_RATE, KV_BYTES_PER_TOKEN, cudagraph_capture_limit, step_params, step_time_us_nb,
+from replay.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params, step_time_us_nb,
                               table_points, with_table)
 from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.bounds import BY_NAME
@@ -170,12 +170,14 @@ def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: 
                 "link_efficiency": stepmodel.DEFAULT_LINK_EFFICIENCY, "knee_tokens": 0}
     out: dict[str, Any] = {
         "backend": sm.backend,
-        "source": sm.table if sm.backend == "table" else (sm.profile or f"{gpu_id} defaults"),
-        "set_in_config": [k for k in (*defaults, "past_knee_mfu") if getattr(sm, k, None) is not None],
+        "source": sm.table if sm.backend == "table" else (sm.profile or default_source(gpu_id)),
+        "set_in_config": [k for k in (*defaults, "past_knee_mfu", "attention_mbu") if getattr(sm, k, None) is not None],
     }
     for key, default in defaults.items():
         value = coefficients.get(key)
         out[key] = float(default if value is None else value)
+    attention = coefficients.get("attention_mbu")
+    out["attention_mbu"] = out["mbu"] if attention is None else float(attention)
     if out["knee_tokens"]:
         out["past_knee_mfu"] = float(coefficients["past_knee_mfu"])
     return out
@@ -203,7 +205,7 @@ def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: st
     prefill = (m.prefill_tokens > 0) & (m.decode_seqs == 0)
     decode = (m.prefill_tokens == 0) & (m.decode_seqs > 0)
     ctx_ref = float(np.median(m.decode_ctx[decode] / m.decode_seqs[decode])) if decode.any() else 0.0
-    kv_us_per_token = params[KV_BYTES_PER_TOKEN] / params[BYTES_RATE] * 1e6
+    kv_us_per_token = params[KV_BYTES_PER_TOKEN] / params[KV_BYTES_RATE] * 1e6
     decode_us = m.step_us[decode] - kv_us_per_token * (m.decode_ctx[decode] - m.decode_seqs[decode] * ctx_ref)
     points = (table_points(m.prefill_tokens[prefill], m.step_us[prefill]),
               table_points(m.decode_seqs[decode], decode_us))

@@ -178,6 +178,8 @@ class StepModelArgs:
 
     mfu: float | None = None
     mbu: float | None = None
+    # KV reads and writes' share of HBM bandwidth (None: mbu's); replay/stepmodel.py KV_BYTES_RATE.
+    attention_mbu: float | None = None
     per_step_overhead_us: float | None = None
     per_seq_overhead_us: float | None = None
     prefill_overhead_us: float | None = None

@@ -21,12 +21,15 @@ data cannot tell two terms apart (they all add to TTFT), the split follows vLLM'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+# Where a shipped request-level fit gives the serving terms (replay/profiles/request_fit_*.yaml),
+# they are the defaults (`defaults()`): these constants are the fallback and the fit's fixed split.
 # The tokeniser's micro-batching wait (AsyncMicrobatchTokenizer batch_wait_timeout_s = 0.002 in
 # vllm/utils/async_utils.py; vllm-project/vllm#44172 measures it as "about 2ms of frontend latency
 # for low-concurrency" workloads) plus HTTP parsing and the hop to the engine core.
@@ -34,8 +37,11 @@ DEFAULT_API_SERVER_US = 2000.0
 # HF fast tokenisers: "~0.1ms" per encode of a typical prompt (vllm-project/vllm#45759), about
 # 0.2 us per token for the 500-token prompts of those benchmarks.
 DEFAULT_TOKENIZE_US_PER_TOKEN = 0.2
-# Engine output to the client's parsed chunk: fitted (replay/profiles/serving.yaml when shipped).
-DEFAULT_TOKEN_RETURN_US = 3000.0
+# Engine output to the client's parsed chunk: what the fit finds (about 5 ms on the H100 servers).
+DEFAULT_TOKEN_RETURN_US = 5000.0
+# The fit whose serving terms are every pool's defaults: they are CPU-side (the API server's
+# process), so the H100 servers' figures stand for any GPU until other servers are fitted.
+SERVING_FIT_GPU = "h100-sxm-80gb"
 
 KEYS = ("api_server_us", "tokenize_us_per_token", "token_return_us")
 
@@ -50,9 +56,18 @@ class ServingTerms:
         return {k: float(getattr(self, k)) for k in KEYS}
 
 
+@functools.lru_cache(maxsize=1)
+def defaults() -> ServingTerms:
+    """The shipped fit's serving terms (replay/calprofile.request_fit), else the constants above."""
+    from replay.calprofile import request_fit
+
+    fit = (request_fit(SERVING_FIT_GPU) or {}).get("serving") or {}
+    return ServingTerms(**{k: float(fit[k]) for k in KEYS if k in fit})
+
+
 def serving_terms(args: Any) -> ServingTerms:
     """A pool's terms: its `serving:` keys where set, else the defaults."""
-    base = ServingTerms()
+    base = defaults()
     return ServingTerms(**{k: (getattr(base, k) if getattr(args, k, None) is None else float(getattr(args, k)))
                            for k in KEYS})
 

@@ -75,7 +75,11 @@ PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
 # on the padded token count (`cuda_graph_tokens`); a larger step runs eagerly, unpadded. 0: no
 # graphs (vLLM --enforce-eager).
 CUDA_GRAPH_MAX_TOKENS = PAST_KNEE_FLOPS_RATE + 1
-NUM_PARAMS = CUDA_GRAPH_MAX_TOKENS + 1
+# KV reads and writes run at their own share of HBM bandwidth (attention_mbu; unset: mbu): paged
+# attention over short contexts streams differently from the weights' GEMMs, and the real
+# servers' steps tell the two apart (replay/calibrate_requests.py).
+KV_BYTES_RATE = CUDA_GRAPH_MAX_TOKENS + 1
+NUM_PARAMS = KV_BYTES_RATE + 1
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -148,6 +152,7 @@ def step_params(
     *,
     mfu: float | None = None,
     mbu: float | None = None,
+    attention_mbu: float | None = None,
     per_step_overhead_us: float | None = None,
     per_seq_overhead_us: float | None = None,
     allreduce_latency_us: float | None = None,
@@ -175,6 +180,7 @@ def step_params(
     p[KV_BYTES_PER_TOKEN] = shape.kv_bytes_per_token_per_gpu
     p[FLOPS_RATE] = shape.peak_flops * (DEFAULT_MFU if mfu is None else mfu)
     p[BYTES_RATE] = shape.hbm_bytes_per_s * (DEFAULT_MBU if mbu is None else mbu)
+    p[KV_BYTES_RATE] = p[BYTES_RATE] if attention_mbu is None else shape.hbm_bytes_per_s * attention_mbu
     latency = DEFAULT_ALLREDUCE_LATENCY_US if allreduce_latency_us is None else allreduce_latency_us
     if tp > 1:
         # Two all-reduces of the hidden state per layer (after attention and after the MLP);
@@ -183,7 +189,10 @@ def step_params(
         reduces = 2 * shape.num_layers - (shape.moe_layers if expert_parallel is not None else 0)
         per_token = reduces * shape.hidden_size * shape.activation_bytes
         p[ALLREDUCE_BYTES_PER_TOKEN] = per_token * 2.0 * (tp - 1) / tp
-        p[ALLREDUCE_FIXED_US] = reduces * latency
+        # Each all-reduce's fixed cost grows with the GPUs it spans: log2(tp) latency steps, as a
+        # tree or recursive-doubling all-reduce takes (NCCL's tree and LL protocols for small
+        # messages); the real servers' TP2 and TP4 steps favour it over the flat or (tp - 1) forms.
+        p[ALLREDUCE_FIXED_US] = reduces * latency * math.log2(tp)
     efficiency = DEFAULT_LINK_EFFICIENCY if link_efficiency is None else link_efficiency
     p[LINK_BYTES_RATE] = max(shape.link_bytes_per_s * efficiency, 1.0)
     p[STEP_OVERHEAD_US] = DEFAULT_STEP_OVERHEAD_US if per_step_overhead_us is None else per_step_overhead_us
@@ -291,7 +300,7 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     if p[KNEE_TOKENS] > 0 and past_knee > 0:
         # The dense matmuls of the tokens past the knee run at the past-knee rate instead.
         compute_us += p[FLOPS_PER_TOKEN] * past_knee * (1.0 / p[PAST_KNEE_FLOPS_RATE] - 1.0 / p[FLOPS_RATE]) * 1e6
-    memory_us = nbytes / p[BYTES_RATE] * 1e6
+    memory_us = weight_bytes / p[BYTES_RATE] * 1e6 + (nbytes - weight_bytes) / p[KV_BYTES_RATE] * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]
     comm_us += p[A2A_US_PER_TOKEN] * tokens + p[A2A_FIXED_US]
     total = max(compute_us, memory_us) + comm_us + p[STEP_OVERHEAD_US] + p[SEQ_OVERHEAD_US] * num_seqs
@@ -328,7 +337,7 @@ def table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens):
     else:
         us = _interp(p, TABLE_DECODE_X, TABLE_DECODE_Y, np.int64(p[TABLE_NDECODE]), float(decode_seqs))
         extra = decode_ctx_tokens - decode_seqs * p[TABLE_CTX_REF]
-        us += p[KV_BYTES_PER_TOKEN] * extra / p[BYTES_RATE] * 1e6
+        us += p[KV_BYTES_PER_TOKEN] * extra / p[KV_BYTES_RATE] * 1e6
     return max(np.int64(1), np.int64(math.ceil(us)))
 
 

@@ -84,6 +84,7 @@ BY_NAME: dict[str, Bound] = {
     "acceptance_rate": SHARE,
     "mfu": EFFICIENCY,
     "mbu": EFFICIENCY,
+    "attention_mbu": EFFICIENCY,
     "link_efficiency": EFFICIENCY,
     # trace
     "rate_scale": Bound(1e-6, 1e6, "a rate factor"),

@@ -13,6 +13,24 @@ from replay.measured.experiments import SETS, WHOLE_RUN
 from replay.measured.run import COMPARED, FAMILIES, ExperimentReplay
 
 SCOPES = ("whole_run", "stages")  # MAPE over the whole-run means, and over every stage's means
+SEVERITY = {"stable": 0, "backlogged": 1, "overloaded": 2}
+
+
+def measured_class(exp: Any) -> str:
+    """The real server's class: the manifest's `unsafe` runs could not sustain their rate (README
+    of the measurements); every other run was stable."""
+    return "overloaded" if exp.unsafe else "stable"
+
+
+def replayed_classes(result: ExperimentReplay) -> dict[int, str]:
+    """The replay's class per stage (replay/saturation.py over the stage's arrivals) and, for the
+    whole run (WHOLE_RUN), the worst of its stages: a load test judges a run by its hardest stage."""
+    from replay.measured.fleet import POOL
+    from replay.saturation import classify_pool
+
+    out = {stage: classify_pool(result.ticks, POOL, span).state for stage, span in sorted(result.stage_spans_us.items())}
+    out[WHOLE_RUN] = max(out.values(), key=SEVERITY.__getitem__) if out else "stable"
+    return out
 
 
 @dataclass(frozen=True)

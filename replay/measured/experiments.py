@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from replay.measured.models import resolve_model
@@ -94,6 +94,10 @@ class Experiment:
     unsafe: bool
     measured_prompt_len_mean: float | None
     measured: dict[int, dict[str, float]] = field(default_factory=dict)
+    # The harness's output-token count over output_len on this model's runs that give one: what an
+    # experiment of the same model without a count is read with (the count comes from the model's
+    # tokenizer, so it is the model's, not the run's).
+    counted_ratio: float | None = None
 
     @property
     def num_prompts(self) -> int:
@@ -103,7 +107,9 @@ class Experiment:
         """Mean output tokens as the harness counted them for ITL (re-tokenised text where the
         ground truth gives the count, which undercounts Llama-2's; else output_len, as generated)."""
         got = self.measured.get(stage, {}).get("output_len_mean_retokenized")
-        return float(got) if got is not None else float(self.output_len)
+        if got is not None:
+            return float(got)
+        return float(self.output_len) * (self.counted_ratio or 1.0)
 
     def not_modelled(self) -> tuple[str, ...]:
         """Engine settings of the real server the replay does not reproduce (shown beside its rows)."""
@@ -299,4 +305,17 @@ def load_experiments(folder: str | Path, models: str | Path | None = None) -> li
             raise row.fail("exp_id", "an id no other row uses")
         experiments[exp.id] = exp
     _ground_truth(folder / "ground_truth.csv", experiments)
-    return list(experiments.values())
+    return _with_counted_ratios(list(experiments.values()))
+
+
+def _with_counted_ratios(experiments: list[Experiment]) -> list[Experiment]:
+    """Experiments without the harness's token count read with their model's ratio (README: the
+    harness re-tokenises the text, which for Llama-2-7B counts about 195-209 of 248 tokens)."""
+    ratios: dict[str, list[float]] = {}
+    for e in experiments:
+        got = e.measured.get(WHOLE_RUN, {}).get("output_len_mean_retokenized")
+        if got is not None:
+            ratios.setdefault(e.model_hf, []).append(got / e.output_len)
+    return [replace(e, counted_ratio=sum(ratios[e.model_hf]) / len(ratios[e.model_hf]))
+            if e.model_hf in ratios and "output_len_mean_retokenized" not in e.measured.get(WHOLE_RUN, {}) else e
+            for e in experiments]

@@ -31,7 +31,9 @@ def test_one_experiment_prints_measured_vs_replayed_per_stage_and_the_mape(cli, 
     assert stages[0][:3] == [EXP, "trainval", "llama-2-7b TP1"]
     assert stages[0][4] == "28.0" and stages[0][7] == "10.6" and stages[0][10] == "2,081"  # measured means
     assert all(r[6].endswith("%") and r[9].endswith("%") and r[12].endswith("%") for r in stages)
-    assert "CPU KV offload (8 GiB): not modelled" in stages[0][13]
+    assert [r[13] for r in stages] == ["stable"] * 3  # the replay's class per stage, as measured
+    assert "CPU KV offload (8 GiB): not modelled" in stages[0][14]
+    assert "saturation: 1 of 1 runs replay in their measured class" in got.out
     mape = {(r[0], r[1]): r for r in rows if r[1] in ("whole runs", "stages")}
     assert set(mape) == {("trainval", "whole runs"), ("trainval", "stages"), ("all", "whole runs"),
                          ("all", "stages")}  # no validation experiment ran

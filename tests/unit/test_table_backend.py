@@ -16,6 +16,7 @@ from replay.config import load_config
 from replay.stepmodel import (
     BYTES_RATE,
     KV_BYTES_PER_TOKEN,
+    KV_BYTES_RATE,
     NUM_PARAMS,
     TABLE_POINTS,
     step_time_us_nb,
@@ -30,7 +31,7 @@ SPLITWISE = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "spl
 def _params(prefill, decode, ctx_ref=0.0):
     base = np.zeros(NUM_PARAMS)
     base[KV_BYTES_PER_TOKEN] = 1000.0
-    base[BYTES_RATE] = 1e9  # 1 us per 1,000 bytes: one token of context costs 1 us
+    base[BYTES_RATE] = base[KV_BYTES_RATE] = 1e9  # 1 us per 1,000 bytes: one token of context costs 1 us
     return with_table(base, prefill, decode, ctx_ref)
 
 

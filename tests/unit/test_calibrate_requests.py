@@ -1,0 +1,73 @@
+"""The request-level fit (replay/calibrate_requests.py) on experiments whose replays are a known
+closed form: it must find the parameters that made the measurements, say which terms the data
+cannot pin, and cross-validate by model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from replay.calibrate_requests import PARAMS, EngineMeans, Target, cross_validate, fit
+from traces.errors import UserError
+
+TRUE = {"mbu": 0.72, "attention_mbu": 0.9, "per_step_overhead_us": 300.0, "per_seq_overhead_us": 12.0,
+        "allreduce_latency_us": 9.0}
+START = {"mbu": 0.8, "attention_mbu": 0.8, "per_step_overhead_us": 500.0, "per_seq_overhead_us": 10.0,
+         "allreduce_latency_us": 6.0}
+LAG_MS = 7.0
+
+
+def _means(keys: dict[str, float], weights_gb: float, kv_gb: float, seqs: int, layers: int, tp: int) -> EngineMeans:
+    """A decode step as the roofline prices it at fixed load, and TTFT as 2.5 steps (async scheduling)."""
+    step_ms = (weights_gb / (3.35 * keys["mbu"]) + kv_gb / (3.35 * keys["attention_mbu"])
+               + (keys["per_step_overhead_us"] + keys["per_seq_overhead_us"] * seqs
+                  + 2 * layers * keys["allreduce_latency_us"] * math.log2(tp)) / 1000.0)
+    ttft = 2.5 * step_ms
+    return EngineMeans(ttft, ttft + 247 * step_ms, 248.0)
+
+
+def _targets(shapes, truth=TRUE) -> list[Target]:
+    out = []
+    for i, (model, w, kv, seqs, layers, tp) in enumerate(shapes):
+        m = _means(truth, w, kv, seqs, layers, tp).metrics(LAG_MS)
+
+        def replay(keys, w=w, kv=kv, seqs=seqs, layers=layers, tp=tp):
+            return _means(keys, w, kv, seqs, layers, tp)
+
+        out.append(Target(f"e{i}", model, m, replay, prompt_tokens=600.0))
+    return out
+
+
+SHAPES = [("a", 13.5, 3.0, 10, 32, 1), ("a", 13.5, 20.0, 60, 32, 1), ("b", 24.0, 1.5, 12, 40, 1),
+          ("c", 12.0, 0.5, 8, 40, 2), ("c", 12.0, 2.0, 30, 40, 2), ("d", 35.0, 1.0, 20, 80, 4),
+          ("d", 35.0, 3.0, 50, 80, 4), ("b", 24.0, 6.0, 40, 40, 1)]
+
+
+def test_the_fit_finds_the_parameters_that_made_the_measurements():
+    got = fit(_targets(SHAPES), START, max_iterations=40)
+    assert got.cost < 1e-6
+    for p in PARAMS:
+        assert got.step_model[p.name] == pytest.approx(TRUE[p.name], rel=0.05, abs=2.0), p.name
+    total_us = got.serving["api_server_us"] + got.serving["tokenize_us_per_token"] * 600 + got.serving["token_return_us"]
+    assert total_us == pytest.approx(LAG_MS * 1000, rel=0.01)
+
+
+def test_a_term_the_experiments_cannot_pin_is_named_and_nothing_is_fitted():
+    tp1_only = [s for s in SHAPES if s[5] == 1]
+    with pytest.raises(UserError, match=r"cannot pin step_model.allreduce_latency_us .*tensor_parallel_size > 1"):
+        fit(_targets(tp1_only), START)
+
+
+def test_too_few_experiments_for_the_terms_is_an_error():
+    with pytest.raises(UserError, match="1 experiment"):
+        fit(_targets(SHAPES[:1]), START)
+
+
+def test_cross_validation_holds_out_each_model():
+    cv = cross_validate(_targets(SHAPES), START, max_iterations=30)
+    assert cv["folds"] == 4
+    assert {r["model"] for r in cv["rows"]} == {"a", "b", "c", "d"}
+    assert len(cv["rows"]) == len(SHAPES)
+    # the closed form is the truth for every model, so held-out models are predicted well too
+    assert max(cv["mape_pct"].values()) < 2.0
