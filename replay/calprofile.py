@@ -241,7 +241,7 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
     `args` is the pool's StepModelArgs; `where` names its config key, e.g. "cfg.yaml: pools[0].step_model".
     """
     base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us", "link_efficiency",
-                                                   "attention_mbu"))
+                                                   "attention_mbu", "expert_mbu"))
     if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some,
         base.update(default_coefficients(gpu_id) or {})  # and its request-level fit, where shipped
         base.update((request_fit(gpu_id) or {}).get("step_model", {}))

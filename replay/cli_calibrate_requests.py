@@ -103,6 +103,7 @@ def run_requests(args: argparse.Namespace) -> int:
         "gpu": gpus[0],
         "step_model": result.step_model,
         "serving": result.serving,
+        "not_pinned": result.unpinned,
         "experiments": [{"exp_id": e.id, "model": e.model, "tensor_parallel_size": e.tp,
                          "vllm_version": e.vllm_version, "workload": e.workload} for e in experiments],
         "fit": {"cost": round(result.cost, 5), "iterations": result.iterations,

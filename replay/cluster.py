@@ -171,13 +171,14 @@ def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: 
     out: dict[str, Any] = {
         "backend": sm.backend,
         "source": sm.table if sm.backend == "table" else (sm.profile or default_source(gpu_id)),
-        "set_in_config": [k for k in (*defaults, "past_knee_mfu", "attention_mbu") if getattr(sm, k, None) is not None],
+        "set_in_config": [k for k in (*defaults, "past_knee_mfu", "attention_mbu", "expert_mbu") if getattr(sm, k, None) is not None],
     }
     for key, default in defaults.items():
         value = coefficients.get(key)
         out[key] = float(default if value is None else value)
-    attention = coefficients.get("attention_mbu")
-    out["attention_mbu"] = out["mbu"] if attention is None else float(attention)
+    for key in ("attention_mbu", "expert_mbu"):  # unset: the weights' mbu
+        value = coefficients.get(key)
+        out[key] = out["mbu"] if value is None else float(value)
     if out["knee_tokens"]:
         out["past_knee_mfu"] = float(coefficients["past_knee_mfu"])
     return out

@@ -180,6 +180,8 @@ class StepModelArgs:
     mbu: float | None = None
     # KV reads and writes' share of HBM bandwidth (None: mbu's); replay/stepmodel.py KV_BYTES_RATE.
     attention_mbu: float | None = None
+    # Routed MoE experts' share of HBM bandwidth (None: mbu's); replay/stepmodel.py EXPERT_BYTES_RATE.
+    expert_mbu: float | None = None
     per_step_overhead_us: float | None = None
     per_seq_overhead_us: float | None = None
     prefill_overhead_us: float | None = None

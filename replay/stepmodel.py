@@ -79,7 +79,10 @@ CUDA_GRAPH_MAX_TOKENS = PAST_KNEE_FLOPS_RATE + 1
 # attention over short contexts streams differently from the weights' GEMMs, and the real
 # servers' steps tell the two apart (replay/calibrate_requests.py).
 KV_BYTES_RATE = CUDA_GRAPH_MAX_TOKENS + 1
-NUM_PARAMS = KV_BYTES_RATE + 1
+# MoE: the routed experts' weights stream at their own share too (expert_mbu; unset: mbu): a
+# fused-MoE kernel runs one small GEMM per touched expert, each over a few of the step's tokens.
+EXPERT_BYTES_RATE = KV_BYTES_RATE + 1
+NUM_PARAMS = EXPERT_BYTES_RATE + 1
 
 # Defaults of a pool with no step_model settings. Chosen so that llama-2-70b TP2 on A100-80GB
 # decodes at batch 1 in ~55 ms per token, as the Splitwise profile measures. The calibrated
@@ -153,6 +156,7 @@ def step_params(
     mfu: float | None = None,
     mbu: float | None = None,
     attention_mbu: float | None = None,
+    expert_mbu: float | None = None,
     per_step_overhead_us: float | None = None,
     per_seq_overhead_us: float | None = None,
     allreduce_latency_us: float | None = None,
@@ -181,6 +185,7 @@ def step_params(
     p[FLOPS_RATE] = shape.peak_flops * (DEFAULT_MFU if mfu is None else mfu)
     p[BYTES_RATE] = shape.hbm_bytes_per_s * (DEFAULT_MBU if mbu is None else mbu)
     p[KV_BYTES_RATE] = p[BYTES_RATE] if attention_mbu is None else shape.hbm_bytes_per_s * attention_mbu
+    p[EXPERT_BYTES_RATE] = p[BYTES_RATE] if expert_mbu is None else shape.hbm_bytes_per_s * expert_mbu
     latency = DEFAULT_ALLREDUCE_LATENCY_US if allreduce_latency_us is None else allreduce_latency_us
     if tp > 1:
         # Two all-reduces of the hidden state per layer (after attention and after the MLP);
@@ -285,22 +290,23 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     flops = p[FLOPS_PER_TOKEN] * tokens + p[ATTN_FLOPS_PER_PAIR] * (prefill_attn_pairs + decode_pairs)
     past_knee = tokens - p[KNEE_TOKENS]
     weight_bytes = p[WEIGHT_BYTES]
+    expert_bytes = 0.0
     if p[NUM_EXPERTS] > 0 and real > 0:
         # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
         # MoE layer in expectation (uniform routing); only those experts' weights are read.
         e = p[NUM_EXPERTS]
         touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** real)
-        weight_bytes += p[EXPERT_BYTES_EACH] * touched
+        expert_bytes = p[EXPERT_BYTES_EACH] * touched
     if lora_adapters > 0:
         # Each distinct adapter's A and B are gathered and read once (Punica SGMV, S-LoRA).
         weight_bytes += p[LORA_BYTES_PER_ADAPTER] * lora_adapters
         flops += p[LORA_FLOPS_PER_TOKEN] * tokens
-    nbytes = weight_bytes + p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + real)
+    kv_bytes = p[KV_BYTES_PER_TOKEN] * (decode_ctx_tokens + prefill_ctx_tokens + real)
     compute_us = flops / p[FLOPS_RATE] * 1e6
     if p[KNEE_TOKENS] > 0 and past_knee > 0:
         # The dense matmuls of the tokens past the knee run at the past-knee rate instead.
         compute_us += p[FLOPS_PER_TOKEN] * past_knee * (1.0 / p[PAST_KNEE_FLOPS_RATE] - 1.0 / p[FLOPS_RATE]) * 1e6
-    memory_us = weight_bytes / p[BYTES_RATE] * 1e6 + (nbytes - weight_bytes) / p[KV_BYTES_RATE] * 1e6
+    memory_us = (weight_bytes / p[BYTES_RATE] + expert_bytes / p[EXPERT_BYTES_RATE] + kv_bytes / p[KV_BYTES_RATE]) * 1e6
     comm_us = p[ALLREDUCE_BYTES_PER_TOKEN] * tokens / p[LINK_BYTES_RATE] * 1e6 + p[ALLREDUCE_FIXED_US]
     comm_us += p[A2A_US_PER_TOKEN] * tokens + p[A2A_FIXED_US]
     total = max(compute_us, memory_us) + comm_us + p[STEP_OVERHEAD_US] + p[SEQ_OVERHEAD_US] * num_seqs

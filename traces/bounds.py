@@ -85,6 +85,7 @@ BY_NAME: dict[str, Bound] = {
     "mfu": EFFICIENCY,
     "mbu": EFFICIENCY,
     "attention_mbu": EFFICIENCY,
+    "expert_mbu": EFFICIENCY,
     "link_efficiency": EFFICIENCY,
     # trace
     "rate_scale": Bound(1e-6, 1e6, "a rate factor"),

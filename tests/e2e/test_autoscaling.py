@@ -157,7 +157,7 @@ def test_sla_planner_sizes_both_sides_of_a_prefill_decode_split(cli, write, tmp_
     (as Dynamo's planner reads the frontend's), so both pools are sized from it."""
     write("f.yaml", """
         model: llama-3.1-8b
-        trace: {window: {end_s: 600}, rate_scale: 8}
+        trace: {window: {end_s: 600}, rate_scale: 20}
         split: {policy: prefill-decode}
         pools:
           - name: prefill

@@ -570,7 +570,7 @@ def test_a_users_split_that_sends_a_request_to_no_pool_is_a_config_error(cli, wr
 def test_the_summary_records_the_step_model_each_pool_ran_with(cli, write, tmp_path):
     """Post-mortems need the coefficients a run used, not the config's nulls: a default pool shows
     its GPU's shipped defaults, a pool with keys shows them and says it set them."""
-    from replay.calprofile import default_coefficients
+    from replay.calprofile import default_coefficients, request_fit
 
     write("fleet.yaml", "model: llama-3.1-8b\ngpu: h100-sxm-80gb\npools:\n"
                         "  - {name: a, replicas: 1}\n"
@@ -580,9 +580,11 @@ def test_the_summary_records_the_step_model_each_pool_ran_with(cli, write, tmp_p
     assert cli("run", "azure-conv-2023", "-c", "fleet.yaml", "--window", "0:30", "--out", "r", "--quiet").code == 0
     plans = read_run(tmp_path / "r").summary["pool_plans"]
     a, b = plans["a"]["step_model"], plans["b"]["step_model"]
-    shipped = default_coefficients("h100-sxm-80gb")
-    assert a["source"] == "h100-sxm-80gb defaults" and a["set_in_config"] == []
+    # the GPU's Vidur-fitted efficiencies, with the request-level fit's keys over them
+    shipped = {**default_coefficients("h100-sxm-80gb"), **request_fit("h100-sxm-80gb")["step_model"]}
+    assert a["source"].startswith("h100-sxm-80gb defaults (request-level fit") and a["set_in_config"] == []
     assert (a["mfu"], a["mbu"], a["link_efficiency"]) == (shipped["mfu"], shipped["mbu"], shipped["link_efficiency"])
+    assert (a["attention_mbu"], a["per_seq_overhead_us"]) == (shipped["attention_mbu"], shipped["per_seq_overhead_us"])
     assert (b["mfu"], b["mbu"], b["per_step_overhead_us"]) == (0.4, shipped["mbu"], 500.0)
     assert b["set_in_config"] == ["mfu", "per_step_overhead_us", "knee_tokens", "past_knee_mfu"]
     assert (b["knee_tokens"], b["past_knee_mfu"], a["knee_tokens"]) == (2048, 0.3, 0)

@@ -73,3 +73,19 @@ def test_a_prefill_chunk_reads_the_kv_of_its_context():
     compute_us = (2 * 8.0e9 * new + 4 * 32 * 32 * 128 * pairs) / (989e12 * 0.5) * 1e6
     assert step_time_us_nb(p, new, pairs, ctx, 0, 0, 1) == math.ceil(max(memory_us, compute_us))
     assert step_time_us_nb(p, new, pairs, ctx, 0, 0, 1) > step_time_us_nb(p, new, pairs, 0, 0, 0, 1)
+
+
+def test_kv_reads_and_routed_experts_stream_at_their_own_share_of_bandwidth():
+    # 64 sequences at 1,000 tokens of context: 8.4 GB of KV beside the 16 GB of weights
+    base = dict(mfu=0.5, mbu=0.65, per_step_overhead_us=0, per_seq_overhead_us=0)
+    kv = 131072 * 64 * 1001
+    same = step_time_us_nb(step_params(H100_8B, **base), 0, 0.0, 0, 64, 64 * 1000, 64)
+    assert step_time_us_nb(step_params(H100_8B, **base, attention_mbu=0.65), 0, 0.0, 0, 64, 64 * 1000, 64) == same
+    fast_kv = step_time_us_nb(step_params(H100_8B, **base, attention_mbu=0.9), 0, 0.0, 0, 64, 64 * 1000, 64)
+    assert fast_kv == math.ceil((16.0e9 / 0.65 + kv / 0.9) / 3.35e12 * 1e6)
+    # an MoE model whose experts hold 12 of its 16 GB: one token touches 2 of 8 experts' 1.5 GB each
+    moe = StepShape(**{**H100_8B.__dict__, "expert_weights_bytes_per_gpu": 12.0e9, "expert_active_params": 1.5e9,
+                       "num_experts": 8, "experts_per_token": 2, "moe_layers": 32})
+    slow_experts = step_time_us_nb(step_params(moe, **base, expert_mbu=0.4), 0, 0.0, 0, 1, 1000, 1)
+    dense_part, experts = 4.0e9, 2 * 1.5e9
+    assert slow_experts == math.ceil((dense_part / 0.65 + experts / 0.4 + 131072 * 1001 / 0.65) / 3.35e12 * 1e6)
