@@ -46,11 +46,14 @@ PARAMS = (
           follows="mbu"),
     Param("per_step_overhead_us", 0.0, 5000.0, 100.0, "steps of any kind"),
     Param("per_seq_overhead_us", 0.0, 200.0, 2.0, "experiments at different batch sizes"),
-    Param("allreduce_latency_us", 0.0, 60.0, 2.0, "an experiment at tensor_parallel_size > 1"),
+    Param("allreduce_latency_us", 0.0, 60.0, 2.0,
+          "experiments at tensor_parallel_size > 1 of models of different depths or at different TPs"),
 )
 # A parameter whose largest effect on any residual is below this (a log ratio per nudge) is one
-# the data cannot pin.
+# the data cannot pin; so is one whose effect the others' reproduce to within COLLINEAR of its size
+# (two fixed costs per step on experiments of one model at one TP, say).
 MIN_SENSITIVITY = 1e-3
+COLLINEAR = 0.02
 
 
 @dataclass(frozen=True)
@@ -113,9 +116,10 @@ def _residuals(means: Sequence[EngineMeans], targets: Sequence[Target], lag: flo
 def _serving(lag_ms: float, prompt_tokens: float) -> dict[str, float]:
     """The fitted client-side time split as vLLM's source has it: the tokeniser's micro-batch wait
     and its per-token cost go in (replay/serving.py defaults), the rest is the tokens' way back."""
-    before = serving.DEFAULT_API_SERVER_US + serving.DEFAULT_TOKENIZE_US_PER_TOKEN * prompt_tokens
-    after = max(lag_ms * 1000.0 - before, 0.0)
-    api = min(serving.DEFAULT_API_SERVER_US, lag_ms * 1000.0)
+    total = lag_ms * 1000.0
+    tokenize = serving.DEFAULT_TOKENIZE_US_PER_TOKEN * prompt_tokens
+    api = min(serving.DEFAULT_API_SERVER_US, max(total - tokenize, 0.0))
+    after = max(total - api - tokenize, 0.0)
     return {"api_server_us": round(api, 1), "tokenize_us_per_token": serving.DEFAULT_TOKENIZE_US_PER_TOKEN,
             "token_return_us": round(after, 1)}
 
@@ -163,6 +167,19 @@ def fit(targets: Sequence[Target], start: dict[str, float], max_iterations: int 
                 if not hold_unpinned and p.follows is None:
                     raise UserError(f"calibrate --experiments: the experiments cannot pin step_model.{p.name} (no "
                                     f"replay changes with it; it needs {p.pinned_by}); nothing written")
+                held.add(j)
+        for j in reversed(range(len(PARAMS))):  # the most specific terms (listed last) are blamed first
+            if j in held:
+                continue
+            others = [k for k in range(len(PARAMS)) if k != j and k not in held]
+            coef, *_ = np.linalg.lstsq(jac[:, others], jac[:, j], rcond=None)
+            rest = np.linalg.norm(jac[:, j] - jac[:, others] @ coef) / max(np.linalg.norm(jac[:, j]), 1e-30)
+            if rest < COLLINEAR:
+                twin = PARAMS[others[int(np.argmax(np.abs(coef) * np.linalg.norm(jac[:, others], axis=0)))]]
+                if not hold_unpinned and PARAMS[j].follows is None:
+                    raise UserError(f"calibrate --experiments: the experiments cannot pin step_model.{PARAMS[j].name} "
+                                    f"apart from step_model.{twin.name} (their replays change alike; "
+                                    f"{PARAMS[j].name} needs {PARAMS[j].pinned_by}); nothing written")
                 held.add(j)
         jac[:, sorted(held)] = 0.0  # a held parameter's step is zero (the damping keeps the system solvable)
         improved = False

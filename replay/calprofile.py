@@ -133,6 +133,9 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
         data = read_yaml(path, "step-model profile")
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
+    if isinstance(data, dict) and data.get("format") == REQUEST_FIT_FORMAT:
+        raise ConfigError(f"{head}: a request-level fit (`llm-replay calibrate --experiments`), not a step-model "
+                          "profile: copy its step_model: and serving: keys into the pool")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{head}: not a step-model profile (expected 'format: {FORMAT}', as `llm-replay "
                           "calibrate` writes)")

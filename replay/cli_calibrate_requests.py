@@ -83,6 +83,12 @@ def run_requests(args: argparse.Namespace) -> int:
         raise UserError("calibrate --experiments: the experiments cannot pin step_model.allreduce_latency_us (every "
                         "one runs at tensor_parallel_size 1; it needs an experiment at tensor_parallel_size > 1); "
                         "nothing written")
+    if len(experiments) < 2:
+        raise UserError(f"calibrate --experiments: {len(experiments)} experiment cannot pin the step-model terms and the "
+                        "serving time; give at least 2")
+    if not args.no_cv and len({e.model for e in experiments}) < 2:
+        raise UserError("calibrate --experiments: cross-validation by model needs experiments of at least two models "
+                        "(or --no-cv)")
     if args.max_stage_s is not None and not args.max_stage_s > 0:
         raise UserError(f"--max-stage-s: got {args.max_stage_s:g}, expected seconds > 0")
     inputs = [folder / "experiments.csv", folder / "ground_truth.csv"]
@@ -94,7 +100,8 @@ def run_requests(args: argparse.Namespace) -> int:
         print(f"llm-replay calibrate: {line}", file=sys.stderr, flush=True)
 
     tgs = targets(experiments, args.max_stage_s)
-    log(f"fitting {len(tgs)} experiments of {len({t.model for t in tgs})} models on {gpus[0]}")
+    models = len({t.model for t in tgs})
+    log(f"fitting {len(tgs)} experiments of {models} model{'s' if models > 1 else ''} on {gpus[0]}")
     result = fit(tgs, START, log=log)
     in_sample = {t.name: error_pct(result.predicted[t.name], t.measured) for t in tgs}
     cv = None if args.no_cv else cross_validate(tgs, result.step_model, log=log)
@@ -104,6 +111,9 @@ def run_requests(args: argparse.Namespace) -> int:
         "step_model": result.step_model,
         "serving": result.serving,
         "not_pinned": result.unpinned,
+        # one client-side time is fitted; its split is the rule of replay/calibrate_requests.py _serving
+        "serving_fitted": "api_server_us + tokenize_us_per_token x prompt + token_return_us, as one sum: "
+                          "api_server_us and tokenize_us_per_token are vLLM's (replay/serving.py), the rest returns",
         "experiments": [{"exp_id": e.id, "model": e.model, "tensor_parallel_size": e.tp,
                          "vllm_version": e.vllm_version, "workload": e.workload} for e in experiments],
         "fit": {"cost": round(result.cost, 5), "iterations": result.iterations,

@@ -239,7 +239,11 @@ def cudagraph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int, num_
     if enforce_eager:
         return 0
     largest = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512) if max_capture_size is None else max_capture_size
-    return int(min(largest, max_num_batched_tokens))
+    cap = int(min(largest, max_num_batched_tokens))
+    # the sizes captured are those of the list up to the cap: its largest is the cap rounded down
+    if cap <= 4:
+        return 1 << (cap.bit_length() - 1)
+    return cap // 8 * 8 if cap < 256 else cap // 16 * 16
 
 
 @njit(cache=True, _nrt=False, inline="always")

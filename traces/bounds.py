@@ -45,7 +45,7 @@ SHARE = Bound(0, 1, "a share")
 # mfu / mbu / link efficiency: below 1% a step outlasts any trace, and far below it the kernel's
 # integer step time overflows into 0 us (1e-15 read as instant steps and a healthy run).
 MIN_EFFICIENCY = 0.01
-EFFICIENCY = Bound(MIN_EFFICIENCY, 1, "an efficiency (a share of the GPU's peak)")
+EFFICIENCY = Bound(MIN_EFFICIENCY, 1, "an efficiency: a share of the GPU's peak")
 SECONDS = Bound(0, 1e8, "seconds")  # about 3 years: far past any trace, far below int64 microseconds
 TOKENS = Bound(0, 100_000_000, "tokens")
 COUNT = Bound(0, 1e9, "a count")

@@ -53,6 +53,8 @@ def test_experiments_that_cannot_pin_a_term_say_which_and_write_nothing(cli, dat
     (("--model", "llama-2-7b"), "takes no PROFILE.csv, --model"),
     (("--only", "nope"), "--only nope: no experiment"),
     (("--max-stage-s", "0"), "--max-stage-s: got 0"),
+    (("--only", "60", "--only", "61"), "needs experiments of at least two models (or --no-cv)"),
+    (("--only", "60", "--no-cv"), "1 experiment cannot pin"),
 ])
 def test_bad_request_level_arguments_are_one_line(cli, data, tmp_path, args, message):
     got = cli("calibrate", "--experiments", data, *args, "--out", tmp_path / "fit.yaml")
@@ -72,3 +74,11 @@ def test_step_times_still_need_model_and_gpu(cli, tmp_path):
     assert got.code == 2 and "--model is required" in got.err
     got = cli("calibrate", "--out", tmp_path / "x.yaml")
     assert got.code == 2 and "give PROFILE.csv" in got.err
+
+
+def test_one_model_at_one_tp_cannot_pin_the_all_reduce_apart_from_the_step_overhead(cli, data, tmp_path):
+    out = tmp_path / "fit.yaml"
+    got = cli("calibrate", "--experiments", data, "--only", "60", "--only", "61", "--max-stage-s", "20", "--no-cv",
+              "--out", out)
+    assert got.code == 2 and not out.exists()
+    assert "cannot pin step_model.allreduce_latency_us apart from step_model." in got.err

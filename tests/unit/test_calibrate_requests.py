@@ -84,3 +84,11 @@ def test_cross_validation_holds_out_each_model():
     assert len(cv["rows"]) == len(SHAPES)
     # the closed form is the truth for every model, so held-out models are predicted well too
     assert max(abs(e) for r in cv["rows"] for e in r["error_pct"].values()) < 2.0
+
+
+def test_two_fixed_costs_per_step_on_one_model_at_one_tp_cannot_be_told_apart():
+    # one model at TP4 only: the all-reduce latency is a fixed cost per step, as the per-step overhead
+    one_model = [("d", 35.0, 1.0, 20, 80, 4), ("d", 35.0, 3.0, 50, 80, 4), ("d", 35.0, 6.0, 90, 80, 4)]
+    with pytest.raises(UserError, match=r"cannot pin step_model.allreduce_latency_us apart from "
+                                        r"step_model.per_step_overhead_us"):
+        fit(_targets(one_model), START)

@@ -29,7 +29,7 @@ def test_a_step_is_padded_to_the_next_capture_size(tokens, padded):
 def test_capture_sizes_follow_vllm_defaults():
     assert cudagraph_capture_limit(128, 2048) == 256  # 2 x max_num_seqs
     assert cudagraph_capture_limit(256, 8192) == 512  # capped at 512
-    assert cudagraph_capture_limit(256, 300) == 300  # capped at the step's token budget
+    assert cudagraph_capture_limit(256, 300) == 288  # the largest capture size within the token budget
     assert cudagraph_capture_limit(128, 2048, num_speculative_tokens=3) == 512
     assert cudagraph_capture_limit(128, 2048, enforce_eager=True) == 0
     assert cuda_graph_tokens(5, 0) == 5  # eager: no padding
