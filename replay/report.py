@@ -200,8 +200,8 @@ def print_capacity(console: Console, cap) -> None:
     table.add_column("value", justify="right")
     gb = 1e9
     source = "--gpu-memory-bytes" if d["gpu_memory_source"] == "override" else "as CUDA reports it"
-    table.add_row("GPU memory", f"{d['gpu_memory_bytes'] / gb:,.2f} GB ({d['gpu_memory_bytes'] / 2**30:,.2f} GiB, "
-                                f"{source}), of which gpu_memory_utilization {d['gpu_memory_utilization']:g}")
+    table.add_row("GPU memory", f"{d['gpu_memory_bytes'] / gb:,.2f} GB = {d['gpu_memory_bytes'] / 2**30:,.2f} GiB "
+                                f"({source}); vLLM uses {d['gpu_memory_utilization']:g} of it")
     table.add_row("weights per GPU", f"{d['weights_bytes_per_gpu'] / gb:,.2f} GB ({d['weight_dtype']})")
     table.add_row("activation peak per GPU", f"{d['activation_peak_bytes'] / gb:,.2f} GB")
     table.add_row("non-torch memory per GPU", f"{d['overhead_bytes'] / gb:,.2f} GB")

@@ -404,13 +404,13 @@ def test_capacity_llama_70b_tp4_h100(cli):
     assert cap["kv_tokens"] == cap["kv_blocks"] * cap["block_size"]
     table = cli("capacity", *lesson)
     assert table.code == 0 and f"{cap['kv_tokens']:,}" in table.out
-    assert "80.00 GB (74.51 GiB, --gpu-memory-bytes), of which gpu_memory_utilization 0.9" in table.out
+    assert "80.00 GB = 74.51 GiB (--gpu-memory-bytes); vLLM uses 0.9 of it" in table.out
     # Without the flag the GPU's memory is what CUDA reports: 79.22 GiB, 13% more KV than 80e9 bytes.
     real = capacity(cli, *lesson[:-2])
     assert (real["gpu_memory_bytes"], real["gpu_memory_source"]) == (round(79.22 * 2**30), "cuda")
     assert real["kv_tokens"] == pytest.approx(1.13 * cap["kv_tokens"], rel=0.01)
     shown = cli("capacity", *lesson[:-2])
-    assert "85.06 GB = 79.22 GiB (as CUDA reports it) x 0.9" in shown.out
+    assert "85.06 GB = 79.22 GiB (as CUDA reports it); vLLM uses 0.9 of it" in shown.out
 
 
 def test_trace_inspect_json_bundled_conv(cli):
