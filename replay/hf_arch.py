@@ -18,6 +18,12 @@ from traces.errors import ConfigError
 _MISSING = object()
 
 
+# Every size a config.json gives (layers, widths, heads, experts, vocabulary, context) is at most
+# this: 16.7M, above any published model's (Llama 4 Scout's 10M-token context is the largest), far
+# below sizes whose parameter counts would overflow what the memory arithmetic can mean.
+MAX_SIZE = 1 << 24
+
+
 class Fields:
     """Typed access to one config.json object; errors name the file and the (dotted) key."""
 
@@ -33,8 +39,8 @@ class Fields:
             if default is _MISSING:
                 raise self.error(key, f"missing; {self.arch} needs it (a positive integer)")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self.error(key, f"got {value!r}, expected a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+            raise self.error(key, f"got {value!r}, expected a positive integer up to {MAX_SIZE:,}")
         return value
 
     def count(self, key: str, default: int = 0) -> int:
@@ -42,8 +48,8 @@ class Fields:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.error(key, f"got {value!r}, expected a whole number >= 0")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+            raise self.error(key, f"got {value!r}, expected a whole number from 0 to {MAX_SIZE:,}")
         return value
 
     def flag(self, key: str, default: bool = False) -> bool:

@@ -77,6 +77,7 @@ BAD = [
     ("[1, 2]", ["expected a JSON object"]),
     ({"num_hidden_layers": ...}, ["config.json: num_hidden_layers: missing; Qwen2ForCausalLM needs it"]),
     ({"hidden_size": "4096"}, ["hidden_size: got '4096', expected a positive integer"]),
+    ({"hidden_size": 10**12}, ["hidden_size: got 1000000000000, expected a positive integer up to 16,777,216"]),
     ({"architectures": ["BertModel"]}, ["architectures: 'BertModel' is not supported; expected one of",
                                         "LlamaForCausalLM"]),
     ({"architectures": ...}, ["architectures: got None, expected a list naming the model class"]),
