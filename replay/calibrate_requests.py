@@ -124,6 +124,34 @@ def _serving(lag_ms: float, prompt_tokens: float) -> dict[str, float]:
             "token_return_us": round(after, 1)}
 
 
+def _unpinned(jac: np.ndarray, held: set[int], hold_unpinned: bool) -> set[int]:
+    """Parameters (indices into PARAMS) the Jacobian shows the data cannot pin: no residual moves
+    with one, or the others' columns reproduce its column. One without `follows` is an error
+    naming it, unless `hold_unpinned` (a cross-validation fold): then it is held too."""
+    out: set[int] = set()
+
+    def unpin(j: int, why: str) -> None:
+        p = PARAMS[j]
+        if not hold_unpinned and p.follows is None:
+            raise UserError(f"calibrate --experiments: the experiments cannot pin step_model.{p.name} {why}; it needs "
+                            f"{p.pinned_by}); nothing written")
+        out.add(j)
+
+    for j, p in enumerate(PARAMS):
+        if j not in held and np.max(np.abs(jac[:, j])) * p.nudge < MIN_SENSITIVITY:
+            unpin(j, "(no replay changes with it")
+    for j in reversed(range(len(PARAMS))):  # the most specific terms (listed last) are blamed first
+        if j in held or j in out:
+            continue
+        others = [k for k in range(len(PARAMS)) if k != j and k not in held and k not in out]
+        coef, *_ = np.linalg.lstsq(jac[:, others], jac[:, j], rcond=None)
+        rest = np.linalg.norm(jac[:, j] - jac[:, others] @ coef) / max(np.linalg.norm(jac[:, j]), 1e-30)
+        if rest < COLLINEAR:
+            twin = PARAMS[others[int(np.argmax(np.abs(coef) * np.linalg.norm(jac[:, others], axis=0)))]]
+            unpin(j, f"apart from step_model.{twin.name} (their replays change alike")
+    return out
+
+
 def fit(targets: Sequence[Target], start: dict[str, float], max_iterations: int = 8,
         log: Callable[[str], None] | None = None, hold_unpinned: bool = False) -> Fit:
     """Fit PARAMS to the targets from `start`; a parameter the targets cannot pin is an error
@@ -158,29 +186,14 @@ def fit(targets: Sequence[Target], start: dict[str, float], max_iterations: int 
     for it in range(1, max_iterations + 1):
         cols = []
         for j, p in enumerate(PARAMS):
+            if j in held:  # no replays for a parameter the fit no longer moves
+                cols.append(np.zeros_like(r))
+                continue
             x = theta.copy()
             x[j] = x[j] + p.nudge if x[j] + p.nudge <= p.hi else x[j] - p.nudge
             cols.append((_residuals(run(x), targets, lag) - r) / (x[j] - theta[j]))
         jac = np.array(cols).T
-        for j, p in enumerate(PARAMS):
-            if j not in held and np.max(np.abs(jac[:, j])) * p.nudge < MIN_SENSITIVITY:
-                if not hold_unpinned and p.follows is None:
-                    raise UserError(f"calibrate --experiments: the experiments cannot pin step_model.{p.name} (no "
-                                    f"replay changes with it; it needs {p.pinned_by}); nothing written")
-                held.add(j)
-        for j in reversed(range(len(PARAMS))):  # the most specific terms (listed last) are blamed first
-            if j in held:
-                continue
-            others = [k for k in range(len(PARAMS)) if k != j and k not in held]
-            coef, *_ = np.linalg.lstsq(jac[:, others], jac[:, j], rcond=None)
-            rest = np.linalg.norm(jac[:, j] - jac[:, others] @ coef) / max(np.linalg.norm(jac[:, j]), 1e-30)
-            if rest < COLLINEAR:
-                twin = PARAMS[others[int(np.argmax(np.abs(coef) * np.linalg.norm(jac[:, others], axis=0)))]]
-                if not hold_unpinned and PARAMS[j].follows is None:
-                    raise UserError(f"calibrate --experiments: the experiments cannot pin step_model.{PARAMS[j].name} "
-                                    f"apart from step_model.{twin.name} (their replays change alike; "
-                                    f"{PARAMS[j].name} needs {PARAMS[j].pinned_by}); nothing written")
-                held.add(j)
+        held |= _unpinned(jac, held, hold_unpinned)
         jac[:, sorted(held)] = 0.0  # a held parameter's step is zero (the damping keeps the system solvable)
         improved = False
         while damping < 1e4:

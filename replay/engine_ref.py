@@ -230,6 +230,7 @@ class ReferenceEngine:
             if router in ROUTERS_WITH_VIEW:
                 heapq.heappush(self.heap, (0, REFRESH, p))
         self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
+        self.async_scheduling = [bool(a) for a in inputs.per_pool("async_scheduling", 0)]
         self.wake_pending = [False] * len(self.replicas)
         self.ended = 0  # requests finished or rejected
         # Requests held at a pool with no replica active or starting, while `hold` says its
@@ -532,7 +533,7 @@ class ReferenceEngine:
         # Async scheduling (vLLM V1's default, `EngineCore.step_with_batch_queue`): while requests
         # run, this step was scheduled as the previous one started (rep.step_start), so only the
         # requests queued by then can join it; an engine with nothing running schedules at once.
-        cutoff = rep.step_start if self.inp.per_pool("async_scheduling", 0)[p] and rep.running else t
+        cutoff = rep.step_start if self.async_scheduling[p] and rep.running else t
 
         def chunk(new: int) -> int:
             if 0 < threshold < new:

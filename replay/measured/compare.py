@@ -26,9 +26,10 @@ def replayed_classes(result: ExperimentReplay) -> dict[int, str]:
     """The replay's class per stage (replay/saturation.py over the stage's arrivals) and, for the
     whole run (WHOLE_RUN), the worst of its stages: a load test judges a run by its hardest stage."""
     from replay.measured.fleet import POOL
-    from replay.saturation import classify_pool
+    from replay.saturation import classify, pool_series
 
-    out = {stage: classify_pool(result.ticks, POOL, span).state for stage, span in sorted(result.stage_spans_us.items())}
+    series = pool_series(result.ticks, POOL)  # once; each stage is a window of it
+    out = {stage: classify(*series, span).state for stage, span in sorted(result.stage_spans_us.items())}
     out[WHOLE_RUN] = max(out.values(), key=SEVERITY.__getitem__) if out else "stable"
     return out
 
