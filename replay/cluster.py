@@ -25,6 +25,7 @@ from replay.control import ControlEvents, FleetControl, PoolControl, make_decide
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.memory import Capacity, kv_capacity
 from replay.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params, step_time_us_nb,
                               table_points, with_table)
@@ -61,7 +62,7 @@ class PoolPlan:
     # where its step times come from: "roofline" or the table file
     step_model: dict[str, Any] = field(default_factory=dict)
     # the API server's way in and the tokens' way out (replay/serving.py)
-    serving: ServingTerms = field(default_factory=ServingTerms)
+    serving: ServingTerms = field(default_factory=serving_defaults)
 
     @property
     def name(self) -> str:
