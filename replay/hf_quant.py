@@ -8,6 +8,7 @@ keep 8-bit weights; compressed-tensors says its format per group of layers; AWQ 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,6 +61,68 @@ def _compressed_tensors(q: Mapping[str, Any], where: str) -> str | None:
             return "nvfp4" if size == 16 else "mxfp4"
         raise _err(where, f"{key}.group_size", f"got {size!r}, expected 16 (NVFP4) or 32 (MXFP4) for 4-bit floats")
     raise _err(where, key, f"type {kind!r} with num_bits {bits!r}; expected int or float weights of 4 or 8 bits")
+
+
+# Prefixes of the text model's modules in an ignore list (Llama 4 nests it under `language_model`).
+_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "model.", "")
+_MAX_IGNORE = 100_000
+
+
+def _text_modules(fields: Mapping[str, Any]) -> dict[str, int]:
+    """Parameter count of each text-model module a quantization ignore list can name: the attention
+    projections and, for MoE models, the router of every MoE layer, by their names in Hugging Face
+    checkpoints (`layers.{i}.self_attn.q_proj`, `layers.{i}.mlp.gate`, Llama 4's
+    `layers.{i}.feed_forward.router`, Mixtral's `layers.{i}.block_sparse_moe.gate`)."""
+    if fields.get("kv_lora_rank"):
+        return {}  # MLA's projections have other shapes; their checkpoints ship block-FP8 without ignores
+    hidden, heads, kv = fields["hidden_size"], fields["num_attention_heads"], fields["num_kv_heads"]
+    q, k = heads * fields["head_dim"], kv * fields["head_dim"]
+    shapes = {"q_proj": hidden * q, "k_proj": hidden * k, "v_proj": hidden * k, "o_proj": q * hidden}
+    experts = fields.get("num_experts", 0)
+    modules: dict[str, int] = {}
+    for i in range(fields["num_layers"]):
+        for name, size in shapes.items():
+            modules[f"layers.{i}.self_attn.{name}"] = size
+        if experts:
+            for router in ("mlp.gate", "feed_forward.router", "block_sparse_moe.gate"):
+                modules[f"layers.{i}.{router}"] = hidden * experts
+    return modules
+
+
+def unquantized_params(data: Mapping[str, Any], where: str, fields: Mapping[str, Any]) -> int:
+    """Parameters of the text model that a quantized checkpoint leaves in its 16-bit dtype because
+    its quantization_config's ignore list names them (compressed-tensors `ignore`, FP8's
+    `ignored_layers`, `modules_to_not_convert`): RedHatAI's Llama-4-Scout FP8 keeps attention and
+    routers in BF16, 3.0 B of its 17.2 B active parameters. Exact names (a fused `qkv_proj` names
+    its three parts) and `re:` patterns are matched against the attention projections and routers
+    (see `_text_modules`; a pattern as compressed-tensors applies it, `re.match` on the module's full
+    name under each text prefix); entries for other modules (the vision tower; lm_head and embeddings,
+    16-bit anyway) add nothing."""
+    q = data.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return 0
+    key = next((k for k in ("ignore", "ignored_layers", "modules_to_not_convert") if q.get(k) is not None), None)
+    if key is None:
+        return 0
+    entries = q[key]
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise _err(where, key, f"got {str(entries)[:80]}, expected a list of module names")
+    if len(entries) > _MAX_IGNORE:
+        raise _err(where, key, f"{len(entries):,} entries, expected at most {_MAX_IGNORE:,}")
+    exact: set[str] = set()
+    patterns: list[re.Pattern[str]] = []
+    for entry in entries:
+        if entry.startswith("re:"):
+            try:
+                patterns.append(re.compile(entry[3:]))
+            except re.error as exc:
+                raise _err(where, key, f"{entry!r} is not a regular expression ({exc})") from None
+            continue
+        names = {entry.removeprefix(p) for p in _TEXT_PREFIXES if entry.startswith(p)}
+        exact |= names | {n.removesuffix("qkv_proj") + part for n in names if n.endswith(".qkv_proj")
+                          for part in ("q_proj", "k_proj", "v_proj")}
+    return sum(size for name, size in _text_modules(fields).items()
+               if name in exact or any(p.match(prefix + name) for p in patterns for prefix in _TEXT_PREFIXES[:3]))
 
 
 def weight_formats(data: Mapping[str, Any], where: str, dtype: str, has_experts: bool) -> tuple[str, str | None]:

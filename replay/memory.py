@@ -114,16 +114,18 @@ def weights_bytes(model: ModelSpec | str, weight_dtype: str | None = None) -> in
     """Bytes of all weights. None: the checkpoint's own dtypes (gpt-oss: MXFP4 experts, BF16 rest).
 
     A given `weight_dtype` applies to every layer, experts included; embeddings and lm_head stay
-    16-bit under sub-16-bit formats, as quantized checkpoints keep them.
+    16-bit under sub-16-bit formats, as quantized checkpoints keep them, and so does a vision
+    tower. The checkpoint's own format also keeps the layers its quantization ignore list names
+    16-bit (`unquantized_params`).
     """
     model = _model(model)
     dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
     expert_dtype = model.expert_weight_dtype if weight_dtype is None and model.expert_weight_dtype else dtype
     bits = weight_bits(dtype)
-    embed_bits = max(bits, 16.0)
-    embed = model.embedding_params
-    other_dense = model.dense_params - embed
-    total_bits = embed * embed_bits + other_dense * bits + model.expert_params * weight_bits(expert_dtype)
+    wide_bits = max(bits, 16.0)
+    wide = model.embedding_params + model.vision_params + (model.unquantized_params if weight_dtype is None else 0.0)
+    other_dense = model.dense_params - wide
+    total_bits = wide * wide_bits + other_dense * bits + model.expert_params * weight_bits(expert_dtype)
     return math.ceil(total_bits / 8)
 
 
@@ -137,6 +139,11 @@ def weights_bytes_per_gpu(model: ModelSpec | str, tp: int, weight_dtype: str | N
     model = _model(model)
     tp = check_tensor_parallel(model, tp)
     return math.ceil(weights_bytes(model, weight_dtype) / tp)
+
+
+def vision_bytes_per_gpu(model: ModelSpec | str, tp: int) -> float:
+    """Bytes of a vision tower (16-bit) per GPU: loaded with the model, never read by a text step."""
+    return _model(model).vision_params * 2.0 / tp
 
 
 def activation_peak_bytes(model: ModelSpec | str, tp: int, max_num_batched_tokens: int = 8192,

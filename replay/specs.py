@@ -135,6 +135,7 @@ def model_details(m: ModelSpec) -> dict[str, Any]:
         "params_active": int(m.active_params),
         "params_routed_experts": int(m.expert_params),
         "params_vision": int(m.vision_params),
+        "params_unquantized": int(m.unquantized_params),
         "weight_format": m.default_weight_dtype
         + (f" ({m.expert_weight_dtype} experts)" if m.expert_weight_dtype else ""),
         "activation_dtype": m.dtype,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.hf_arch_moe import fields_from_config
-from replay.hf_quant import weight_formats
+from replay.hf_quant import unquantized_params, weight_formats
 from traces.errors import ConfigError
 
 
@@ -62,6 +62,9 @@ class ModelSpec:
     vision_params: float = 0.0
     # The Hugging Face class (config.json `architectures[0]`) the counts follow; "" if not recorded.
     architecture: str = ""
+    # Dense parameters (not embeddings) that a quantized checkpoint keeps in `dtype` because its
+    # quantization_config's ignore list names them (Llama-4-Scout FP8: attention and routers).
+    unquantized_params: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
@@ -131,8 +134,10 @@ def spec_from_config(model_id: str, name: str, hf_repo: str, data: Mapping[str, 
     """The ModelSpec a Hugging Face config.json (parsed: `data`) describes; `where` names it in errors."""
     fields = fields_from_config(data, where)
     weights, experts = weight_formats(data, where, fields["dtype"], fields["num_experts"] > 0)
+    kept = unquantized_params(data, where, fields)
     try:
-        return ModelSpec(model_id, name, hf_repo, default_weight_dtype=weights, expert_weight_dtype=experts, **fields)
+        return ModelSpec(model_id, name, hf_repo, default_weight_dtype=weights, expert_weight_dtype=experts,
+                         unquantized_params=kept, **fields)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -245,7 +250,9 @@ MODELS: dict[str, ModelSpec] = dict([
     # RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic: text model 48 layers, hidden 5120, 40 / 8 heads
     # of 128, every layer MoE (16 experts of FFN 8192, top-1, plus a shared expert), vocab 202048,
     # 10485760 tokens; the vision tower (34 layers, hidden 1408, FFN 5632) is loaded too. FP8 weights
-    # and dynamic per-token FP8 activations (compressed-tensors float-quantized).
+    # and dynamic per-token FP8 activations (compressed-tensors float-quantized), except what its
+    # ignore list names one by one: every text layer's q/k/v/o projections and router stay BF16
+    # (and the vision tower, projector and lm_head), written here as two patterns.
     _hf("llama-4-scout-fp8", "Llama 4 Scout 17B-16E Instruct FP8",
         "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "Llama4ForConditionalGeneration",
         text_config=dict(num_hidden_layers=48, hidden_size=5120, num_attention_heads=40, num_key_value_heads=8,
@@ -256,7 +263,10 @@ MODELS: dict[str, ModelSpec] = dict([
                            patch_size=14, num_channels=3, projector_input_dim=4096, projector_output_dim=4096,
                            vision_output_dim=4096),
         quantization_config=dict(quant_method="compressed-tensors", config_groups={"group_0": dict(
-            targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel"))})),
+            targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel"))},
+            ignore=[r"re:language_model\.model\.layers\.\d+\.self_attn\.[qkvo]_proj$",
+                    r"re:language_model\.model\.layers\.\d+\.feed_forward\.router$", r"re:vision_model\..*",
+                    "multi_modal_projector.linear_1", "language_model.lm_head"])),
     # deepseek-ai/DeepSeek-V2-Lite: 27 layers (the first dense, FFN 10944), hidden 2048, 16 heads, MLA
     # without a q latent (kv_lora_rank 512, rope 64, nope 128, v 128), 64 routed experts of FFN 1408
     # plus 2 shared, top-6, vocab 102400, 163840 tokens (YaRN x40 over 4096).

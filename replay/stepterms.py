@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.engine_common import SPEC_CREDIT_SCALE
-from replay.memory import kv_bytes_per_token_per_gpu, weights_bytes
+from replay.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes
 from replay.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
 from replay.stepmodel import DraftShape, ExpertParallel, StepShape
 from traces.errors import ConfigError
@@ -183,7 +183,8 @@ def step_shape(model: ModelSpec, gpu: GpuSpec, cap) -> StepShape:
         head_dim=model.head_dim,
         hidden_size=model.hidden_size,
         tp=tp,
-        weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu),
+        # A vision tower is loaded (cap counts it) but a text step never reads it.
+        weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu) - vision_bytes_per_gpu(model, tp),
         kv_bytes_per_token_per_gpu=float(cap.kv_bytes_per_token_per_gpu),
         peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,

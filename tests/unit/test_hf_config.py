@@ -10,6 +10,7 @@ import pytest
 
 from replay.config import load_config
 from replay.hf_config import MAX_BYTES, load_model
+from replay.memory import weights_bytes
 from replay.specs import MODELS, get_model, weight_bits
 from replay.specs_models import spec_from_config
 from traces.errors import ConfigError
@@ -87,7 +88,7 @@ def test_each_shared_file_is_its_catalog_entry(folder):
     m, entry = load_model(_shared(folder)), MODELS[CATALOG_ID[folder]]
     for key in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size",
                 "total_params", "active_params", "expert_params", "num_experts", "experts_per_token",
-                "kv_elements_per_token", "moe_layers", "expert_weight_dtype"):
+                "kv_elements_per_token", "moe_layers", "expert_weight_dtype", "unquantized_params"):
         assert getattr(m, key) == getattr(entry, key), key
     # Llama-2-7b-hf ships FP16 where the catalog says bf16: the same 16 bits per weight.
     assert weight_bits(m.default_weight_dtype) == weight_bits(entry.default_weight_dtype)
@@ -104,6 +105,42 @@ def test_the_shared_files_read_what_vllm_would_load():
     nemo = load_model(_shared("mistral-nemo-instruct-2407"))
     assert nemo.head_dim == 128 != nemo.hidden_size // nemo.num_attention_heads
     assert load_model(_shared("llama-2-7b-hf")).dtype == "fp16"
+
+
+def test_layers_a_quantization_ignore_list_names_stay_16_bit():
+    # RedHatAI's Scout FP8 lists every text layer's attention projections and router by name (242
+    # of its 449 entries; the rest are the vision tower, projector and lm_head, 16-bit anyway).
+    scout = load_model(_shared("llama-4-scout-17b-16e-instruct-fp8-dynamic"))
+    h, q, kv = 5120, 40 * 128, 8 * 128
+    assert scout.unquantized_params == 48 * (2 * h * q + 2 * h * kv + h * 16)
+    # The checkpoint's own format reads them at 16 bits; an explicit fp8 quantizes them too.
+    assert weights_bytes(scout) - weights_bytes(scout, "fp8") == scout.unquantized_params
+
+
+def _ignoring(ignore, **quant):
+    text = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=100, max_position_embeddings=64)
+    return spec_from_config("m", "m", "m", {"architectures": ["LlamaForCausalLM"], **text, "quantization_config": {
+        "quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {"g": {
+            "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}, **quant}}, "x/config.json")
+
+
+def test_ignore_entries_by_name_pattern_and_fused_projection():
+    q, kv, o = 64 * 64, 64 * 32, 64 * 64
+    assert _ignoring([]).unquantized_params == 0
+    assert _ignoring(["model.layers.0.self_attn.q_proj", "lm_head"]).unquantized_params == q
+    assert _ignoring(["re:.*self_attn.*"]).unquantized_params == 2 * (q + 2 * kv + o)
+    assert _ignoring(["model.layers.1.self_attn.qkv_proj"]).unquantized_params == q + 2 * kv
+    assert _ignoring(["re:.*vision.*", "model.layers.7.self_attn.q_proj"]).unquantized_params == 0
+
+
+@pytest.mark.parametrize("ignore, expected", [
+    ("lm_head", "expected a list of module names"),
+    (["re:(unclosed"], "is not a regular expression"),
+])
+def test_a_bad_ignore_list_names_the_key(ignore, expected):
+    with pytest.raises(ConfigError, match=r"x/config\.json: quantization_config\.ignore: .*" + expected):
+        _ignoring(ignore)
 
 
 # Exact figures of the entries counted from their configs (specs_models.py `_hf`), with each
