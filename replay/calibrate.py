@@ -17,7 +17,7 @@ import numpy as np
 
 from replay import stepmodel as sm
 from replay.calibrate_data import Measured
-from replay.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes_per_gpu
+from replay.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from replay.specs import get_gpu, get_model, weight_bits
 from traces.errors import UserError
 
@@ -49,7 +49,7 @@ def step_shape(model_id: str, gpu_id: str, tp: int, weight_dtype: str | None = N
         active_params=model.active_params, num_layers=model.num_layers,
         num_attention_heads=model.num_attention_heads, head_dim=model.head_dim, hidden_size=model.hidden_size,
         tp=tp, weights_bytes_per_gpu=float(weights_bytes_per_gpu(model, tp, weight_dtype))
-        - vision_bytes_per_gpu(model, tp),
+        - idle_weights_bytes_per_gpu(model, tp),
         kv_bytes_per_token_per_gpu=float(kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)),
         peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops, hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         link_bytes_per_s=gpu.interconnect_bytes_per_s,

@@ -141,9 +141,13 @@ def weights_bytes_per_gpu(model: ModelSpec | str, tp: int, weight_dtype: str | N
     return math.ceil(weights_bytes(model, weight_dtype) / tp)
 
 
-def vision_bytes_per_gpu(model: ModelSpec | str, tp: int) -> float:
-    """Bytes of a vision tower (16-bit) per GPU: loaded with the model, never read by a text step."""
-    return _model(model).vision_params * 2.0 / tp
+def idle_weights_bytes_per_gpu(model: ModelSpec | str, tp: int) -> float:
+    """Loaded weight bytes per GPU that a text step does not stream: the input embedding is a
+    lookup of the step's rows, not a read of the table (unless tied to lm_head, which reads it
+    whole), and a vision tower sits idle. Both are 16-bit."""
+    model = _model(model)
+    idle = model.vision_params + (0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size)
+    return idle * 2.0 / tp
 
 
 def activation_peak_bytes(model: ModelSpec | str, tp: int, max_num_batched_tokens: int = 8192,

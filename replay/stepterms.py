@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.engine_common import SPEC_CREDIT_SCALE
-from replay.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes
+from replay.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes
 from replay.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
 from replay.stepmodel import DraftShape, ExpertParallel, StepShape
 from traces.errors import ConfigError
@@ -131,7 +131,8 @@ def _draft(spec, target: ModelSpec, tp: int, kv_cache_dtype: str, where: str) ->
         except ConfigError as exc:
             raise ConfigError(f"{where}.engine.speculative_config: {exc}") from None
         weights = math.ceil(weights_bytes(draft) / dtp)
-        return DraftShape(k, 2.0 * draft.active_params / dtp, float(weights), float(kv)), weights, kv
+        read = weights - idle_weights_bytes_per_gpu(draft, dtp)
+        return DraftShape(k, 2.0 * draft.active_params / dtp, read, float(kv)), weights, kv
     read, stored = _one_layer_head(target, method)
     kv = math.ceil(kv_bytes_per_token_per_gpu(target, tp, kv_cache_dtype) / target.num_layers)
     weights = math.ceil(stored * 2 / tp)  # the head ships in BF16
@@ -183,8 +184,8 @@ def step_shape(model: ModelSpec, gpu: GpuSpec, cap) -> StepShape:
         head_dim=model.head_dim,
         hidden_size=model.hidden_size,
         tp=tp,
-        # A vision tower is loaded (cap counts it) but a text step never reads it.
-        weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu) - vision_bytes_per_gpu(model, tp),
+        # What a step reads: less the input embedding (a lookup) and a vision tower, which cap counts.
+        weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu) - idle_weights_bytes_per_gpu(model, tp),
         kv_bytes_per_token_per_gpu=float(cap.kv_bytes_per_token_per_gpu),
         peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops,
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
