@@ -37,10 +37,8 @@ from replay.config import FleetConfig
 from replay.control import ControlEvents
 from replay.metrics import event_frame, request_frame, tick_frame
 from replay.rundir import writer_tag
+from replay.schema import LIVE_DIR, SCHEMA_METADATA, STATUS_FILE, chunk_name, inflight_name
 
-LIVE_DIR = "live"
-STATUS_FILE = "status.json"
-CHUNK_FILES = ("ticks", "events", "requests", "firsts")
 INFLIGHT_KEPT = 2
 # A flush recomputes the run so far (it writes only what is new); waiting this many times its
 # cost between flushes keeps the live overhead of a long replay near 1 / (1 + FLUSH_COST_FACTOR).
@@ -49,14 +47,6 @@ FLUSH_COST_FACTOR = 4.0
 
 def live_dir(run_dir: Path) -> Path:
     return Path(run_dir) / LIVE_DIR
-
-
-def chunk_name(seq: int) -> str:
-    return f"chunk-{seq:06d}"
-
-
-def inflight_name(seq: int) -> str:
-    return f"inflight-{seq:06d}.parquet"
 
 
 def write_atomic(path: Path, write) -> None:
@@ -74,12 +64,13 @@ def write_chunk(live: Path, seq: int, ticks: pl.DataFrame, events: pl.DataFrame,
     tmp = live / f".{chunk.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    ticks.write_parquet(tmp / "ticks.parquet")
-    events.write_parquet(tmp / "events.parquet")
-    ended.write_parquet(tmp / "requests.parquet")
-    firsts.sort("first_token_us", "request_id").write_parquet(tmp / "firsts.parquet")
+    meta = SCHEMA_METADATA  # the dashboard refuses a chunk of a schema it does not know, as a finished run's
+    ticks.write_parquet(tmp / "ticks.parquet", metadata=meta)
+    events.write_parquet(tmp / "events.parquet", metadata=meta)
+    ended.write_parquet(tmp / "requests.parquet", metadata=meta)
+    firsts.sort("first_token_us", "request_id").write_parquet(tmp / "firsts.parquet", metadata=meta)
     os.replace(tmp, chunk)
-    write_atomic(live / inflight_name(seq), inflight.write_parquet)
+    write_atomic(live / inflight_name(seq), lambda path: inflight.write_parquet(path, metadata=meta))
 
 
 def drop_old_inflight(live: Path, seq: int) -> None:

@@ -21,25 +21,12 @@ from replay.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 from replay.saturation import classify_pool
+from replay.schema import EVENTS, REQUESTS, TICKS
 from replay.serving import token_return_us
 
-REQUEST_COLUMNS = (
-    "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens",
-    "cached_tokens", "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "tpot_us",
-    "e2e_us", "preemptions", "status", "reject_reason", "slo_met",
-    # added after the first contract (README "Migration notes"): prefill/decode disaggregation,
-    # null for a request prefilled where it decoded
-    "prefill_pool", "prefill_replica", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us",
-    "kv_transfer_us",
-)
-TICK_COLUMNS = (
-    "t_us", "pool", "replicas_active", "replicas_loading", "gpus", "waiting", "running", "kv_usage",
-    "kv_used_blocks", "kv_total_blocks", "arrivals", "finished", "rejected", "preemptions",
-    "prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
-    "ttft_p50_ms", "ttft_p99_ms", "slo_attainment",
-    # added after the first contract (README "Migration notes"):
-    "replicas_draining", "held",
-)
+# The column orders of README "Run outputs", declared in replay/schema.py with their dtypes.
+REQUEST_COLUMNS = REQUESTS.names
+TICK_COLUMNS = TICKS.names
 
 
 def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.DataFrame:
@@ -228,8 +215,7 @@ def event_frame(raw: RawRun) -> pl.DataFrame:
     pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)], req_pool)
     kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
     details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
-    schema = {"t_us": pl.Int64, "pool": pl.String, "replica": pl.Int32, "kind": pl.String, "detail": pl.String,
-              "request_id": pl.Int64}
+    schema = EVENTS.dtypes
     engine_events = pl.DataFrame(
         {
             "t_us": ev["t_us"],

@@ -26,11 +26,9 @@ import yaml
 
 from replay.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
                            signals_deferred, writer_tag)
+from replay.schema import LIVE_DIR, RUN_FILES, SCHEMA_METADATA, TIMING_FILE
 from traces.errors import UserError
 
-RUN_FILES = ("requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml")
-TIMING_FILE = "timing.json"
-LIVE_DIR = "live"  # replay/live.py's, kept here so outputs imports no engine
 # What --force may replace: a directory holding these and nothing else.
 RUN_ENTRIES = (*RUN_FILES, TIMING_FILE, LIVE_DIR + "/")
 
@@ -145,6 +143,7 @@ def claimed(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> It
 
 def _write_files(tmp: Path, run: RunOutputs) -> None:
     meta = {
+        **SCHEMA_METADATA,
         "llm_replay.version": str(run.summary.get("version", "")),
         "llm_replay.config_sha256": str(run.summary.get("config_sha256", "")),
         "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STABLE, BACKLOGGED, OVERLOADED = "stable", "backlogged", "overloaded"
-CLASSES = (STABLE, BACKLOGGED, OVERLOADED)
+from replay.schema import SATURATION_CLASSES
+
+CLASSES = SATURATION_CLASSES  # summary.json's, declared with the run outputs
+STABLE, BACKLOGGED, OVERLOADED = CLASSES
 
 # Overloaded: over the later half of the arrival span the queue's least-squares trend grows by at
 # least this share of the arrival rate (2%: at an offered rate 1.02x capacity the queue gains

@@ -24,27 +24,24 @@ import polars as pl
 from replay.files import kind
 from traces.errors import UserError
 from traces.yamlfile import read_yaml
-from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Schema, check_config, check_frame, check_summary,
-                          summary_saturation)
+from replay import schema as run_schema
+from replay.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
+from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
+                          check_version, summary_saturation)
 
-# replay/live.py's layout, repeated here so tui imports no engine (tests/tui/test_live.py holds
-# the two equal)
-LIVE_DIR = "live"
-STATUS_FILE = "status.json"
-CHUNK_FILES = ("ticks", "events", "requests", "firsts")
-RUN_FILES = ("ticks.parquet", "events.parquet", "requests.parquet", "config.yaml")
-SUMMARY_FILE = "summary.json"  # checked when there (a cut-short one is a damaged run); gives the pools' saturation
-# the columns read, declared with their kinds in tui/validate.py (one schema per file)
+# The writer's layout (replay/schema.py). What a finished run must hold to be drawn; summary.json
+# is checked when there (a cut-short one is a damaged run) and gives the pools' saturation.
+RUN_FILES = (run_schema.TICKS_FILE, run_schema.EVENTS_FILE, run_schema.REQUESTS_FILE, CONFIG_FILE)
+# the columns read (tui/validate.py names them among the writer's)
 TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
 REQUEST_COLUMNS = REQUESTS.names
 FIRST_COLUMNS = FIRSTS.names
-EMPTY_REQUESTS = {c: pl.Int64 for c in REQUEST_COLUMNS} | {
-    "workload": pl.String, "pool": pl.String, "status": pl.String, "reject_reason": pl.String, "slo_met": pl.Boolean,
-    "tpot_us": pl.Float64}
-EMPTY_EVENTS = {c: pl.String if c in ("pool", "kind", "detail") else pl.Int64 for c in EVENT_COLUMNS}
+# the frames of a live run before its first chunk, of the writer's dtypes
+EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
+EMPTY_EVENTS = run_schema.EVENTS.dtypes
 # Per-request kinds of --detailed-events: shown in a request's life, not in the event log.
-REQUEST_KINDS = ("arrive", "schedule", "first_token", "finish")
+REQUEST_KINDS = run_schema.REQUEST_EVENT_KINDS
 SUMMED = ("waiting", "running", "replicas_active", "replicas_loading", "replicas_draining", "gpus",
           "arrivals", "rejected", "preemptions", "prompt_tokens_per_s", "output_tokens_per_s", "cost_usd")
 FLEET = "fleet"
@@ -155,13 +152,15 @@ class RunData:
         return out
 
 
-def _read_parquet(path: Path, schema: Schema) -> pl.DataFrame:
+def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:
     try:
         frame = pl.read_parquet(path)
+        metadata = pl.read_parquet_metadata(path)
     except FileNotFoundError:
         raise UserError(f"{path}: missing; a run directory holds {', '.join(RUN_FILES)}") from None
     except Exception as exc:  # polars raises several types for a file that is not parquet
         raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})") from None
+    check_version(path, metadata)  # before the columns: a newer schema explains a missing one
     check_frame(path, frame, schema)
     return frame
 
@@ -218,7 +217,7 @@ def run_source(path: Path) -> tuple[Path, Path | None]:
                             "llm-replay run")
     missing = [name for name in RUN_FILES if not (path / name).is_file()]
     if missing:
-        inside = sorted(p.name for p in path.iterdir() if p.is_dir() and (p / "ticks.parquet").is_file())
+        inside = sorted(p.name for p in path.iterdir() if p.is_dir() and (p / TICKS.table.file).is_file())
         hint = f"; it holds the runs {', '.join(inside)}" if inside else ""
         raise UserError(f"{path}: not a run directory (missing {', '.join(missing)}); expected the --out of "
                         f"llm-replay run{hint}")
@@ -256,14 +255,14 @@ def _saturation_in(src: Path) -> dict[str, str]:
 
 
 def _load_finished(path: Path, src: Path) -> RunData:
-    builder = RunBuilder(path, _load_config(src / "config.yaml"))
+    builder = RunBuilder(path, _load_config(src / CONFIG_FILE))
     saturation = _saturation_in(src)
-    ticks = _read_parquet(src / "ticks.parquet", TICKS)
-    events = _read_parquet(src / "events.parquet", EVENTS)
-    requests = _read_parquet(src / "requests.parquet", REQUESTS)
+    ticks = _read_parquet(src / TICKS.table.file, TICKS)
+    events = _read_parquet(src / EVENTS.table.file, EVENTS)
+    requests = _read_parquet(src / REQUESTS.table.file, REQUESTS)
     got = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
     builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
-    builder.add_ticks(ticks, src / "ticks.parquet")
+    builder.add_ticks(ticks, src / TICKS.table.file)
     builder.add_events(events)
     data = builder.snapshot(requests, None)
     data.saturation = saturation
@@ -512,7 +511,7 @@ class LiveFollower:
             self.finished = True
             return self._finish(src)
         if self.builder is None:
-            self.builder = RunBuilder(self.path, _load_config(src / "config.yaml"))
+            self.builder = RunBuilder(self.path, _load_config(src / CONFIG_FILE))
         for _ in range(5):  # a flush may drop the in-flight file we are about to read: read on
             status = _read_status(status_file)
             if _writer_exited(status):
@@ -525,7 +524,7 @@ class LiveFollower:
             chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
             inflight = None
             if status.seq:
-                file = src / f"inflight-{status.seq:06d}.parquet"
+                file = src / inflight_name(status.seq)
                 if not file.is_file():
                     continue
                 inflight = _read_parquet(file, REQUESTS)
@@ -545,7 +544,7 @@ class LiveFollower:
         raise UserError(f"{status_file}: the replay flushed faster than the dashboard could read; retrying")
 
     def _read_chunk(self, src: Path, k: int) -> tuple[pl.DataFrame, ...]:
-        chunk = src / f"chunk-{k:06d}"
+        chunk = src / chunk_name(k)
         if not chunk.is_dir():
             raise UserError(f"{chunk}: missing; the live run's chunks end early (status.json says more)")
         needed = {"ticks": TICKS, "events": EVENTS, "requests": REQUESTS, "firsts": FIRSTS}
@@ -555,7 +554,7 @@ class LiveFollower:
         b = self.builder
         if b is not None and self.seen is not None and self.seen[1] == "writing":
             held = sum(f.height for f in self.requests) + (self.inflight.height if self.inflight is not None else 0)
-            if (_rows_in(src / "ticks.parquet") == b.tick_rows and _rows_in(src / "requests.parquet") == held
-                    and _rows_in(src / "events.parquet") == b.event_rows):
+            if (_rows_in(src / TICKS.table.file) == b.tick_rows and _rows_in(src / REQUESTS.table.file) == held
+                    and _rows_in(src / EVENTS.table.file) == b.event_rows):
                 return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)

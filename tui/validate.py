@@ -1,10 +1,10 @@
-"""The run-directory schema the dashboard reads, declared once, and the checks that hold a run to
-it before anything is drawn: a damaged run is one UserError naming the file, the column or key,
-the value and what was expected. Times are integer microseconds.
+"""The checks that hold a run directory to its schema before anything is drawn: a damaged run is
+one UserError naming the file, the column or key, the value and what was expected. Times are
+integer microseconds.
 
-The column names are README "Run outputs"'s (replay.metrics writes them; tests/tui/test_validate.py
-holds the two equal and checks these kinds against what the writer produces). Repeated here, not
-imported, so the dashboard loads no engine.
+The schema itself (files, columns in order with their dtypes, statuses, saturation classes, the
+schema version) is the writer's, replay/schema.py; this module names only which of its columns
+the dashboard cannot do without (`Reads`), and derives each column's kind from the writer's dtype.
 """
 
 from __future__ import annotations
@@ -16,45 +16,55 @@ from pathlib import Path
 
 import polars as pl
 
+from replay import schema as run_schema
+from replay.schema import SATURATION_CLASSES, STATUSES, Table
 from traces.errors import UserError
 
 INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
 EXPECTED = {INT: "an integer type (int64)", FLOAT: "a numeric type (float64)", STR: "a string type",
             BOOL: "a boolean type"}
-STATUSES = ("finished", "rejected", "unfinished")
-SATURATION_CLASSES = ("stable", "backlogged", "overloaded")  # replay/saturation.py's CLASSES
 
 
 @dataclass(frozen=True)
-class Schema:
-    columns: dict[str, str]  # name -> kind, every one needed
-    optional: dict[str, str]  # appended after the first contract: checked when present
-    not_null: tuple[str, ...] = ()
-    unique: tuple[str, ...] = ()  # one row per value of these columns together
+class Reads:
+    """What the dashboard reads of one of the writer's tables: `needed` columns (a run without one
+    is refused); every other column of the table is checked for its kind when present."""
+    table: Table
+    needed: tuple[str, ...]
+
+    def __post_init__(self):
+        unknown = [n for n in self.needed if n not in self.table.names]
+        if unknown:  # a column the writer does not write: the dashboard would refuse every run
+            raise ValueError(f"{self.table.file}: the dashboard reads {unknown}, which replay/schema.py does not declare")
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self.columns)
+        return self.needed
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        return {name: _kind_of(dtype) for name, dtype in self.table.dtypes.items()}
+
+    @property
+    def not_null(self) -> tuple[str, ...]:
+        return self.table.not_null
+
+    @property
+    def unique(self) -> tuple[str, ...]:
+        return self.table.unique
 
 
 _TICK_FLOATS = ("prompt_tokens_per_s", "output_tokens_per_s", "gpu_busy", "cost_usd", "cost_per_mtok_out_usd",
                 "ttft_p50_ms", "ttft_p99_ms", "slo_attainment")
-TICKS = Schema(
-    {"t_us": INT, "pool": STR, "replicas_active": INT, "replicas_loading": INT, "replicas_draining": INT,
-     "gpus": INT, "waiting": INT, "running": INT, "kv_used_blocks": INT, "kv_total_blocks": INT, "arrivals": INT,
-     "rejected": INT, "preemptions": INT} | dict.fromkeys(_TICK_FLOATS, FLOAT),
-    {}, not_null=("t_us", "pool"), unique=("t_us", "pool"))
-EVENTS = Schema({"t_us": INT, "pool": STR, "replica": INT, "kind": STR, "detail": STR, "request_id": INT}, {},
-                not_null=("t_us", "kind"))
-REQUESTS = Schema(
-    {"request_id": INT, "workload": STR, "pool": STR, "replica": INT, "arrival_us": INT, "prompt_tokens": INT,
-     "output_tokens": INT, "cached_tokens": INT, "first_scheduled_us": INT, "first_token_us": INT,
-     "finished_us": INT, "ttft_us": INT, "preemptions": INT, "status": STR, "reject_reason": STR, "slo_met": BOOL},
-    {"tpot_us": FLOAT, "e2e_us": INT, "prefill_pool": STR, "prefill_replica": INT, "prefill_end_us": INT,
-     "kv_transfer_start_us": INT, "kv_transfer_end_us": INT, "kv_transfer_us": INT},
-    not_null=("request_id", "pool", "arrival_us", "prompt_tokens", "output_tokens", "status"), unique=("request_id",))
-FIRSTS = Schema({"request_id": INT, "pool": STR, "first_token_us": INT, "ttft_us": INT}, {},
-                not_null=("request_id", "first_token_us", "ttft_us"))
+TICKS = Reads(run_schema.TICKS, ("t_us", "pool", "replicas_active", "replicas_loading", "replicas_draining", "gpus",
+                                 "waiting", "running", "kv_used_blocks", "kv_total_blocks", "arrivals", "rejected",
+                                 "preemptions", *_TICK_FLOATS))
+EVENTS = Reads(run_schema.EVENTS, ("t_us", "pool", "replica", "kind", "detail", "request_id"))
+REQUESTS = Reads(run_schema.REQUESTS, (
+    "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens", "cached_tokens",
+    "first_scheduled_us", "first_token_us", "finished_us", "ttft_us", "preemptions", "status", "reject_reason",
+    "slo_met"))
+FIRSTS = Reads(run_schema.FIRSTS, run_schema.FIRSTS.names)
 
 
 def _kind_of(dtype: pl.DataType) -> str | None:
@@ -75,7 +85,7 @@ def _fits(dtype: pl.DataType, kind: str) -> bool:
     return dtype == pl.Null or got == kind or (kind == FLOAT and got == INT)
 
 
-def _where(frame: pl.DataFrame, row: int, schema: Schema) -> str:
+def _where(frame: pl.DataFrame, row: int, schema: Reads) -> str:
     keys = [c for c in (schema.unique or ("request_id",)) if c in frame.columns]
     said = ", ".join(f"{c} {frame[c][row]!r}" for c in keys)
     return f"row {row}" + (f" ({said})" if said else "")
@@ -85,18 +95,29 @@ def _where(frame: pl.DataFrame, row: int, schema: Schema) -> str:
 MAX_TIME_US = 10**14
 
 
-def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
+def check_version(path: Path, metadata: dict[str, str]) -> None:
+    """A Parquet file of a schema version this dashboard does not know is refused, not misread
+    (replay/schema.py: only a change that is not an append moves the version). A file without the
+    key was written before it existed: version 1."""
+    got = metadata.get(run_schema.SCHEMA_KEY, "1")
+    if got != str(run_schema.SCHEMA_VERSION):
+        by = metadata.get("llm_replay.version")
+        raise UserError(f"{path}: run schema version {got!r}{f' (written by llm-replay {by})' if by else ''}; this "
+                        f"dashboard reads version {run_schema.SCHEMA_VERSION}: open it with the llm-replay that wrote it")
+
+
+def check_frame(path: Path, frame: pl.DataFrame, schema: Reads) -> None:
     """Columns present with their kinds, keys not null and unique, statuses known."""
-    missing = [c for c in schema.columns if c not in frame.columns]
+    missing = [c for c in schema.needed if c not in frame.columns]
     if missing:
         raise UserError(f"{path}: missing column {missing[0]!r} (columns expected: README 'Run outputs'; "
                         "was it written by llm-replay?)")
-    for name, kind in {**schema.columns, **schema.optional}.items():
+    for name, kind in schema.kinds.items():
         if name in frame.columns and not _fits(frame.schema[name], kind):
             sample = frame[name].drop_nulls().head(1).to_list()
             value = f" (first value {sample[0]!r})" if sample else ""
             raise UserError(f"{path}: column {name!r} is {frame.schema[name]}{value}; expected {EXPECTED[kind]}")
-    for name in [*schema.columns, *schema.optional]:
+    for name in schema.kinds:
         # the writer stores "no value" as null (NaN filled), never an infinity: either is damage,
         # and a chart of it would read "inf min"
         if name in frame.columns and frame.schema[name].is_float():
@@ -122,7 +143,7 @@ def check_frame(path: Path, frame: pl.DataFrame, schema: Schema) -> None:
             again = int(dup.arg_true()[1])
             raise UserError(f"{path}: {_where(frame, row, schema)} appears again at row {again}; expected one row "
                             f"per {' and '.join(schema.unique)}")
-    if "status" in schema.columns:
+    if "status" in schema.needed:
         bad = ~frame["status"].is_in(STATUSES)
         if bad.any():
             row = int(bad.arg_true()[0])

@@ -93,17 +93,6 @@ def test_the_chunks_are_the_finished_run(tmp_path, config):
     assert status["done_us"] == result.ticks["t_us"].max()
 
 
-def test_the_live_layout_is_the_one_tui_reads():
-    import replay.live as writer_side
-    import replay.metrics as metrics
-    import tui.data as reader_side
-
-    assert (reader_side.LIVE_DIR, reader_side.STATUS_FILE, reader_side.CHUNK_FILES) == (
-        writer_side.LIVE_DIR, writer_side.STATUS_FILE, writer_side.CHUNK_FILES)
-    assert set(reader_side.REQUEST_COLUMNS) <= set(metrics.REQUEST_COLUMNS)
-    assert set(reader_side.TICK_COLUMNS) <= set(metrics.TICK_COLUMNS)
-
-
 def _same_run(a, b) -> None:
     assert a.pools == b.pools and np.array_equal(a.t_us, b.t_us)
     for scope, series in b.series.items():
