@@ -13,11 +13,11 @@ def _terminated(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM's default action kills the process silently: until replay.cli installs its own
+    # SIGTERM's default action kills the process silently: until replay.cli.app installs its own
     # handler, it ends the imports as Ctrl-C does (one line, exit 143).
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        from replay.cli import main as cli_main
+        from replay.cli.app import main as cli_main
     except KeyboardInterrupt as exc:
         term = bool(exc.args) and exc.args[0] == signal.SIGTERM
         print(f"llm-replay: {'terminated' if term else 'interrupted'}; nothing written", file=sys.stderr)

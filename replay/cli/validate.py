@@ -1,7 +1,8 @@
 """`llm-replay validate SCENARIOS.yaml`: replay each scenario, compare with published measurements,
 print predicted vs expected per row and the MAPE per metric group. Exit 0: every row within its
 tolerance; 1: some row outside it (or a replay that left requests unfinished); 2: bad input.
-`llm-replay validate vllm-s2r --data DIR` replays real vLLM experiments instead (replay/cli_measured.py)."""
+`llm-replay validate vllm-s2r --data DIR` replays real vLLM experiments instead
+(replay/cli/validate_measured.py)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def add_parser(sub: Any) -> None:
                    help="vllm-s2r only: the measurements folder (experiments.csv, ground_truth.csv); required")
     p.add_argument("--models", metavar="DIR", default=None,
                    help="vllm-s2r only: a folder of <name>/config.json for models the catalog lacks")
-    from replay.cli import add_plugin_option
+    from replay.cli.parsing import add_plugin_option
 
     add_plugin_option(p)
 
@@ -86,13 +87,13 @@ def run(args: argparse.Namespace) -> int:
     from traces.errors import UserError
 
     load_plugins(args.plugin)
-    from replay import cli_measured
+    from replay.cli import validate_measured
 
-    if args.scenarios == cli_measured.NAME and not Path(args.scenarios).exists():
-        return cli_measured.run(args)
+    if args.scenarios == validate_measured.NAME and not Path(args.scenarios).exists():
+        return validate_measured.run(args)
     for flag in ("data", "models"):
         if getattr(args, flag) is not None:
-            raise UserError(f"--{flag}: applies to 'validate {cli_measured.NAME}' only, not to a scenario file")
+            raise UserError(f"--{flag}: applies to 'validate {validate_measured.NAME}' only, not to a scenario file")
     path = scenario_path(args.scenarios)
     scenarios = load_scenarios(path)
     if args.only:

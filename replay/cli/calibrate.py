@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if args.profile_csv is not None or args.model or args.gpu or args.tp is not None:
             raise UserError("calibrate --experiments: fits whole experiments, so it takes no PROFILE.csv, --model, "
                             "--gpu or --tp (each experiment names its own)")
-        from replay.cli_calibrate_requests import run_requests
+        from replay.cli.calibrate_requests import run_requests
 
         return run_requests(args)
     if args.profile_csv is None:

@@ -22,7 +22,7 @@ SIZE = re.compile(r"^(\d+)x(\d+)$")
 MIN_SIZE = (40, 12)
 
 
-def add_tui_parser(sub) -> None:
+def add_parser(sub) -> None:
     tui = sub.add_parser("tui", help="the incident dashboard over a run directory (Textual)")
     tui.add_argument("run", help="run directory (the --out of llm-replay run), finished or being written")
     tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
@@ -42,7 +42,7 @@ def parse_size(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def cmd_tui(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from replay.files import check_output_file, write_atomically
 
     shot = None
@@ -79,7 +79,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from replay.cli import _report_trace_fixes, prepare_run
+    from replay.cli.run import prepare_run, report_trace_fixes
     from replay.cluster import split_requests
     from replay.live import LIVE_DIR, STATUS_FILE
     from replay.outputs import claimed
@@ -87,12 +87,12 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
     began = time.perf_counter()
-    run = prepare_run(args)
-    resolved, source, plans, out, trace = run.cfg, run.source, run.plans, run.out, run.trace
+    checked = prepare_run(args)
+    resolved, source, plans, out, trace = checked.cfg, checked.source, checked.plans, checked.out, checked.trace
     load_s = time.perf_counter() - began
     split_requests(trace.frame, resolved, plans, source)  # a split that strands a request: a config error
     live = out / LIVE_DIR
-    with claimed(out, args.force, run.inputs):  # held while the child replays and writes DIR
+    with claimed(out, args.force, checked.inputs):  # held while the child replays and writes DIR
         created = not out.exists()
         live.mkdir(parents=True)
         (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
@@ -131,7 +131,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
 
         from replay.report import print_summary
 
-        _report_trace_fixes(Console(stderr=True), trace)
+        report_trace_fixes(Console(stderr=True), trace)
         if not args.quiet:  # the table `run` prints: the dashboard has left the screen
             print_summary(Console(), json.loads((out / "summary.json").read_text()), out)
         else:
@@ -186,7 +186,7 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
     os.dup2(devnull, 2)
     import dataclasses
 
-    from replay.cli_trace import effective_trace
+    from replay.cli.trace_options import effective_trace
     from replay.cluster import plan_pools
     from replay.config import load_config
     from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
