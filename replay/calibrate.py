@@ -1,6 +1,6 @@
 """Fit the step model's efficiencies and overheads to measured step times, and cross-validate.
 
-The model (replay/stepmodel.py) is linear in 1/mfu, 1/mbu, the three overheads and the knee's
+The model (replay/model/stepmodel.py) is linear in 1/mfu, 1/mbu, the three overheads and the knee's
 extra cost once each step knows which roofline branch (compute or memory) it is on, so the fit
 alternates: assign branches, solve a small bounded least-squares problem, repeat. It minimises
 mean absolute percentage error (by reweighting) because that is the error it reports. The knee's
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay import stepmodel as sm
+from replay.model import stepmodel as sm
 from replay.calibrate_data import Measured
-from replay.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes_per_gpu
-from replay.specs import get_gpu, get_model, weight_bits
+from replay.model.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes_per_gpu
+from replay.model.specs import get_gpu, get_model, weight_bits
 from traces.errors import UserError
 
 # Fitted coefficients. The knee's two are optional in a profile (files written before it have none).

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replay import serving
+from replay.model import serving
 from traces.errors import UserError
 
 METRICS = ("ttft_mean", "itl_mean", "e2e_mean")
@@ -115,7 +115,7 @@ def _residuals(means: Sequence[EngineMeans], targets: Sequence[Target], lag: flo
 
 def _serving(lag_ms: float, prompt_tokens: float) -> dict[str, float]:
     """The fitted client-side time split as vLLM's source has it: the tokeniser's micro-batch wait
-    and its per-token cost go in (replay/serving.py defaults), the rest is the tokens' way back."""
+    and its per-token cost go in (replay/model/serving.py defaults), the rest is the tokens' way back."""
     total = lag_ms * 1000.0
     tokenize = serving.DEFAULT_TOKENIZE_US_PER_TOKEN * prompt_tokens
     api = min(serving.DEFAULT_API_SERVER_US, max(total - tokenize, 0.0))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.specs import get_gpu
+from replay.model.specs import get_gpu
 from traces.errors import UserError
 from traces.files import read_text_file
 

@@ -19,7 +19,7 @@ import yaml
 
 from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
-from replay.specs import get_gpu
+from replay.model.specs import get_gpu
 from traces.bounds import MIN_EFFICIENCY
 from traces.errors import ConfigError
 from traces.yamlfile import read_yaml

@@ -23,13 +23,13 @@ from replay.calprofile import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
-from replay.memory import Capacity, kv_capacity
-from replay.serving import ServingTerms, engine_arrivals, serving_terms
-from replay.serving import defaults as serving_defaults  # a plan made without its pool's terms
-from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model
-from replay.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params, step_time_us_nb,
-                              table_points, with_table)
-from replay.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
+from replay.model.memory import Capacity, kv_capacity
+from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
+from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
+from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
+                                    step_time_us_nb, table_points, with_table)
+from replay.model.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 from traces.bounds import BY_NAME
 from traces.configtools import from_dict
 from traces.errors import ConfigError, UserError
@@ -61,7 +61,7 @@ class PoolPlan:
     # the step model's coefficients as resolved (config keys, then profile, then defaults), and
     # where its step times come from: "roofline" or the table file
     step_model: dict[str, Any] = field(default_factory=dict)
-    # the API server's way in and the tokens' way out (replay/serving.py)
+    # the API server's way in and the tokens' way out (replay/model/serving.py)
     serving: ServingTerms = field(default_factory=serving_defaults)
 
     @property
@@ -161,7 +161,7 @@ def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: 
     """What a run's summary records of its pool's step model: every coefficient as used (None
     resolved to stepmodel's defaults; no knee as knee_tokens 0), where they come from (a profile,
     the GPU's shipped defaults, or the table file) and which keys the config set itself."""
-    from replay import stepmodel
+    from replay.model import stepmodel
 
     defaults = {"mfu": stepmodel.DEFAULT_MFU, "mbu": stepmodel.DEFAULT_MBU,
                 "per_step_overhead_us": stepmodel.DEFAULT_STEP_OVERHEAD_US,
@@ -355,7 +355,7 @@ def build_inputs(
 def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, Any]:
     """The engines' multi-LoRA and speculative-decoding columns: adapter ids (0.. in sorted order
     of their names; -1 for the base model), each pool's slots and load time, and each pool's
-    verify-step credit table (replay/stepterms.py)."""
+    verify-step credit table (replay/model/stepterms.py)."""
     out: dict[str, Any] = {}
     if any(p.terms.lora_slots for p in plans) and "adapter" in frame.columns:
         names = frame["adapter"]

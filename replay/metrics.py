@@ -21,7 +21,7 @@ from replay.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 from replay.saturation import classify_pool
-from replay.serving import token_return_us
+from replay.model.serving import token_return_us
 
 REQUEST_COLUMNS = (
     "request_id", "workload", "pool", "replica", "arrival_us", "prompt_tokens", "output_tokens",
@@ -88,7 +88,7 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
         df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
     else:
         df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
-    # Tokens reach the client token_return_us after their step (replay/serving.py): the request's
+    # Tokens reach the client token_return_us after their step (replay/model/serving.py): the request's
     # first_token_us and finished_us are when its client sees them.
     lag = pl.Series(token_return_us(raw.pool_index, [p.serving for p in raw.plans]))
     df = df.with_columns(first_token_us=pl.col("first_token_us") + lag, finished_us=pl.col("finished_us") + lag)

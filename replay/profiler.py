@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.files import write_atomically
-from replay.specs_models import ModelSpec
+from replay.model.models import ModelSpec
 
 # Batch compositions of a full-size profile: (prefill tokens, prefill seqs, decode seqs, context per decode seq).
 FULL_GRID: tuple[tuple[int, int, int, int], ...] = (

@@ -89,8 +89,8 @@ def _run_steps(args: argparse.Namespace) -> int:
     from replay.calibrate_data import read_generic, read_splitwise
     from replay.calprofile import profile_document, write_profile
     from replay.files import check_output_file
-    from replay.specs import get_gpu, get_model
-    from replay.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US
+    from replay.model.specs import get_gpu, get_model
+    from replay.model.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US
     from traces.errors import UserError
 
     model, gpu = get_model(args.model).id, get_gpu(args.gpu).id

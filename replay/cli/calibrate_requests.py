@@ -113,7 +113,8 @@ def run_requests(args: argparse.Namespace) -> int:
         "not_pinned": result.unpinned,
         # one client-side time is fitted; its split is the rule of replay/calibrate_requests.py _serving
         "serving_fitted": "api_server_us + tokenize_us_per_token x prompt + token_return_us, as one sum: "
-                          "api_server_us and tokenize_us_per_token are vLLM's (replay/serving.py), the rest returns",
+                          "api_server_us and tokenize_us_per_token are vLLM's (replay/model/serving.py), "
+                          "the rest returns",
         "experiments": [{"exp_id": e.id, "model": e.model, "tensor_parallel_size": e.tp,
                          "vllm_version": e.vllm_version, "workload": e.workload} for e in experiments],
         "fit": {"cost": round(result.cost, 5), "iterations": result.iterations,

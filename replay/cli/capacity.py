@@ -66,9 +66,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.memory import kv_capacity
+    from replay.model.memory import kv_capacity
     from replay.report import print_capacity
-    from replay.specs import get_gpu, get_model
+    from replay.model.specs import get_gpu, get_model
 
     _check_flag_ranges(args, CAPACITY_FLAGS)
     if args.break_even:
@@ -106,10 +106,10 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from replay.config import LINK_PRESETS
-    from replay.specs import MODELS, get_gpu, get_model, normalize_weight_dtype
+    from replay.model.specs import MODELS, get_gpu, get_model, normalize_weight_dtype
     from replay.calprofile import default_coefficients
-    from replay.stepmodel import DEFAULT_MFU
-    from replay.stepterms import break_even_rows
+    from replay.model.stepmodel import DEFAULT_MFU
+    from replay.model.stepterms import break_even_rows
 
     models = [get_model(args.model)] if args.model else list(MODELS.values())
     if args.flops is not None:

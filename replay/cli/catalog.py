@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.report import print_catalog, print_model_details
-    from replay.specs import catalog_rows, get_model, model_details
+    from replay.model.specs import catalog_rows, get_model, model_details
 
     if args.model is not None:
         details = model_details(get_model(args.model))

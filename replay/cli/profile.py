@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         TorchMissing, check_model, grid_tokens, import_torch, measure_allreduce, profile_rows, shapes_for, write_csv,
     )
     from replay.files import check_output_file
-    from replay.specs import get_model
+    from replay.model.specs import get_model
     from traces.errors import UserError
 
     model = get_model(args.model)

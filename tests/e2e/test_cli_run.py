@@ -19,7 +19,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from replay.config import load_config
-from replay.specs import GPUS, MODELS
+from replay.model.specs import GPUS, MODELS
 from tests.e2e.conftest import (
     EVENT_COLUMNS, FIXTURES, ISSUE_REQUEST_COLUMNS, ISSUE_TICK_COLUMNS, POOL_KEYS, RUN_FILES, STATUSES,
     TOP_KEYS, read_run, small_fleet,

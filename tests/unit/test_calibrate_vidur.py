@@ -11,7 +11,7 @@ import yaml
 from replay import calibrate_vidur as cv
 from replay.calprofile import DEFAULTS_FILE, default_coefficients, step_coefficients
 from replay.config import StepModelArgs
-from replay.specs import get_gpu
+from replay.model.specs import get_gpu
 from traces.errors import ConfigError, UserError
 
 OPS = cv.LAYER_OPS
@@ -150,7 +150,7 @@ def test_profile_vidur_takes_the_gpu_entry_and_keys_still_win():
 
 def test_default_pools_get_the_fitted_link_efficiency_and_a_slower_link_slows_tp_steps():
     from replay.calibrate import step_shape
-    from replay.stepmodel import LINK_BYTES_RATE, step_params, step_time_us_nb
+    from replay.model.stepmodel import LINK_BYTES_RATE, step_params, step_time_us_nb
 
     got = step_coefficients(StepModelArgs(), "llama-3.1-70b", "h100-sxm-80gb", 4, "w")
     shipped = yaml.safe_load(DEFAULTS_FILE.read_text())["gpus"]["h100-sxm-80gb"]["step_model"]

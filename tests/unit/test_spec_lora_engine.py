@@ -75,7 +75,7 @@ def _fleet(tmp_path, engine_yaml: str, model="llama-3.1-8b", step_model=""):
 
 
 def test_fleet_config_reaches_the_step_model_and_the_memory_fit(tmp_path):
-    from replay import stepmodel as sm
+    from replay.model import stepmodel as sm
 
     base = _fleet(tmp_path, "      max_num_seqs: 64\n")[0]
     spec = _fleet(tmp_path, "      speculative_config:\n        method: draft_model\n        model: llama-3.1-8b\n"

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay import stepmodel as sm
+from replay.model import stepmodel as sm
 from replay.cli import main
-from replay.memory import kv_bytes_per_token
-from replay.specs import get_gpu, get_model, weight_bits
-from replay.stepmodel import DraftShape, ExpertParallel, StepShape, step_params, step_time_us_nb
-from replay.stepterms import (
+from replay.model.memory import kv_bytes_per_token
+from replay.model.specs import get_gpu, get_model, weight_bits
+from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape, step_params, step_time_us_nb
+from replay.model.stepterms import (
     all_to_all_us,
     break_even_bytes_per_s,
     expected_experts_touched,

@@ -13,7 +13,7 @@ from replay.calibrate_data import read_splitwise
 from replay.cli import main
 from replay.cluster import plan_pools
 from replay.config import load_config
-from replay.stepmodel import (
+from replay.model.stepmodel import (
     BYTES_RATE,
     KV_BYTES_PER_TOKEN,
     KV_BYTES_RATE,

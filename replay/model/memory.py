@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from replay.specs import GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits
+from replay.model.specs import (
+    GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits,
+)
 from traces.errors import ConfigError
 
 GiB = 1 << 30

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.engine_common import SPEC_CREDIT_SCALE
-from replay.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes
-from replay.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
-from replay.stepmodel import DraftShape, ExpertParallel, StepShape
+from replay.model.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes
+from replay.model.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
+from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape
 from traces.errors import ConfigError
 
 LORA_DTYPE_BYTES = 2  # adapters are BF16 / FP16 whatever the base's precision (vLLM LoRA buffers)
@@ -232,7 +232,7 @@ def break_even_rows(models: list[ModelSpec], flops_per_s: float, links: dict[str
                     kv_cache_dtypes: tuple[str, ...] = ("auto", "fp8")) -> list[dict[str, object]]:
     """One row per model and KV dtype: KV bytes per token, W* and the transfer's share of the
     prefill over each link (`llm-replay capacity --break-even`; the table of ref 000 section 02)."""
-    from replay.memory import kv_bytes_per_token
+    from replay.model.memory import kv_bytes_per_token
 
     rows = []
     for model in models:

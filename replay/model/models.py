@@ -1,7 +1,7 @@
 """Model architectures: the numbers memory and step-time arithmetic need, from each HF config.json.
 
 Counts are plain numbers (parameters, not billions); sizes are in elements; dtypes use the names of
-`replay.specs.WEIGHT_DTYPE_BITS`.
+`replay.model.specs.WEIGHT_DTYPE_BITS`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replay.hf_arch_moe import fields_from_config
-from replay.hf_quant import unquantized_params, weight_formats
+from replay.model.hf.arch_moe import fields_from_config
+from replay.model.hf.quant import unquantized_params, weight_formats
 from traces.errors import ConfigError
 
 
@@ -199,7 +199,7 @@ MODELS: dict[str, ModelSpec] = dict([
                  201088, 116_829_156_672, 5_132_849_472, 131072, num_experts=128, experts_per_token=4,
                  moe_intermediate_size=2880, expert_params=114_701_598_720, expert_weight_dtype="mxfp4")),
 
-    # --- Counted from each published config.json by replay/hf_arch*.py (the code that reads files);
+    # --- Counted from each published config.json by replay/model/hf/arch*.py (the code that reads files);
     # tests/unit/test_hf_config.py checks every figure. Numbers quoted are the config's fields. ---
     # codellama/CodeLlama-34b-Instruct-hf: Llama, 48 layers, hidden 8192, 64 / 8 heads, FFN 22016,
     # vocab 32000, 16384-token context (../shared/models/codellama-34b-instruct-hf).

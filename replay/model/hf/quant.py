@@ -1,4 +1,4 @@
-"""The weight format a Hugging Face `quantization_config` loads, as replay.specs.WEIGHT_DTYPE_BITS names it.
+"""The weight format a Hugging Face `quantization_config` loads, as replay.model.specs.WEIGHT_DTYPE_BITS names it.
 
 Formats follow what vLLM's quantization method of the same name stores per weight
 (vllm/model_executor/layers/quantization/): FP8 checkpoints (static or dynamic activation scales)

@@ -1,7 +1,7 @@
 """Shapes and exact parameter counts of Hugging Face decoder architectures, from config.json fields.
 
 `architecture_fields(cfg, where)` reads one parsed config.json (a dict) and returns the keyword
-arguments of `replay.specs_models.ModelSpec` that follow from it. Counts sum the tensors each
+arguments of `replay.model.models.ModelSpec` that follow from it. Counts sum the tensors each
 architecture's transformers modeling file creates (`modeling_<type>.py`), which vLLM's model class
 of the same name loads one for one; the multi-token-prediction layers of DeepSeek-V3 / GLM
 (`num_nextn_predict_layers`) are not loaded for plain decoding and not counted. Every missing or

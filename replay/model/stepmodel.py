@@ -4,7 +4,7 @@
                + ep_all_to_all + draft_model + per_step_overhead + per_seq_overhead * seqs
                + prefill_overhead (steps that compute prompt tokens)`   (DESIGN.md, "The step model").
 Everything is per GPU: a replica's GPUs run the same step in lock-step. The terms for weight
-precision, FP8 KV, MoE, speculative decoding and multi-LoRA are built in `replay/stepterms.py`.
+precision, FP8 KV, MoE, speculative decoding and multi-LoRA are built in `replay/model/stepterms.py`.
 """
 
 from __future__ import annotations

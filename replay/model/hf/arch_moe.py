@@ -1,6 +1,6 @@
 """Parameter counts of the MoE architectures with more than one kind of layer: DeepSeek-V2/V3 (MLA,
 shared experts, dense first layers), GLM-MoE-DSA (the same plus a sparse-attention indexer) and
-Llama 4 (interleaved MoE layers, a shared expert, a vision tower). See replay/hf_arch.py."""
+Llama 4 (interleaved MoE layers, a shared expert, a vision tower). See replay/model/hf/arch.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from replay import hf_arch
-from replay.hf_arch import Fields, attention_params, check_divides, spec_fields, top_k_of
+from replay.model.hf import arch as hf_arch
+from replay.model.hf.arch import Fields, attention_params, check_divides, spec_fields, top_k_of
 from traces.errors import ConfigError
 
 

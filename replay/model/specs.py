@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replay.specs_gpus import GPUS, GpuSpec
-from replay.specs_models import MODELS, ModelSpec
+from replay.model.gpus import GPUS, GpuSpec
+from replay.model.models import MODELS, ModelSpec
 from traces.errors import ConfigError
 
 __all__ = [
@@ -96,7 +96,7 @@ def get_model(model_id: str) -> ModelSpec:
     """The catalog entry for `model_id`, or the model a Hugging Face config.json describes when
     `model_id` is its path (or its folder's): it holds a slash or ends in .json, or names no
     catalog entry but an existing file or folder."""
-    from replay.hf_config import load_model, looks_like_path
+    from replay.model.hf.config import load_model, looks_like_path
 
     if isinstance(model_id, str) and model_id in MODELS:
         return MODELS[model_id]

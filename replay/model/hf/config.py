@@ -1,8 +1,8 @@
 """A model from a Hugging Face `config.json`, read offline: `model: path/to/config.json` (or its folder).
 
 The file is bounded (a regular file of at most 1 MiB, JSON nested at most 32 deep, no duplicate
-keys, no NaN); its `architectures[0]` picks the counting code of replay/hf_arch.py, and its
-`quantization_config` the weight format (names of replay.specs.WEIGHT_DTYPE_BITS). Every problem is
+keys, no NaN); its `architectures[0]` picks the counting code of replay/model/hf/arch.py, and its
+`quantization_config` the weight format (names of replay.model.specs.WEIGHT_DTYPE_BITS). Every problem is
 one ConfigError naming the file, the key and what was expected.
 """
 
@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from replay.specs_models import ModelSpec, spec_from_config
+from replay.model.models import ModelSpec, spec_from_config
 from traces.errors import ConfigError
 
 MAX_BYTES = 1 << 20
