@@ -19,7 +19,7 @@ import polars as pl
 from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
-from replay.calprofile import default_source, step_coefficients
+from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
@@ -189,7 +189,7 @@ def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: st
     """The pool's step parameters switched to the table backend, from its measured steps: prefill
     steps give step time against tokens, decode steps against sequences, each decode point moved
     to the median context per sequence at the roofline's KV-read rate."""
-    from replay.calibrate_data import read_generic, read_splitwise
+    from replay.calibration.data import read_generic, read_splitwise
 
     sm = pool.step_model
     tp = pool.tensor_parallel_size

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from replay.calibrate_data import FORMATS, GENERIC_HELP
+from replay.calibration.data import FORMATS, GENERIC_HELP
 
 DESCRIPTION = f"""\
 Fit the step model's efficiencies and overheads (mfu, mbu, per-step, per-sequence and prefill
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_steps(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.calibrate import check_fit, cross_validate, fit_knee, step_shape, terms, unit_params
-    from replay.calibrate_data import read_generic, read_splitwise
-    from replay.calprofile import profile_document, write_profile
+    from replay.calibration.steps import check_fit, cross_validate, fit_knee, step_shape, terms, unit_params
+    from replay.calibration.data import read_generic, read_splitwise
+    from replay.calibration.profiles import profile_document, write_profile
     from replay.files import check_output_file
     from replay.model.specs import get_gpu, get_model
     from replay.model.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US

@@ -1,5 +1,5 @@
 """`llm-replay calibrate --experiments DIR`: fit the step model's overheads and memory efficiency and
-the serving terms by replaying real vLLM experiments whole (replay/calibrate_requests.py), print
+the serving terms by replaying real vLLM experiments whole (replay/calibration/requests.py), print
 the config keys found and the leave-one-model-out error, and write them to --out."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def shortened(exp: Any, max_stage_s: float | None) -> Any:
 def targets(experiments: list[Any], max_stage_s: float | None, engine: str = "numba") -> list[Any]:
     """One calibration target per experiment: replays with the serving terms at zero, read as the
     harness read the real server (replay/measured/run.py)."""
-    from replay.calibrate_requests import METRICS, EngineMeans, Target
+    from replay.calibration.requests import METRICS, EngineMeans, Target
     from replay.measured import POOL, WHOLE_RUN, replay_experiment
     from replay.measured.workload import prompt_lengths
 
@@ -59,7 +59,7 @@ def _sha256(path: Path) -> str:
 def run_requests(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.calibrate_requests import METRICS, cross_validate, error_pct, fit, mape
+    from replay.calibration.requests import METRICS, cross_validate, error_pct, fit, mape
     from replay.files import check_output_file
     from replay.measured import load_experiments
     from replay.report import engine_ready
@@ -111,7 +111,7 @@ def run_requests(args: argparse.Namespace) -> int:
         "step_model": result.step_model,
         "serving": result.serving,
         "not_pinned": result.unpinned,
-        # one client-side time is fitted; its split is the rule of replay/calibrate_requests.py _serving
+        # one client-side time is fitted; its split is the rule of replay/calibration/requests.py _serving
         "serving_fitted": "api_server_us + tokenize_us_per_token x prompt + token_return_us, as one sum: "
                           "api_server_us and tokenize_us_per_token are vLLM's (replay/model/serving.py), "
                           "the rest returns",

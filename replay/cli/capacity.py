@@ -107,7 +107,7 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
 
     from replay.config import LINK_PRESETS
     from replay.model.specs import MODELS, get_gpu, get_model, normalize_weight_dtype
-    from replay.calprofile import default_coefficients
+    from replay.calibration.profiles import default_coefficients
     from replay.model.stepmodel import DEFAULT_MFU
     from replay.model.stepterms import break_even_rows
 

@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from replay.profiler import (
+    from replay.calibration.profiler import (
         TorchMissing, check_model, grid_tokens, import_torch, measure_allreduce, profile_rows, shapes_for, write_csv,
     )
     from replay.files import check_output_file

@@ -15,7 +15,7 @@ Modelled as: a request reaches the engine `api_server_us + tokenize_us_per_token
 after the client sent it, in order (the tokeniser is one thread: no request overtakes another);
 every token reaches the client `token_return_us` after its step ends, so TTFT and E2E hold both
 and TPOT/ITL neither. The defaults are fitted to the client-measured latencies of real vLLM
-v0.15.1 servers (`llm-replay calibrate --experiments`, replay/calibrate_requests.py); where the
+v0.15.1 servers (`llm-replay calibrate --experiments`, replay/calibration/requests.py); where the
 data cannot tell two terms apart (they all add to TTFT), the split follows vLLM's source.
 """
 
@@ -58,8 +58,8 @@ class ServingTerms:
 
 @functools.lru_cache(maxsize=1)
 def defaults() -> ServingTerms:
-    """The shipped fit's serving terms (replay/calprofile.request_fit), else the constants above."""
-    from replay.calprofile import request_fit
+    """The shipped fit's serving terms (replay.calibration.profiles.request_fit), else the constants above."""
+    from replay.calibration.profiles import request_fit
 
     fit = (request_fit(SERVING_FIT_GPU) or {}).get("serving") or {}
     return ServingTerms(**{k: float(fit[k]) for k in KEYS if k in fit})

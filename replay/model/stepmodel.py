@@ -67,7 +67,7 @@ TABLE_DECODE_Y = TABLE_DECODE_X + TABLE_POINTS
 # The matmul knee: the step's tokens beyond KNEE_TOKENS (0: no knee) run their dense matmuls at
 # PAST_KNEE_FLOPS_RATE (peak FLOP/s * past_knee_mfu) instead of FLOPS_RATE. Calibration finds one
 # in the Splitwise profile, where at TP 4 and 8 a step's prefill cost per token rises 13-78% from
-# 2k to 8k tokens, whether in one prompt or many (replay/calibrate.py, `fit_knee`).
+# 2k to 8k tokens, whether in one prompt or many (replay/calibration/steps.py, `fit_knee`).
 KNEE_TOKENS = TABLE_DECODE_Y + TABLE_POINTS
 PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
 # CUDA graphs (vLLM V1's default FULL_AND_PIECEWISE mode): a step of at most CUDA_GRAPH_MAX_TOKENS
@@ -77,7 +77,7 @@ PAST_KNEE_FLOPS_RATE = KNEE_TOKENS + 1
 CUDA_GRAPH_MAX_TOKENS = PAST_KNEE_FLOPS_RATE + 1
 # KV reads and writes run at their own share of HBM bandwidth (attention_mbu; unset: mbu): paged
 # attention over short contexts streams differently from the weights' GEMMs, and the real
-# servers' steps tell the two apart (replay/calibrate_requests.py).
+# servers' steps tell the two apart (replay/calibration/requests.py).
 KV_BYTES_RATE = CUDA_GRAPH_MAX_TOKENS + 1
 # MoE: the routed experts' weights stream at their own share too (expert_mbu; unset: mbu): a
 # fused-MoE kernel runs one small GEMM per touched expert, each over a few of the step's tokens.
@@ -95,7 +95,7 @@ DEFAULT_SEQ_OVERHEAD_US = 10.0
 DEFAULT_ALLREDUCE_LATENCY_US = 6.0
 DEFAULT_PREFILL_OVERHEAD_US = 0.0
 # Share of the GPU's interconnect bandwidth the all-reduce's traffic attains (1.0: the data sheet's).
-# The shipped per-GPU defaults fit it to Vidur's NCCL measurements (replay/calibrate_vidur.py).
+# The shipped per-GPU defaults fit it to Vidur's NCCL measurements (replay/calibration/vidur.py).
 DEFAULT_LINK_EFFICIENCY = 1.0
 
 

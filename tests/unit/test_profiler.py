@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from replay.cli import main
-from replay.profiler import TINY_GRID, shapes_for
+from replay.calibration.profiler import TINY_GRID, shapes_for
 from replay.model.specs import get_model
 
 

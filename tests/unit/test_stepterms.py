@@ -77,7 +77,7 @@ def test_capacity_break_even_cli_prints_the_table(capsys):
 
 
 def test_capacity_break_even_on_a_gpu_uses_the_mfu_its_pools_run_at(capsys):
-    from replay.calprofile import default_coefficients
+    from replay.calibration.profiles import default_coefficients
 
     mfu = default_coefficients("h100-sxm-80gb")["mfu"]
     assert main(["capacity", "--break-even", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--json"]) == 0

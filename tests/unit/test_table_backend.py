@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from replay.calibrate_data import read_splitwise
+from replay.calibration.data import read_splitwise
 from replay.cli import main
 from replay.cluster import plan_pools
 from replay.config import load_config

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from replay.calibrate import COEFFICIENTS, KNEE_COEFFICIENTS
+from replay.calibration.steps import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
 from replay.model.specs import get_gpu
 from traces.bounds import MIN_EFFICIENCY
@@ -25,7 +25,8 @@ from traces.errors import ConfigError
 from traces.yamlfile import read_yaml
 
 FORMAT = "llm-replay-step-profile/1"
-PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+# replay/profiles/: package data of `replay` (pyproject.toml), beside this package, not in it.
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
 # Shipped calibrations: Splitwise's measured Llama-2-70B profile (replay/profiles/README.md). GPUs
 # without measurements borrow the nearest measured part's coefficients (same software era).
@@ -157,7 +158,7 @@ def read_profile(path: str | Path, where: str = "") -> Profile:
 
 
 # `step_model: {profile: vidur}` (replay/profiles/defaults.yaml): mfu and mbu per GPU fitted to Vidur's
-# kernel profiles by replay/calibrate_vidur.py; overheads and all-reduce latency assumed. Meant to become
+# kernel profiles by replay/calibration/vidur.py; overheads and all-reduce latency assumed. Meant to become
 # the default of pools with no step_model settings (replay/profiles/README.md says what blocks it).
 VIDUR = "vidur"
 DEFAULTS_FILE = PROFILES_DIR / "defaults.yaml"
@@ -169,7 +170,7 @@ def _defaults_table() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or data.get("format") != DEFAULTS_FORMAT:
         raise ConfigError(f"{DEFAULTS_FILE}: expected 'format: {DEFAULTS_FORMAT}' (regenerate it: "
-                          "python -m replay.calibrate_vidur ../shared/profiles/vidur --out replay/profiles/defaults.yaml)")
+                          "python -m replay.calibration.vidur ../shared/profiles/vidur --out replay/profiles/defaults.yaml)")
     gpus = {gpu: _coefficients(entry["step_model"]) for gpu, entry in data["gpus"].items()}
     return gpus, dict(data.get("borrow") or {})
 

@@ -342,7 +342,7 @@ def defaults_document(vidur_dir: str | Path) -> dict:
         "gpus": gpus,
         "borrow": dict(BORROW),
         "provenance": {
-            "fitted": "mfu, mbu, link_efficiency: `python -m replay.calibrate_vidur ../shared/profiles/vidur --out "
+            "fitted": "mfu, mbu, link_efficiency: `python -m replay.calibration.vidur ../shared/profiles/vidur --out "
                       "replay/profiles/defaults.yaml`",
             "data": "Vidur operator profiles (github.com/microsoft/vidur @ 7d47513, MIT): compute/<gpu>/<model>/mlp.csv, "
                     "per-layer per-rank kernel times (ms, median), Sarathi-Serve (vLLM 0.3-era) kernels, 2024; "
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m replay.calibrate_vidur", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m replay.calibration.vidur", description=__doc__)
     parser.add_argument("vidur_dir", help="a copy of Vidur's profiles (holding data/profiling/compute/)")
     parser.add_argument("--out", "-o", required=True, help="defaults YAML to write")
     args = parser.parse_args(argv)
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = "# Per-GPU step-model defaults, written by `python -m replay.calibrate_vidur` (see README.md here)\n"
+    text = "# Per-GPU step-model defaults, written by `python -m replay.calibration.vidur` (see README.md here)\n"
     Path(args.out).write_text(text + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
     for gpu, entry in doc["gpus"].items():
         sm = entry["step_model"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.model import stepmodel as sm
-from replay.calibrate_data import Measured
+from replay.calibration.data import Measured
 from replay.model.memory import kv_bytes_per_token_per_gpu, vision_bytes_per_gpu, weights_bytes_per_gpu
 from replay.model.specs import get_gpu, get_model, weight_bits
 from traces.errors import UserError
