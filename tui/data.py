@@ -188,7 +188,7 @@ def _read_status(path: Path) -> LiveStatus:
 def _writer_exited(status: LiveStatus) -> bool:
     """A live run whose writer is gone (killed: it records a failure otherwise), as opposed to one
     that is slow. A status without its writer (an older llm-replay) is taken as alive."""
-    from replay.rundir import writer_alive
+    from replay.outputs.rundir import writer_alive
 
     return (status.state != "failed" and status.pid is not None and status.pid_start is not None
             and not writer_alive(status.pid, status.pid_start))

@@ -40,7 +40,7 @@ class CalibrationError(UserError):
 
 def step_shape(model_id: str, gpu_id: str, tp: int, weight_dtype: str | None = None,
                kv_cache_dtype: str = "auto") -> sm.StepShape:
-    """The StepShape a pool of `model_id` on `gpu_id` at `tp` gets (as replay/cluster.py builds it)."""
+    """The StepShape a pool of `model_id` on `gpu_id` at `tp` gets (as replay/fleet/cluster.py builds it)."""
     model, gpu = get_model(model_id), get_gpu(gpu_id)
     dtype = weight_dtype or model.default_weight_dtype
     expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype

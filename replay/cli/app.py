@@ -45,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGINT and SIGTERM end a command alike: one line, nothing partial (replay.rundir.Interrupted).
+    # SIGINT and SIGTERM end a command alike: one line, nothing partial (replay.outputs.rundir.Interrupted).
     import signal
 
     previous: dict = {}  # the handlers to restore (main may run inside a test process)
     try:
-        from replay.rundir import forget_signals, raise_interrupted
+        from replay.outputs.rundir import forget_signals, raise_interrupted
 
         forget_signals()
         if threading.current_thread() is threading.main_thread():
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm-replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        # replay.rundir.Interrupted says which signal, and whether the run was already in place
+        # replay.outputs.rundir.Interrupted says which signal, and whether the run was already in place
         signum, written = getattr(exc, "signum", signal.SIGINT), getattr(exc, "written", None)
         what = "terminated" if signum == signal.SIGTERM else "interrupted"
         print(f"llm-replay: {what}; " + (f"the run was written to {written}" if written else "nothing written"),

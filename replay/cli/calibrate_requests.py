@@ -62,7 +62,7 @@ def run_requests(args: argparse.Namespace) -> int:
     from replay.calibration.requests import METRICS, cross_validate, error_pct, fit, mape
     from replay.files import check_output_file
     from replay.measured import load_experiments
-    from replay.report import engine_ready
+    from replay.outputs.report import engine_ready
     from traces.errors import UserError
 
     if args.out is None:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.model.memory import kv_capacity
-    from replay.report import print_capacity
+    from replay.outputs.report import print_capacity
     from replay.model.specs import get_gpu, get_model
 
     _check_flag_ranges(args, CAPACITY_FLAGS)

@@ -17,7 +17,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.report import print_catalog, print_model_details
+    from replay.outputs.report import print_catalog, print_model_details
     from replay.model.specs import catalog_rows, get_model, model_details
 
     if args.model is not None:

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from replay.demo import comparison, demo_config_path, run_incident
-    from replay.report import engine_ready, print_comparison
+    from replay.outputs.report import engine_ready, print_comparison
 
     err = Console(stderr=True)
     if args.engine == "numba":

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
     from policies.plugins import load_plugins
     from policies.registry import policy_rows
-    from replay.report import print_policies
+    from replay.outputs.report import print_policies
 
     load_plugins(args.plugin)
     rows = policy_rows()

@@ -59,9 +59,9 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     """The config, the fleet (one that cannot start fails before the trace is read), --out, then
     the trace: every user mistake is a UserError before anything is replayed or written."""
     from replay.cli.trace_options import effective_trace, trace_limits
-    from replay.cluster import check_tick_count, plan_pools
+    from replay.fleet.cluster import check_tick_count, plan_pools
     from replay.config import load_config
-    from replay.outputs import check_out_dir
+    from replay.outputs.write import check_out_dir
     from traces import load_from_config
 
     cfg = load_config(args.config, plugins=args.plugin)
@@ -98,9 +98,9 @@ def _replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from replay.outputs import claimed, write_run
-    from replay.report import engine_ready, print_summary, progress_bar
-    from replay.rundir import raise_if_signalled
+    from replay.outputs.write import claimed, write_run
+    from replay.outputs.report import engine_ready, print_summary, progress_bar
+    from replay.outputs.rundir import raise_if_signalled
     from replay.run import replay_trace
 
     began = time.perf_counter()
@@ -110,7 +110,7 @@ def _replay(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     report_trace_fixes(console, trace)
     show = not args.quiet and console.is_terminal
-    # One writer per --out from before the replay to the swap (replay.outputs.claimed).
+    # One writer per --out from before the replay to the swap (replay.outputs.write.claimed).
     with claimed(out, args.force, checked.inputs):
         began = time.perf_counter()
         if args.engine == "numba":

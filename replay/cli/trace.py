@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     from replay.cli.trace_options import effective_trace, trace_limits
     from replay.config import load_config
-    from replay.report import print_inspect
+    from replay.outputs.report import print_inspect
     from traces import inspect_trace, load_from_config
 
     base = load_config(args.config).trace if args.config else None

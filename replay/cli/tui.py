@@ -1,6 +1,6 @@
 """`llm-replay tui` (the dashboard over a run directory, or an SVG of it) and `llm-replay run
 --tui` (a replay watched while it runs: a child process replays and writes DIR/live/, see
-replay/live.py, and the dashboard follows DIR; the finished run replaces DIR in one rename).
+replay/fleet/live.py, and the dashboard follows DIR; the finished run replaces DIR in one rename).
 
 Textual is imported only inside these commands: `import replay` never loads it.
 """
@@ -80,9 +80,9 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     import yaml
 
     from replay.cli.run import prepare_run, report_trace_fixes
-    from replay.cluster import split_requests
-    from replay.live import LIVE_DIR, STATUS_FILE
-    from replay.outputs import claimed
+    from replay.fleet.cluster import split_requests
+    from replay.fleet.live import LIVE_DIR, STATUS_FILE
+    from replay.outputs.write import claimed
 
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
@@ -129,7 +129,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     if proc.exitcode == 0:
         from rich.console import Console
 
-        from replay.report import print_summary
+        from replay.outputs.report import print_summary
 
         report_trace_fixes(Console(stderr=True), trace)
         if not args.quiet:  # the table `run` prints: the dashboard has left the screen
@@ -147,9 +147,9 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
 
 
 def _write_status(live: Path, pid: int) -> None:
-    """The status before the first flush, naming the process that writes live/ (replay.rundir)."""
-    from replay.live import STATUS_FILE, write_atomic
-    from replay.rundir import writer_tag
+    """The status before the first flush, naming the process that writes live/ (replay.outputs.rundir)."""
+    from replay.fleet.live import STATUS_FILE, write_atomic
+    from replay.outputs.rundir import writer_tag
 
     pid, start = writer_tag(pid)
     body = {"state": "running", "seq": 0, "done_us": 0, "end_us": 0, "pid": pid, "pid_start": start}
@@ -187,10 +187,10 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
     import dataclasses
 
     from replay.cli.trace_options import effective_trace
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import load_config
-    from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
-    from replay.outputs import write_run
+    from replay.fleet.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
+    from replay.outputs.write import write_run
     from replay.run import replay_trace, warm_up
 
     out_dir = Path(out)

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from policies.plugins import load_plugins
-    from replay.report import engine_ready
+    from replay.outputs.report import engine_ready
     from replay.validate import load_scenarios, mape_by_group, run_scenario
     from traces.errors import UserError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.rundir import locked, writer_tag
+from replay.outputs.rundir import locked, writer_tag
 from tests.e2e.conftest import RUN_FILES, small_fleet
 
 FLEET = small_fleet("{path: azure-code-2023, window: {end_s: 20}}")
@@ -111,7 +111,7 @@ def test_run_tui_force_refuses_what_is_not_a_run(cli, write, tmp_path):
 def test_a_signal_during_the_swap_waits_for_it(cli, old_run, tmp_path, monkeypatch):
     """Ctrl-C as the new run is swapped in: the swap and the old run's removal finish, and the
     message says the run was written (today: "nothing written" while the old run sat aside)."""
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     real = outputs.exchange
 
@@ -128,7 +128,7 @@ def test_a_signal_during_the_swap_waits_for_it(cli, old_run, tmp_path, monkeypat
 
 
 def test_without_renameat2_two_renames_replace_the_run(cli, old_run, tmp_path, monkeypatch):
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     monkeypatch.setattr(outputs, "exchange", lambda a, b: False)
     (old_run / "summary.json").write_text("{}")
@@ -179,8 +179,8 @@ def test_a_signal_during_the_replay_keeps_the_old_run(old_run, tmp_path, signum)
 def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_run, monkeypatch, signum):
     """Numba loads its kernels inside llvmlite's ctypes callbacks, which print and drop an
     exception raised there: the signal that came then must still stop the run before it writes."""
-    import replay.report
-    from replay.rundir import raise_interrupted
+    import replay.outputs.report
+    from replay.outputs.rundir import raise_interrupted
 
     def loading_swallows_the_signal(console, **_kw):
         try:
@@ -190,7 +190,7 @@ def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_r
 
     kept = listing(old_run)
     with monkeypatch.context() as patch:
-        patch.setattr(replay.report, "engine_ready", loading_swallows_the_signal)
+        patch.setattr(replay.outputs.report, "engine_ready", loading_swallows_the_signal)
         res = cli("run", "--config", "fleet.yaml", "--out", "out", "--force", "-q")
     word = "terminated" if signum == signal.SIGTERM else "interrupted"
     assert res.code == 128 + signum and said(res.err) == f"llm-replay: {word}; nothing written\n", res.err
@@ -316,7 +316,7 @@ def test_the_dashboard_tells_a_dead_writer_from_a_slow_one(tmp_path):
 
 
 def test_a_full_disk_is_one_line_and_keeps_the_old_run(cli, old_run, tmp_path, monkeypatch):
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     real = outputs._write_files
 

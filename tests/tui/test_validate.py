@@ -115,9 +115,9 @@ def test_a_damaged_run_is_one_line_naming_what_is_wrong(cli, tmp_path, monkeypat
 
 
 def test_the_schema_is_the_one_the_replay_writes(one_pool_run, pd_run):
-    """Every declared column is one replay.metrics writes, of the kind it writes (so a run the
+    """Every declared column is one replay.fleet.metrics writes, of the kind it writes (so a run the
     replay wrote always passes, and the two cannot drift apart)."""
-    import replay.metrics as metrics
+    import replay.fleet.metrics as metrics
     from tui.data import load_run
     from tui.validate import EVENTS, REQUESTS, TICKS, _fits
 

@@ -17,7 +17,7 @@ from replay.calibration.data import Measured, read_generic, read_splitwise
 from replay.calibration.profiles import (
     PROFILES_DIR, gpu_defaults, profile_document, read_profile, step_coefficients, write_profile,
 )
-from replay.cluster import plan_pools
+from replay.fleet.cluster import plan_pools
 from replay.config import StepModelArgs, load_config
 from replay.model.stepmodel import step_params, step_time_us_nb
 from traces.errors import ConfigError, UserError

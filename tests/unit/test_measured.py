@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from replay.cluster import plan_pools
+from replay.fleet.cluster import plan_pools
 from replay.model.hf.config import load_model
 from replay.measured import STAGE_GAP_S, WHOLE_RUN, experiment_fleet, experiment_trace, load_experiments
 from replay.measured.run import measure

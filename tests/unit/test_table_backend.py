@@ -11,7 +11,7 @@ import pytest
 
 from replay.calibration.data import read_splitwise
 from replay.cli import main
-from replay.cluster import plan_pools
+from replay.fleet.cluster import plan_pools
 from replay.config import load_config
 from replay.model.stepmodel import (
     BYTES_RATE,

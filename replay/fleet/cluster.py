@@ -21,7 +21,7 @@ from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
-from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
+from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
@@ -501,7 +501,7 @@ def simulate(
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
-    `replay/live.py`) gets each tick's rows as they are appended, by keyword."""
+    `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword."""
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)

@@ -17,10 +17,10 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from replay.cluster import RawRun, pd_inputs
+from replay.fleet.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
-from replay.saturation import classify_pool
+from replay.fleet.saturation import classify_pool
 from replay.model.serving import token_return_us
 
 REQUEST_COLUMNS = (
@@ -336,7 +336,7 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
             int(queries[plan.index]),
             int(outs[plan.index]),
         )
-        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/saturation.py)
+        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/fleet/saturation.py)
         pools[plan.name]["saturation"] = classify_pool(pool_ticks, plan.name, requests=requests).to_dict()
     workloads = {
         str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)

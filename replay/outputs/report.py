@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from replay.verdict import SLO_WARN_BELOW
+from replay.outputs.verdict import SLO_WARN_BELOW
 
 
 @contextlib.contextmanager
@@ -175,7 +175,7 @@ def print_summary(console: Console, summary: dict, out: Path, wall_s: float | No
         columns.append(summary)
     for label, key, unit in SUMMARY_ROWS:
         table.add_row(label, *(_cell(col.get(key), unit) for col in columns))
-    # per pool only: the fleet's pools may be one stable and one overloaded (replay/saturation.py)
+    # per pool only: the fleet's pools may be one stable and one overloaded (replay/fleet/saturation.py)
     table.add_row("saturation", *(saturation_cell(pool.get("saturation")) for pool in pools.values()),
                   *([""] if len(pools) > 1 else []))
     console.print(table)

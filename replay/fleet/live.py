@@ -1,10 +1,10 @@
 """Live run directories: while a replay runs, `DIR/live/` holds the run so far as immutable
 chunks, so a reader only ever reads what is new. The finished run then replaces DIR in one rename
-(replay/outputs.py), live/ included.
+(replay/outputs/write.py), live/ included.
 
     live/config.yaml            the resolved config (written first)
     live/status.json            {"state", "seq", "done_us", "end_us", "pid", "pid_start", ...}; seq =
-                                chunks written; pid, pid_start: the writer (replay.rundir), so a
+                                chunks written; pid, pid_start: the writer (replay.outputs.rundir), so a
                                 reader tells a killed writer from a slow one
     live/chunk-000001/          one per flush, renamed into place whole, never changed again:
         ticks.parquet           tick rows of the ticks (previous flush's done_us, done_us]
@@ -15,7 +15,7 @@ chunks, so a reader only ever reads what is new. The finished run then replaces 
     live/inflight-000001.parquet  requests arrived by done_us and not in any chunk's requests
                                 (their state at done_us); the newest two are kept
 
-Tick rows are final once written: every window of replay.metrics looks back only, and a tick's
+Tick rows are final once written: every window of replay.fleet.metrics looks back only, and a tick's
 requests (first tokens, ends) are known when the replay has reached it. The concatenated chunks
 are the finished run's rows (tests/tui/test_live.py). Times are int64 microseconds.
 """
@@ -32,11 +32,11 @@ import numpy as np
 import polars as pl
 import yaml
 
-from replay.cluster import PoolPlan, RawRun, replica_slots, split_requests, tick_arrays
+from replay.fleet.cluster import PoolPlan, RawRun, replica_slots, split_requests, tick_arrays
 from replay.config import FleetConfig
-from replay.control import ControlEvents
-from replay.metrics import event_frame, request_frame, tick_frame
-from replay.rundir import writer_tag
+from replay.fleet.control import ControlEvents
+from replay.fleet.metrics import event_frame, request_frame, tick_frame
+from replay.outputs.rundir import writer_tag
 
 LIVE_DIR = "live"
 STATUS_FILE = "status.json"
@@ -92,7 +92,7 @@ def drop_old_inflight(live: Path, seq: int) -> None:
 
 
 def ended_us() -> pl.Expr:
-    """When a request left the system: its finish, or its arrival for a rejection (replay.metrics'
+    """When a request left the system: its finish, or its arrival for a rejection (replay.fleet.metrics'
     window rule); null while it is in flight."""
     return pl.when(pl.col("status") == "unfinished").then(None).otherwise(pl.coalesce("finished_us", "arrival_us"))
 

@@ -24,13 +24,13 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from replay.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
+from replay.outputs.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
                            signals_deferred, writer_tag)
 from traces.errors import UserError
 
 RUN_FILES = ("requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml")
 TIMING_FILE = "timing.json"
-LIVE_DIR = "live"  # replay/live.py's, kept here so outputs imports no engine
+LIVE_DIR = "live"  # replay/fleet/live.py's, kept here so outputs imports no engine
 # What --force may replace: a directory holding these and nothing else.
 RUN_ENTRIES = (*RUN_FILES, TIMING_FILE, LIVE_DIR + "/")
 

@@ -1,0 +1,3 @@
+"""What a run leaves behind: the run directory written atomically (write), its writer's safety
+(rundir: one writer per --out, signals, the swap), the verdict lines of a run that went wrong
+(verdict) and the terminal tables of the CLI (report)."""
