@@ -5,7 +5,7 @@ requests, written directly as run files (no replay). Prints medians of:
   in a fresh process (interpreter and imports included);
 - seek: a seek key, until the frame is redrawn;
 - live key latency: keys while the dashboard follows a live run that a separate process extends
-  (replay/live.py's chunk layout) by 600 ticks every half second, from half the run to its end;
+  (replay/fleet/live.py's chunk layout) by 600 ticks every half second, from half the run to its end;
   an unbound key's round trip (the harness alone: Pilot's press and pause) is given beside it;
 - frame time: from a key sent to its screen update ready for the terminal, timed at Textual's
   `App._display`, without the harness's idle polling (which waits in 20 ms steps).
@@ -173,11 +173,11 @@ async def live_keys(path: Path, size=(200, 60), presses: int = 60) -> tuple[list
 
 def feed_live(src: str, dst: str, ready, stop, start_share: float = 0.5, chunks_before: int = 100,
               step_ticks: int = 600, interval_s: float = 0.5) -> None:
-    """A 'replay', in its own process as `run --tui`'s is: DIR/live/ in replay/live.py's layout,
+    """A 'replay', in its own process as `run --tui`'s is: DIR/live/ in replay/fleet/live.py's layout,
     holding `start_share` of the run in `chunks_before` chunks, then a chunk of the next
     `step_ticks` ticks (with the requests that ended, the first tokens, the in-flight requests)
     every `interval_s`, until stopped."""
-    from replay.live import drop_old_inflight, write_atomic, write_chunk
+    from replay.fleet.live import drop_old_inflight, write_atomic, write_chunk
 
     src, live = Path(src), Path(dst) / "live"
     live.mkdir(parents=True)

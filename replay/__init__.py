@@ -1,1 +1,2 @@
-"""The replay core: specs and memory arithmetic, step model, engines, cluster, metrics, outputs, CLI."""
+"""The replay core: model/ (specs, memory arithmetic, step model), the engines, fleet/ (cluster
+loop, control plane, metrics), outputs/, calibration/, measured/ and cli/."""

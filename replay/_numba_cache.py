@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 # Modules whose code (or constants, which numba freezes into a kernel) ends up in compiled kernels.
-_KERNEL_SOURCES = ("engine_nb.py", "engine_common.py", "kvblocks.py", "stepmodel.py", "metrics.py")
+_KERNEL_SOURCES = ("engine_nb.py", "engine_common.py", "kvblocks.py", "model/stepmodel.py", "fleet/metrics.py")
 
 
 def _key_numba_cache() -> None:

@@ -559,8 +559,8 @@ def load_config(path: str | Path | None, plugins: Sequence[str] | None = None) -
 
 def _resolve_model(model: str | None, base_dir: Path) -> str | None:
     """A `model:` that is a config.json path (replay/hf_config.py) is relative to the config file."""
-    from replay.hf_config import looks_like_path
-    from replay.specs_models import MODELS
+    from replay.model.hf.config import looks_like_path
+    from replay.model.models import MODELS
 
     if not isinstance(model, str) or model in MODELS or Path(model).expanduser().is_absolute():
         return model

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import polars as pl
 
-from replay.cluster import plan_pools
+from replay.fleet.cluster import plan_pools
 from replay.config import FleetConfig, load_config
-from replay.outputs import RunOutputs, check_out_dir, claimed, existing_out_dir, write_run
+from replay.outputs.write import RunOutputs, check_out_dir, claimed, existing_out_dir, write_run
 from replay.run import replay_trace
-from replay.rundir import LEFTOVER
+from replay.outputs.rundir import LEFTOVER
 from traces.errors import UserError
 from traces import load_from_config
 

@@ -79,7 +79,7 @@ from replay.kvblocks import (
     release_block,
     touch_block,
 )
-from replay.stepmodel import step_time_us_nb
+from replay.model.stepmodel import step_time_us_nb
 
 
 class Requests(NamedTuple):

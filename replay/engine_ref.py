@@ -71,7 +71,7 @@ from replay.engine_common import (
     InvariantViolation,
 )
 from replay.kvblocks import block_key_ref
-from replay.stepmodel import step_time_us_nb
+from replay.model.stepmodel import step_time_us_nb
 
 # Event kinds in tie-break order at equal times: a step ends, a KV transfer completes, routers
 # refresh their view of the replicas, requests arrive, idle replicas wake up to schedule.

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
-from replay.cluster import PoolPlan, simulate
+from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
-from replay.metrics import event_frame, request_frame, summarize, tick_frame
-from replay.outputs import RunOutputs
-from replay.verdict import verdict
+from replay.fleet.metrics import event_frame, request_frame, summarize, tick_frame
+from replay.outputs.write import RunOutputs
+from replay.outputs.verdict import verdict
 from traces import LoadedTrace
 
 

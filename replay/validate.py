@@ -226,7 +226,7 @@ def _fleet(path: Path, where: str, raw: Any) -> FleetConfig:
         raise _fail(path, where, raw, "a fleet config mapping or a path to one (relative to the scenario file)")
     if cfg.trace is not None:
         raise ConfigError(f"{path}: {where}.trace: the scenario's workload is the trace; remove the fleet's trace")
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     try:
         plan_pools(cfg, f"{path}: {where}")
     except ConfigError as exc:

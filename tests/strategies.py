@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from replay.engine_common import EngineInputs
-from replay.stepmodel import DraftShape, StepShape, step_params
-from replay.stepterms import spec_credit_table
+from replay.model.stepmodel import DraftShape, StepShape, step_params
+from replay.model.stepterms import spec_credit_table
 
 # llama-3.1-8b-like numbers on one H100; what matters here is that steps take realistic time.
 SHAPE = StepShape(8.0e9, 32, 32, 128, 4096, 1, 16.0e9, 131072.0, 989e12, 3.35e12, 450e9)

@@ -24,12 +24,12 @@ import polars as pl
 from replay.files import kind
 from traces.errors import UserError
 from traces.yamlfile import read_yaml
-from replay import schema as run_schema
-from replay.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
+from replay.outputs import schema as run_schema
+from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
                           check_version, summary_saturation)
 
-# The writer's layout (replay/schema.py). What a finished run must hold to be drawn; summary.json
+# The writer's layout (replay/outputs/schema.py). What a finished run must hold to be drawn; summary.json
 # is checked when there (a cut-short one is a damaged run) and gives the pools' saturation.
 RUN_FILES = (run_schema.TICKS_FILE, run_schema.EVENTS_FILE, run_schema.REQUESTS_FILE, CONFIG_FILE)
 # the columns read (tui/validate.py names them among the writer's)
@@ -187,7 +187,7 @@ def _read_status(path: Path) -> LiveStatus:
 def _writer_exited(status: LiveStatus) -> bool:
     """A live run whose writer is gone (killed: it records a failure otherwise), as opposed to one
     that is slow. A status without its writer (an older llm-replay) is taken as alive."""
-    from replay.rundir import writer_alive
+    from replay.outputs.rundir import writer_alive
 
     return (status.state != "failed" and status.pid is not None and status.pid_start is not None
             and not writer_alive(status.pid, status.pid_start))
@@ -241,7 +241,7 @@ def _load_config(file: Path) -> dict:
 
 def _ended(requests: pl.DataFrame) -> pl.DataFrame:
     """(ended_us, met) of requests that left the system (finished, or rejected at arrival: the
-    window rule of replay.metrics), by time."""
+    window rule of replay.fleet.metrics), by time."""
     return (requests.filter(pl.col("status") != "unfinished")
             .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met"))
             .sort("ended_us"))
@@ -401,7 +401,7 @@ class RunBuilder:
 
     def _fleet(self, new: dict, n0: int, t_new: np.ndarray) -> dict:
         """Fleet rows from the pools' new rows: sums, block- and replica-weighted shares, the
-        windowed cost per M output tokens as replay.metrics defines it, windowed SLO attainment
+        windowed cost per M output tokens as replay.fleet.metrics defines it, windowed SLO attainment
         from ended requests (TTFT percentiles do not add up over pools: RunData.fleet_ttft)."""
         pools = self.pools
         fleet = {k: sum(new[p][k] for p in pools)
@@ -427,7 +427,7 @@ class RunBuilder:
         return fleet
 
     def _attainment(self, t_us: np.ndarray) -> np.ndarray:
-        """Share of requests ending in (t - window, t] that met their SLO (replay.metrics' rule)."""
+        """Share of requests ending in (t - window, t] that met their SLO (replay.fleet.metrics' rule)."""
         ended = self.ended.t.view()
         met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
         lo = np.searchsorted(ended, t_us - self.window_us, side="right")

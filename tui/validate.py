@@ -3,7 +3,7 @@ one UserError naming the file, the column or key, the value and what was expecte
 integer microseconds.
 
 The schema itself (files, columns in order with their dtypes, statuses, saturation classes, the
-schema version) is the writer's, replay/schema.py; this module names only which of its columns
+schema version) is the writer's, replay/outputs/schema.py; this module names only which of its columns
 the dashboard cannot do without (`Reads`), and derives each column's kind from the writer's dtype.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from replay import schema as run_schema
-from replay.schema import SATURATION_CLASSES, STATUSES, Table
+from replay.outputs import schema as run_schema
+from replay.outputs.schema import SATURATION_CLASSES, STATUSES, Table
 from traces.errors import UserError
 
 INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
@@ -35,7 +35,7 @@ class Reads:
     def __post_init__(self):
         unknown = [n for n in self.needed if n not in self.table.names]
         if unknown:  # a column the writer does not write: the dashboard would refuse every run
-            raise ValueError(f"{self.table.file}: the dashboard reads {unknown}, which replay/schema.py does not declare")
+            raise ValueError(f"{self.table.file}: the dashboard reads {unknown}, which replay/outputs/schema.py does not declare")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ MAX_TIME_US = 10**14
 
 def check_version(path: Path, metadata: dict[str, str]) -> None:
     """A Parquet file of a schema version this dashboard does not know is refused, not misread
-    (replay/schema.py: only a change that is not an append moves the version). A file without the
+    (replay/outputs/schema.py: only a change that is not an append moves the version). A file without the
     key was written before it existed: version 1."""
     got = metadata.get(run_schema.SCHEMA_KEY, "1")
     if got != str(run_schema.SCHEMA_VERSION):

@@ -23,10 +23,10 @@ def measured_class(exp: Any) -> str:
 
 
 def replayed_classes(result: ExperimentReplay) -> dict[int, str]:
-    """The replay's class per stage (replay/saturation.py over the stage's arrivals) and, for the
+    """The replay's class per stage (replay/fleet/saturation.py over the stage's arrivals) and, for the
     whole run (WHOLE_RUN), the worst of its stages: a load test judges a run by its hardest stage."""
     from replay.measured.fleet import POOL
-    from replay.saturation import classify, pool_series
+    from replay.fleet.saturation import classify, pool_series
 
     series = pool_series(result.ticks, POOL)  # once; each stage is a window of it
     out = {stage: classify(*series, span).state for stage, span in sorted(result.stage_spans_us.items())}

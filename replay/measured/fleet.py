@@ -33,7 +33,7 @@ def experiment_config(exp: Experiment) -> dict[str, Any]:
     load FP8 itself gets weight_dtype fp8. CPU KV offload has no counterpart in the engine (see
     Experiment.not_modelled), nor has a measured block count been forced: the replay computes its
     own (set pools.vllm.engine.num_gpu_blocks_override to `exp.num_gpu_blocks` to force it)."""
-    from replay.specs import get_model
+    from replay.model.specs import get_model
 
     pool: dict[str, Any] = {
         "name": POOL,

@@ -1,5 +1,5 @@
 """Which model an experiment's Hugging Face id names: a catalog entry, else a config.json under a
-`--models` folder (read by replay/hf_config.py when the fleet is planned)."""
+`--models` folder (read by replay/model/hf/config.py when the fleet is planned)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from replay.specs_models import MODELS
+from replay.model.models import MODELS
 
 INSTRUCT = "-Instruct"
 # A Hugging Face repository id: "org/name" of letters, digits, '-', '_' and '.' (never '..'), so a

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from replay.cli import main
-from replay.metrics import REQUEST_COLUMNS, TICK_COLUMNS
+from replay.fleet.metrics import REQUEST_COLUMNS, TICK_COLUMNS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "e2e"
 RUN_FILES = {"requests.parquet", "ticks.parquet", "events.parquet", "summary.json", "config.yaml", "timing.json"}

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from replay.cli import _parser
+from replay.cli.app import build_parser
 
 
 def _flags(parser: argparse.ArgumentParser, name: str):
@@ -19,7 +19,7 @@ def _flags(parser: argparse.ArgumentParser, name: str):
 
 
 def test_every_flag_of_every_subcommand_has_help():
-    flags = list(_flags(_parser(), "llm-replay"))
+    flags = list(_flags(build_parser(), "llm-replay"))
     assert len(flags) > 60 and any(cmd == "llm-replay capacity" for cmd, _, _ in flags)
     missing = [f"{cmd} {flag}" for cmd, flag, action in flags if not (action.help or "").strip()]
     assert missing == []
@@ -53,3 +53,20 @@ def test_capacity_flags_out_of_range_are_one_line(cli, flag, value, fragment):
 def test_capacity_flags_in_range_still_work(cli):
     res = cli("capacity", "--model", "llama-3.1-8b", "--break-even", "--flops", "4e14", "--json")
     assert res.code == 0, res.err
+
+
+def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
+    """One row of replay.cli.app.COMMANDS per command, each in --help; `python -m replay.cli`
+    (what bench/bench_tui.py calls) is the console script."""
+    import subprocess
+    import sys
+
+    from replay.cli.app import COMMANDS
+
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(subparsers.choices) == list(COMMANDS)
+    done = subprocess.run([sys.executable, "-m", "replay.cli", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert all(name in done.stdout for name in COMMANDS)
+    done = subprocess.run([sys.executable, "-m", "replay.cli", "nope"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("llm-replay: error: argument COMMAND: invalid choice")

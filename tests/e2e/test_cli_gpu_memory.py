@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.specs import get_gpu
+from replay.model.specs import get_gpu
 from tests.e2e.conftest import read_run
 from tests.e2e.test_cli_bad_input import _listing, check_usage_error
 

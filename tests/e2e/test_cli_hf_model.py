@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from replay.specs import MODELS
+from replay.model.specs import MODELS
 from tests.e2e.conftest import read_run, small_fleet
 
 # Qwen/Qwen2.5-7B-Instruct's config.json fields (../shared/models/qwen2.5-7b-instruct).

@@ -19,7 +19,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from replay.config import load_config
-from replay.specs import GPUS, MODELS
+from replay.model.specs import GPUS, MODELS
 from tests.e2e.conftest import (
     EVENT_COLUMNS, FIXTURES, ISSUE_REQUEST_COLUMNS, ISSUE_TICK_COLUMNS, POOL_KEYS, RUN_FILES, STATUSES,
     TOP_KEYS, read_run, small_fleet,
@@ -570,7 +570,7 @@ def test_a_users_split_that_sends_a_request_to_no_pool_is_a_config_error(cli, wr
 def test_the_summary_records_the_step_model_each_pool_ran_with(cli, write, tmp_path):
     """Post-mortems need the coefficients a run used, not the config's nulls: a default pool shows
     its GPU's shipped defaults, a pool with keys shows them and says it set them."""
-    from replay.calprofile import default_coefficients, request_fit
+    from replay.calibration.profiles import default_coefficients, request_fit
 
     write("fleet.yaml", "model: llama-3.1-8b\ngpu: h100-sxm-80gb\npools:\n"
                         "  - {name: a, replicas: 1}\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.rundir import locked, writer_tag
+from replay.outputs.rundir import locked, writer_tag
 from tests.e2e.conftest import RUN_FILES, small_fleet
 
 FLEET = small_fleet("{path: azure-code-2023, window: {end_s: 20}}")
@@ -111,7 +111,7 @@ def test_run_tui_force_refuses_what_is_not_a_run(cli, write, tmp_path):
 def test_a_signal_during_the_swap_waits_for_it(cli, old_run, tmp_path, monkeypatch):
     """Ctrl-C as the new run is swapped in: the swap and the old run's removal finish, and the
     message says the run was written (today: "nothing written" while the old run sat aside)."""
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     real = outputs.exchange
 
@@ -128,7 +128,7 @@ def test_a_signal_during_the_swap_waits_for_it(cli, old_run, tmp_path, monkeypat
 
 
 def test_without_renameat2_two_renames_replace_the_run(cli, old_run, tmp_path, monkeypatch):
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     monkeypatch.setattr(outputs, "exchange", lambda a, b: False)
     (old_run / "summary.json").write_text("{}")
@@ -153,7 +153,7 @@ def _start_slow_run(tmp_path: Path, *extra: str) -> subprocess.Popen:
     """`llm-replay run` (the console entry point) in a child process, once it holds --out's lock
     (taken before the replay starts)."""
     (tmp_path / "slow.yaml").write_text(SLOW)
-    proc = subprocess.Popen([sys.executable, "-m", "replay.entry", "run", "--config", "slow.yaml", "--out", "out",
+    proc = subprocess.Popen([sys.executable, "-m", "replay.cli.entry", "run", "--config", "slow.yaml", "--out", "out",
                              "--engine", "reference", "-q", *extra], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / ".out.lock").exists():
@@ -179,8 +179,8 @@ def test_a_signal_during_the_replay_keeps_the_old_run(old_run, tmp_path, signum)
 def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_run, monkeypatch, signum):
     """Numba loads its kernels inside llvmlite's ctypes callbacks, which print and drop an
     exception raised there: the signal that came then must still stop the run before it writes."""
-    import replay.report
-    from replay.rundir import raise_interrupted
+    import replay.outputs.report
+    from replay.outputs.rundir import raise_interrupted
 
     def loading_swallows_the_signal(console, **_kw):
         try:
@@ -190,7 +190,7 @@ def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_r
 
     kept = listing(old_run)
     with monkeypatch.context() as patch:
-        patch.setattr(replay.report, "engine_ready", loading_swallows_the_signal)
+        patch.setattr(replay.outputs.report, "engine_ready", loading_swallows_the_signal)
         res = cli("run", "--config", "fleet.yaml", "--out", "out", "--force", "-q")
     word = "terminated" if signum == signal.SIGTERM else "interrupted"
     assert res.code == 128 + signum and said(res.err) == f"llm-replay: {word}; nothing written\n", res.err
@@ -203,7 +203,7 @@ def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_r
 def test_a_signal_while_importing_is_one_line(tmp_path, signum, code, word):
     """SIGINT or SIGTERM as soon as the interpreter runs the entry point, while it still imports
     polars, numba and the rest: one line and 130 / 143, never a traceback or a silent death."""
-    script = ("import sys; print('up', flush=True); from replay.entry import main; "
+    script = ("import sys; print('up', flush=True); from replay.cli.entry import main; "
               "sys.exit(main(['run', '--out', 'out', '-q']))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -216,18 +216,18 @@ def test_a_signal_while_importing_is_one_line(tmp_path, signum, code, word):
 
 
 def test_ctrl_c_inside_an_import_of_the_entry_point(monkeypatch, capsys):
-    """The same, deterministic: KeyboardInterrupt raised by the import of replay.cli itself."""
-    import replay.entry
+    """The same, deterministic: KeyboardInterrupt raised by the import of replay.cli.app itself."""
+    import replay.cli.entry
 
     class Interrupting:
         def find_spec(self, name, path=None, target=None):
-            if name == "replay.cli":
+            if name == "replay.cli.app":
                 raise KeyboardInterrupt
             return None
 
-    monkeypatch.delitem(sys.modules, "replay.cli")
+    monkeypatch.delitem(sys.modules, "replay.cli.app")
     monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
-    assert replay.entry.main(["catalog"]) == 130
+    assert replay.cli.entry.main(["catalog"]) == 130
     assert capsys.readouterr().err == "llm-replay: interrupted; nothing written\n"
 
 
@@ -316,7 +316,7 @@ def test_the_dashboard_tells_a_dead_writer_from_a_slow_one(tmp_path):
 
 
 def test_a_full_disk_is_one_line_and_keeps_the_old_run(cli, old_run, tmp_path, monkeypatch):
-    import replay.outputs as outputs
+    import replay.outputs.write as outputs
 
     real = outputs._write_files
 

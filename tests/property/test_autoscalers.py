@@ -263,7 +263,7 @@ def test_constant_load_settles_to_a_constant_answer(name, data):
 
 
 # `fixed` with no count of its own keeps the pool where it is: at 0 it never leaves, and the
-# cluster rejects such a pool's requests instead of holding them (replay.cluster.holds_arrivals).
+# cluster rejects such a pool's requests instead of holding them (replay.fleet.cluster.holds_arrivals).
 LEAVES_ZERO = {name: [p for p in VARIANTS.get(name, [AUTOSCALERS[name].params_cls()])
                       if not (isinstance(p, FixedParams) and not p.replicas)] for name in NAMES}
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.saturation import OVERLOADED, classify
+from replay.fleet.saturation import OVERLOADED, classify
 
 TICKS = (1_000, 250_000, 1_000_000, 7_000_000, 3_600_000_000)  # a millisecond to an hour
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.registry import AUTOSCALERS
-from replay.cluster import holds_arrivals, simulate
+from replay.fleet.cluster import holds_arrivals, simulate
 from replay.config import AutoscalerConfig, FleetConfig, LifecycleConfig, PoolConfig
 from replay.engine_common import FINISHED, REJECT_NO_REPLICA
 from traces import cast_to_schema

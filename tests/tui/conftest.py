@@ -38,7 +38,7 @@ def tiny_config():
 @pytest.fixture(scope="session")
 def one_pool_run(tmp_path_factory) -> Path:
     """A finished run of one pool named 'default', no autoscaler: no scaling events."""
-    from replay.outputs import write_run
+    from replay.outputs.write import write_run
     from replay.run import replay_trace
 
     out = tmp_path_factory.mktemp("runs") / "one-pool"
@@ -86,7 +86,7 @@ def pd_config():
 @pytest.fixture(scope="session")
 def pd_run(tmp_path_factory) -> Path:
     """A finished prefill/decode run of the tiny trace."""
-    from replay.outputs import write_run
+    from replay.outputs.write import write_run
     from replay.run import replay_trace
 
     out = tmp_path_factory.mktemp("runs") / "pd"

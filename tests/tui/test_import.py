@@ -9,8 +9,8 @@ import sys
 def test_import_replay_leaves_textual_out():
     code = (
         "import sys\n"
-        "import replay, replay.cli, replay.run, replay.live, replay.cli_tui, replay.report, policies, traces\n"
-        "replay.cli._parser().parse_args(['tui', 'x'])\n"
+        "import replay, replay.cli.app, replay.run, replay.fleet.live, replay.cli.tui, replay.outputs.report, policies, traces\n"
+        "replay.cli.app.build_parser().parse_args(['tui', 'x'])\n"
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"

@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from replay.live import LIVE_DIR, STATUS_FILE, LiveWriter
-from replay.outputs import write_run
+from replay.fleet.live import LIVE_DIR, STATUS_FILE, LiveWriter
+from replay.outputs.write import write_run
 from replay.run import replay_trace
 from tests.tui.conftest import pd_config, screen_text, tiny_config, tiny_trace
 from tests.tui.test_keys import drive
@@ -27,7 +27,7 @@ class Stop(Exception):
 def live_until(out, ticks: int | None):
     """Replay the tiny trace into out/live/, flushing at every tick; stop after `ticks` ticks
     (the directory is then a run still being written) or run to the end. Returns (writer, result)."""
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
 
     trace, cfg = tiny_trace(), tiny_config()
     plans = plan_pools(cfg)
@@ -58,7 +58,7 @@ def test_the_chunks_are_the_finished_run(tmp_path, config):
     as they are, each request once (ended ones in chunks, the rest in the newest in-flight file),
     each first token once; for a prefill/decode fleet too (its prefill pool's ticks count the
     requests it prefilled)."""
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
 
     trace, cfg = tiny_trace(), config()
     plans = plan_pools(cfg)
@@ -110,7 +110,7 @@ def _same_run(a, b) -> None:
 def test_the_follower_reads_only_new_chunks_and_keeps_the_finished_run(tmp_path, monkeypatch):
     """Polls read the chunks added since the last one; what they add up to is what a fresh read
     of the directory gives, and, once the finished run replaces live/, that run."""
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
 
     trace, cfg = tiny_trace(), tiny_config()
     plans = plan_pools(cfg)
@@ -161,7 +161,7 @@ def test_the_follower_reads_only_new_chunks_and_keeps_the_finished_run(tmp_path,
 
 def test_a_run_not_yet_flushed_opens_empty(tmp_path):
     trace, cfg = tiny_trace(), tiny_config()
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
 
     LiveWriter(tmp_path / "run", trace.frame, cfg, plan_pools(cfg)).start()
     app = make_app(tmp_path / "run", follow=False)
@@ -179,7 +179,7 @@ def test_a_replay_still_compiling_says_so_and_for_how_long(tmp_path):
     """run --tui on a fresh install: the child compiles for a minute and a half before its first
     tick; the dashboard says it is compiling, not "live 0%"."""
     trace, cfg = tiny_trace(), tiny_config()
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
 
     writer = LiveWriter(tmp_path / "run", trace.frame, cfg, plan_pools(cfg))
     writer.start()

@@ -1,4 +1,4 @@
-"""The run directory's schema is declared once (replay/schema.py): what the replay writes is
+"""The run directory's schema is declared once (replay/outputs/schema.py): what the replay writes is
 exactly what it declares, file by file and column by column, and the dashboard reads only columns
 it declares, so the writer and the reader cannot drift apart."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from replay import schema
+from replay.outputs import schema
 from tests.tui.conftest import BEFORE
 
 
@@ -52,7 +52,7 @@ def test_the_values_a_run_holds_are_declared(one_pool_run, pd_run):
     import json
 
     from replay.engine_common import EVENT_NAMES
-    from replay.saturation import CLASSES
+    from replay.fleet.saturation import CLASSES
 
     assert set(EVENT_NAMES) <= set(schema.EVENT_KINDS) and tuple(CLASSES) == schema.SATURATION_CLASSES
     for run in (one_pool_run, pd_run, BEFORE):

@@ -12,12 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import calibrate as cal
-from replay.calibrate_data import Measured, read_generic, read_splitwise
-from replay.calprofile import gpu_defaults, profile_document, read_profile, step_coefficients, write_profile
-from replay.cluster import plan_pools
+from replay.calibration import steps as cal
+from replay.calibration.data import Measured, read_generic, read_splitwise
+from replay.calibration.profiles import (
+    PROFILES_DIR, gpu_defaults, profile_document, read_profile, step_coefficients, write_profile,
+)
+from replay.fleet.cluster import plan_pools
 from replay.config import StepModelArgs, load_config
-from replay.stepmodel import step_params, step_time_us_nb
+from replay.model.stepmodel import step_params, step_time_us_nb
 from traces.errors import ConfigError, UserError
 
 TRUE = {"mfu": 0.55, "mbu": 0.7, "per_step_overhead_us": 3000.0, "per_seq_overhead_us": 150.0,
@@ -238,11 +240,11 @@ def test_profile_splitwise_takes_the_shipped_calibration_of_the_pool_gpu(tmp_pat
 
 
 def test_shipped_calibrations_cover_every_catalog_gpu_and_pick_the_nearest_tp():
-    from replay.specs import GPUS
+    from replay.model.specs import GPUS
 
     for gpu in GPUS:
         assert gpu_defaults(gpu, 4) is not None, gpu
-    h100 = read_profile(Path(cal.__file__).parent / "profiles" / "splitwise-llama-2-70b-h100-sxm-80gb.yaml")
+    h100 = read_profile(PROFILES_DIR / "splitwise-llama-2-70b-h100-sxm-80gb.yaml")
     assert gpu_defaults("h100-sxm-80gb", 1) == h100.fits[2]
     assert gpu_defaults("h200-sxm-141gb", 16) == h100.fits[8]
     assert gpu_defaults("h100-sxm-80gb", 4) == h100.fits[4]

@@ -1,4 +1,4 @@
-"""The request-level fit (replay/calibrate_requests.py) on experiments whose replays are a known
+"""The request-level fit (replay/calibration/requests.py) on experiments whose replays are a known
 closed form: it must find the parameters that made the measurements, say which terms the data
 cannot pin, and cross-validate by model."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from replay.calibrate_requests import PARAMS, EngineMeans, Target, cross_validate, fit
+from replay.calibration.requests import PARAMS, EngineMeans, Target, cross_validate, fit
 from traces.errors import UserError
 
 TRUE = {"mbu": 0.72, "attention_mbu": 0.9, "per_step_overhead_us": 300.0, "per_seq_overhead_us": 12.0,

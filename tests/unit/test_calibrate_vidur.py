@@ -1,4 +1,4 @@
-"""The Vidur kernel-profile fit (replay/calibrate_vidur.py) and the `profile: vidur` defaults it writes."""
+"""The Vidur kernel-profile fit (replay/calibration/vidur.py) and the `profile: vidur` defaults it writes."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from replay import calibrate_vidur as cv
-from replay.calprofile import DEFAULTS_FILE, default_coefficients, step_coefficients
+from replay.calibration import vidur as cv
+from replay.calibration.profiles import DEFAULTS_FILE, default_coefficients, step_coefficients
 from replay.config import StepModelArgs
-from replay.specs import get_gpu
+from replay.model.specs import get_gpu
 from traces.errors import ConfigError, UserError
 
 OPS = cv.LAYER_OPS
@@ -149,8 +149,8 @@ def test_profile_vidur_takes_the_gpu_entry_and_keys_still_win():
 
 
 def test_default_pools_get_the_fitted_link_efficiency_and_a_slower_link_slows_tp_steps():
-    from replay.calibrate import step_shape
-    from replay.stepmodel import LINK_BYTES_RATE, step_params, step_time_us_nb
+    from replay.calibration.steps import step_shape
+    from replay.model.stepmodel import LINK_BYTES_RATE, step_params, step_time_us_nb
 
     got = step_coefficients(StepModelArgs(), "llama-3.1-70b", "h100-sxm-80gb", 4, "w")
     shipped = yaml.safe_load(DEFAULTS_FILE.read_text())["gpus"]["h100-sxm-80gb"]["step_model"]

@@ -120,7 +120,7 @@ def test_the_reported_values_are_refused_naming_the_key(tmp_path, text, fragment
     with pytest.raises(ConfigError) as err:
         cfg = load_config(path)
         # autoscaler parameters are checked against the policy's own dataclass when the fleet is planned
-        from replay.control import make_decider
+        from replay.fleet.control import make_decider
 
         for i, pool in enumerate(cfg.pools):
             make_decider(pool.autoscaler, 1_000_000, f"pools[{i}].autoscaler")
@@ -128,7 +128,7 @@ def test_the_reported_values_are_refused_naming_the_key(tmp_path, text, fragment
 
 
 def test_a_fleet_whose_kv_blocks_no_machine_holds_is_refused_before_any_memory(tmp_path):
-    from replay.cluster import MAX_FLEET_KV_BLOCKS, plan_pools
+    from replay.fleet.cluster import MAX_FLEET_KV_BLOCKS, plan_pools
 
     path = tmp_path / "c.yaml"
     path.write_text("model: llama-3.1-8b\ngpu: h200-sxm-141gb\n"

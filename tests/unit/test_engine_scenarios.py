@@ -8,7 +8,7 @@ import pytest
 from replay.engine_common import FINISHED, REJECT_CONTEXT, REJECT_KV, REJECTED
 from replay.numba_engine import NumbaEngine
 from replay.engine_ref import ReferenceEngine
-from replay.stepmodel import step_time_us_nb
+from replay.model.stepmodel import step_time_us_nb
 from tests.strategies import STEP, make_inputs, run_to_end
 
 ENGINES = [NumbaEngine, ReferenceEngine]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from replay.config import load_config
-from replay.hf_config import MAX_BYTES, load_model
-from replay.memory import weights_bytes
-from replay.specs import MODELS, get_model, weight_bits
-from replay.specs_models import spec_from_config
+from replay.model.hf.config import MAX_BYTES, load_model
+from replay.model.memory import weights_bytes
+from replay.model.specs import MODELS, get_model, weight_bits
+from replay.model.models import spec_from_config
 from traces.errors import ConfigError
 
 SHARED_MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
@@ -143,7 +143,7 @@ def test_a_bad_ignore_list_names_the_key(ignore, expected):
         _ignoring(ignore)
 
 
-# Exact figures of the entries counted from their configs (specs_models.py `_hf`), with each
+# Exact figures of the entries counted from their configs (replay/model/models.py `_hf`), with each
 # published size: a change to the counting code that moves them fails here.
 CATALOG_COUNTS = {
     "codellama-34b": (33_743_970_304, 33_743_970_304),

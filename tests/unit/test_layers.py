@@ -65,9 +65,9 @@ def test_a_new_breach_is_reported(tmp_path):
     for name in PACKAGES:
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("data", "__pycache__"))
     errors = tmp_path / "traces" / "errors.py"
-    errors.write_text(errors.read_text() + "\nfrom replay.schema import SCHEMA_VERSION  # noqa: E402\n"
+    errors.write_text(errors.read_text() + "\nfrom replay.outputs.schema import SCHEMA_VERSION  # noqa: E402\n"
                       "from traces.loader import load_trace  # noqa: E402\n")
     done = _lint(_write_config(tmp_path / "contracts.toml", _settings()), cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Contracts: 0 kept, 2 broken." in done.stdout, done.stdout
-    assert "traces.errors -> replay.schema" in done.stdout and "traces.errors -> traces.loader" in done.stdout
+    assert "traces.errors -> replay.outputs.schema" in done.stdout and "traces.errors -> traces.loader" in done.stdout

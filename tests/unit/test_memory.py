@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.memory import (
+from replay.model.memory import (
     Capacity,
     activation_peak_bytes,
     kv_bytes_per_token,
@@ -20,7 +20,7 @@ from replay.memory import (
     weights_bytes,
     weights_bytes_per_gpu,
 )
-from replay.specs import GPUS, MODELS, get_gpu, get_model
+from replay.model.specs import GPUS, MODELS, get_gpu, get_model
 from traces.errors import ConfigError
 
 LESSON_KV_TOKENS = 399_169  # ../shared/reference/003_*.txt: Llama 3.1 70B bf16, TP4, 80 GB, 0.9

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from replay.hf_config import load_model
-from replay.memory import kv_capacity
+from replay.model.hf.config import load_model
+from replay.model.memory import kv_capacity
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 EXPERIMENTS = SHARED / "measurements" / "vllm-s2r" / "experiments.csv"

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from replay.cli import main
-from replay.profiler import TINY_GRID, shapes_for
-from replay.specs import get_model
+from replay.calibration.profiler import TINY_GRID, shapes_for
+from replay.model.specs import get_model
 
 
 def test_without_torch_the_error_says_how_to_install_it(tmp_path, capsys, monkeypatch):

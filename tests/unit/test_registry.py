@@ -35,7 +35,7 @@ def test_core_packages_import_without_a_terminal_ui():
     import sys
 
     code = (
-        "import sys, replay.run, replay.cluster, replay.engine_nb, replay.engine_ref, policies.registry, traces;"
+        "import sys, replay.run, replay.fleet.cluster, replay.engine_nb, replay.engine_ref, policies.registry, traces;"
         "bad = [m for m in ('textual', 'rich') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

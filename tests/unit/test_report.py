@@ -2,9 +2,9 @@
 
 import polars as pl
 
-from replay.cluster import simulate
+from replay.fleet.cluster import simulate
 from replay.config import FleetConfig, PoolConfig
-from replay.report import human_ms, human_span, progress_state
+from replay.outputs.report import human_ms, human_span, progress_state
 from traces import cast_to_schema
 
 
@@ -33,7 +33,7 @@ def test_the_table_colours_each_pools_saturation_and_reads_an_older_summary():
 
     from rich.console import Console
 
-    from replay.report import print_summary
+    from replay.outputs.report import print_summary
 
     def pool(state):
         return {"requests": 10} | ({"saturation": {"class": state}} if state else {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.saturation import BACKLOGGED, OVERLOADED, STABLE, classify
+from replay.fleet.saturation import BACKLOGGED, OVERLOADED, STABLE, classify
 
 TICK_US = 1_000_000
 
@@ -115,7 +115,7 @@ def test_to_dict_is_summary_json_shaped():
 def test_classify_pool_reads_a_ticks_frame_and_a_prefill_pools_load_from_the_requests():
     import polars as pl
 
-    from replay.saturation import classify_pool
+    from replay.fleet.saturation import classify_pool
 
     n = 60
     t_us = np.arange(1, n + 1) * TICK_US

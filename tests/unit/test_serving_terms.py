@@ -1,5 +1,5 @@
 """What lies outside the engine's step and between steps: async scheduling, CUDA-graph padding,
-the API server's way in and the tokens' way out (replay/serving.py, replay/stepmodel.py)."""
+the API server's way in and the tokens' way out (replay/model/serving.py, replay/model/stepmodel.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from replay.config import FleetConfig
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from replay.run import replay_trace
-from replay.serving import ServingTerms, engine_arrivals
-from replay.stepmodel import cuda_graph_tokens, cudagraph_capture_limit
+from replay.model.serving import ServingTerms, engine_arrivals
+from replay.model.stepmodel import cuda_graph_tokens, cudagraph_capture_limit
 from tests.strategies import make_inputs, run_to_end
 from traces import LoadedTrace, cast_to_schema
 from traces.configtools import from_dict

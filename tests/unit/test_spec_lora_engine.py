@@ -65,7 +65,7 @@ def test_a_step_holds_at_most_max_loras_adapters_and_loads_a_miss():
 
 
 def _fleet(tmp_path, engine_yaml: str, model="llama-3.1-8b", step_model=""):
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import load_config
 
     path = tmp_path / "fleet.yaml"
@@ -75,7 +75,7 @@ def _fleet(tmp_path, engine_yaml: str, model="llama-3.1-8b", step_model=""):
 
 
 def test_fleet_config_reaches_the_step_model_and_the_memory_fit(tmp_path):
-    from replay import stepmodel as sm
+    from replay.model import stepmodel as sm
 
     base = _fleet(tmp_path, "      max_num_seqs: 64\n")[0]
     spec = _fleet(tmp_path, "      speculative_config:\n        method: draft_model\n        model: llama-3.1-8b\n"
@@ -124,7 +124,7 @@ def test_bad_step_term_keys_are_one_line_config_errors(tmp_path, engine_yaml, mo
 
 
 def test_quantization_and_a_different_weight_dtype_conflict(tmp_path):
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import load_config
 
     path = tmp_path / "fleet.yaml"
@@ -150,7 +150,7 @@ def test_a_bad_step_term_exits_2_from_the_cli(tmp_path, capsys):
 def test_readme_step_model_example_loads_and_plans(tmp_path):
     from pathlib import Path
 
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import load_config
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -189,7 +189,7 @@ def test_replica_model_counts_speculative_tokens_and_lora_adapters(tmp_path):
     speculation); LoRA steps cost more, never less."""
     import numpy as np
 
-    from replay.cluster import replica_model
+    from replay.fleet.cluster import replica_model
     from replay.config import load_config
     from replay.run import replay_trace
     from replay.validate import Workload, workload_trace

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from replay.specs import (
+from replay.model.specs import (
     GPUS,
     KV_DTYPE_BYTES,
     MODELS,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from replay.stepmodel import StepShape, step_params, step_time_us_nb
+from replay.model.stepmodel import StepShape, step_params, step_time_us_nb
 
 # Llama-3.1-8B in BF16 on one H100 SXM: 16 GB of weights, 128 KiB of KV per token.
 H100_8B = StepShape(

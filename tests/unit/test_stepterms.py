@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay import stepmodel as sm
+from replay.model import stepmodel as sm
 from replay.cli import main
-from replay.memory import kv_bytes_per_token
-from replay.specs import get_gpu, get_model, weight_bits
-from replay.stepmodel import DraftShape, ExpertParallel, StepShape, step_params, step_time_us_nb
-from replay.stepterms import (
+from replay.model.memory import kv_bytes_per_token
+from replay.model.specs import get_gpu, get_model, weight_bits
+from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape, step_params, step_time_us_nb
+from replay.model.stepterms import (
     all_to_all_us,
     break_even_bytes_per_s,
     expected_experts_touched,
@@ -77,7 +77,7 @@ def test_capacity_break_even_cli_prints_the_table(capsys):
 
 
 def test_capacity_break_even_on_a_gpu_uses_the_mfu_its_pools_run_at(capsys):
-    from replay.calprofile import default_coefficients
+    from replay.calibration.profiles import default_coefficients
 
     mfu = default_coefficients("h100-sxm-80gb")["mfu"]
     assert main(["capacity", "--break-even", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--json"]) == 0
@@ -127,7 +127,7 @@ def test_decode_kv_bytes_are_linear_and_prefill_attention_quadratic_in_context()
 
 
 def test_fp8_kv_halves_kv_bytes_per_token_in_the_step_model_and_doubles_the_cache():
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import EngineArgs, FleetConfig, PoolConfig
 
     def plan(dtype):
@@ -181,7 +181,7 @@ def test_bits_per_weight_of_the_microscaling_formats():
 
 
 def test_quantization_sets_bytes_read_memory_fit_and_fp8_tensor_cores():
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import EngineArgs, FleetConfig, PoolConfig
 
     def plan(quantization, tp=1):
@@ -255,7 +255,7 @@ def test_moe_weights_read_are_the_experts_the_batch_touches():
     ds = get_model("deepseek-v3")
     assert expected_experts_touched(1, 256, 8) == pytest.approx(8.0)
     assert expected_experts_touched(8192, 256, 8) == pytest.approx(256.0)
-    from replay.cluster import plan_pools
+    from replay.fleet.cluster import plan_pools
     from replay.config import FleetConfig, PoolConfig
 
     plan = plan_pools(FleetConfig(model="deepseek-v3", gpu="h200-sxm-141gb",

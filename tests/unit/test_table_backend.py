@@ -9,11 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from replay.calibrate_data import read_splitwise
+from replay.calibration.data import read_splitwise
 from replay.cli import main
-from replay.cluster import plan_pools
+from replay.fleet.cluster import plan_pools
 from replay.config import load_config
-from replay.stepmodel import (
+from replay.model.stepmodel import (
     BYTES_RATE,
     KV_BYTES_PER_TOKEN,
     KV_BYTES_RATE,

@@ -3,8 +3,8 @@
 import polars as pl
 import pytest
 
-from replay import cluster
-from replay.cluster import simulate
+from replay.fleet import cluster
+from replay.fleet.cluster import simulate
 from replay.config import FleetConfig, PoolConfig
 from traces import cast_to_schema
 from traces.errors import ConfigError

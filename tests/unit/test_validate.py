@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from replay.cli_validate import scenario_path
+from replay.cli.validate import scenario_path
 from replay.validate import DRAIN_S, METRICS, Row, load_scenarios, mape_by_group, measure, run_scenario
 from traces.errors import ConfigError
 

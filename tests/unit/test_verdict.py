@@ -1,6 +1,6 @@
 """A run that went wrong says so: the verdict's lines from summary figures."""
 
-from replay.verdict import verdict
+from replay.outputs.verdict import verdict
 
 PLANS = {"default": {"max_model_len": 8192, "kv_tokens_per_replica": 400_000}}
 SLO = {"ttft_ms": 2000, "tpot_ms": 100}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from replay.calprofile import read_profile
+from replay.calibration.profiles import read_profile
 from replay.config import load_config
 from traces.errors import ConfigError
 from traces.yamlfile import MAX_DEPTH, MAX_NODES, load_yaml_text

@@ -1,0 +1,229 @@
+"""`llm-replay tui` (the dashboard over a run directory, or an SVG of it) and `llm-replay run
+--tui` (a replay watched while it runs: a child process replays and writes DIR/live/, see
+replay/fleet/live.py, and the dashboard follows DIR; the finished run replaces DIR in one rename).
+
+Textual is imported only inside these commands: `import replay` never loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from traces.errors import UserError
+
+SIZE = re.compile(r"^(\d+)x(\d+)$")
+MIN_SIZE = (40, 12)
+
+
+def add_parser(sub) -> None:
+    tui = sub.add_parser("tui", help="the incident dashboard over a run directory (Textual)")
+    tui.add_argument("run", help="run directory (the --out of llm-replay run), finished or being written")
+    tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
+    tui.add_argument("--at", metavar="TIME", help="start with the cursor at TIME from the run's start: M:SS, "
+                     "H:MM:SS or seconds (e.g. 14:05)")
+    tui.add_argument("--screenshot", metavar="FILE.svg", help="draw the dashboard without a terminal into an SVG "
+                     "file and exit")
+    tui.add_argument("--size", default="120x40", metavar="COLSxROWS", help="terminal size of --screenshot "
+                     "(default 120x40)")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    m = SIZE.match(text.strip())
+    if not m or int(m.group(1)) < MIN_SIZE[0] or int(m.group(2)) < MIN_SIZE[1]:
+        raise UserError(f"--size {text!r}: expected COLUMNSxROWS of at least {MIN_SIZE[0]}x{MIN_SIZE[1]} "
+                        "(e.g. 120x40)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def run(args: argparse.Namespace) -> int:
+    from replay.files import check_output_file, write_atomically
+
+    shot = None
+    if args.screenshot is not None:
+        shot = Path(args.screenshot)
+        if shot.suffix.lower() != ".svg":
+            raise UserError(f"--screenshot {shot}: expected a file name ending in .svg")
+        # before drawing: opening a FIFO to write would block forever; a device or a link is not replaced
+        check_output_file(shot, force=True, flag="--screenshot")
+    size = parse_size(args.size)
+    from tui.app import make_app
+
+    app = make_app(args.run, args.compare, args.at, follow=shot is None)
+    if shot is not None:
+        import asyncio
+
+        from tui.app import render_svg
+
+        svg = asyncio.run(render_svg(app, size))
+        # a read-only directory or a full disk is one line and leaves no half-written SVG
+        write_atomically(shot, lambda fh: fh.write(svg), flag="--screenshot")
+        print(f"dashboard of {args.run} written to {shot}")
+        return 0
+    app.run()
+    return 0
+
+
+def cmd_run_tui(args: argparse.Namespace) -> int:
+    """Check the input before the dashboard starts (config, fleet, --out, the trace itself and
+    its split over the pools: a bad one is one line and exit 2, as without --tui), start the
+    replay of the loaded trace in a child process, show the dashboard until the user quits;
+    quitting before the end stops the replay and leaves nothing behind."""
+    import multiprocessing
+
+    import yaml
+
+    from replay.cli.run import prepare_run, report_trace_fixes
+    from replay.fleet.cluster import split_requests
+    from replay.fleet.live import LIVE_DIR, STATUS_FILE
+    from replay.outputs.write import claimed
+
+    # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
+    # before DIR is made). The child replays this very trace (it travels pickled).
+    began = time.perf_counter()
+    checked = prepare_run(args)
+    resolved, source, plans, out, trace = checked.cfg, checked.source, checked.plans, checked.out, checked.trace
+    load_s = time.perf_counter() - began
+    split_requests(trace.frame, resolved, plans, source)  # a split that strands a request: a config error
+    live = out / LIVE_DIR
+    with claimed(out, args.force, checked.inputs):  # held while the child replays and writes DIR
+        created = not out.exists()
+        live.mkdir(parents=True)
+        (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
+        _write_status(live, os.getpid())
+        proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out), trace, load_s),
+                                                            daemon=True)
+        proc.start()
+        # The writer of live/ is the child from now on: a dashboard that finds it dead stops following.
+        _write_status(live, proc.pid)
+        try:
+            from tui.app import make_app
+
+            app = make_app(out, exit_on_failure=True)
+            app.run()
+        except BaseException:  # SIGTERM (or Ctrl-C) in the parent: stop the replay, leave nothing
+            proc.terminate()
+            proc.join()
+            _clean(out, live, created)
+            raise
+        finally:
+            # The replay ended (the finished run replaced live/, or its failure is recorded) or is
+            # writing its run: let the child finish (its exit can take a while on a busy machine);
+            # otherwise the user quit early and it stops here.
+            ended = (not live.exists() or _status_state(live / STATUS_FILE) == "writing"
+                     or _status_error(live / STATUS_FILE) is not None)
+            proc.join(timeout=60 if ended else 0.1)
+            stopped = proc.is_alive()
+            if stopped:
+                proc.terminate()
+                proc.join()
+        if proc.exitcode != 0:
+            error = _status_error(live / STATUS_FILE)
+            _clean(out, live, created)
+    if proc.exitcode == 0:
+        from rich.console import Console
+
+        from replay.outputs.report import print_summary
+
+        report_trace_fixes(Console(stderr=True), trace)
+        if not args.quiet:  # the table `run` prints: the dashboard has left the screen
+            print_summary(Console(), json.loads((out / "summary.json").read_text()), out)
+        else:
+            print(f"run written to {out}")
+        return 0
+    if stopped:
+        print("llm-replay: replay stopped before its end; nothing written", file=sys.stderr)
+        return 130
+    if error is not None:
+        raise UserError(error)
+    print(f"llm-replay: the replay process failed (exit code {proc.exitcode}); nothing written", file=sys.stderr)
+    return 1
+
+
+def _write_status(live: Path, pid: int) -> None:
+    """The status before the first flush, naming the process that writes live/ (replay.outputs.rundir)."""
+    from replay.fleet.live import STATUS_FILE, write_atomic
+    from replay.outputs.rundir import writer_tag
+
+    pid, start = writer_tag(pid)
+    body = {"state": "running", "seq": 0, "done_us": 0, "end_us": 0, "pid": pid, "pid_start": start}
+    write_atomic(live / STATUS_FILE, lambda p: p.write_text(json.dumps(body) + "\n"))
+
+
+def _status_state(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("state")
+    except (OSError, ValueError):
+        return None
+
+
+def _status_error(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("error")
+    except (OSError, ValueError):
+        return None
+
+
+def _clean(out: Path, live: Path, created: bool) -> None:
+    """No partial output directory: drop live/, and DIR when this command made it."""
+    shutil.rmtree(live, ignore_errors=True)
+    if created and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+
+
+def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0) -> None:
+    """The replay of `trace` (loaded and checked by the parent), in its own process so the
+    dashboard never waits on it. Prints nothing (the terminal is the dashboard's); an error goes
+    to live/status.json and the exit code."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    import dataclasses
+
+    from replay.cli.trace_options import effective_trace
+    from replay.fleet.cluster import plan_pools
+    from replay.config import load_config
+    from replay.fleet.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
+    from replay.outputs.write import write_run
+    from replay.run import replay_trace, warm_up
+
+    out_dir = Path(out)
+    try:
+        cfg = load_config(args.config, plugins=args.plugin)
+        source = args.config or "default fleet"
+        plans = plan_pools(cfg, source)
+        base_dir = Path(args.config).resolve().parent if args.config else None
+        cfg = dataclasses.replace(cfg, trace=effective_trace(cfg.trace, args, base_dir, absolute=True))
+        writer = LiveWriter(out_dir, trace.frame, cfg, plans, source)
+        writer.start()
+        began = time.perf_counter()
+        if args.engine == "numba":
+            from replay._numba_cache import compile_estimate_s, kernels_cached
+
+            if not kernels_cached():  # the dashboard says so while the child compiles
+                writer.status("compiling", compile_estimate_s=round(compile_estimate_s()[0]))
+            warm_up()
+            writer.status("running")
+        timing = {"load_trace_s": load_s, "warm_up_s": time.perf_counter() - began}
+        result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
+                              plans=plans, config_source=source, on_tick=writer.on_tick)
+        writer.flush()  # the last ticks: the dashboard then holds the whole run and keeps it
+        writer.status("writing")
+        write_run(out_dir, result, force=True, timing=timing)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard
+        message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        status = out_dir / LIVE_DIR / STATUS_FILE
+        if status.parent.is_dir():
+            try:
+                body = json.loads(status.read_text())
+            except (OSError, ValueError):
+                body = {"seq": 0, "done_us": 0, "end_us": 0}
+            body.update(state="failed", error=message)
+            write_atomic(status, lambda p: p.write_text(json.dumps(body) + "\n"))
+        sys.exit(2 if isinstance(exc, UserError) else 1)

@@ -1,0 +1,634 @@
+"""The cluster loop: plan the pools, split the trace over them, step the engine tick by tick.
+
+Between ticks everything (arrivals, routing, every replica's steps) runs inside the engine; at
+each tick (default 1 s of simulated time) Python reads a snapshot and appends one row per pool.
+Autoscalers (issue 3) plug in here: they read the same snapshot and change replica counts.
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
+from policies.api import ReplicaModel
+from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
+from replay.calibration.profiles import default_source, step_coefficients
+from replay.config import FleetConfig, PoolConfig
+from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
+from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.model.memory import Capacity, kv_capacity
+from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
+from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
+from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
+                                    step_time_us_nb, table_points, with_table)
+from replay.model.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
+from traces.bounds import BY_NAME
+from traces.configtools import from_dict
+from traces.errors import ConfigError, UserError
+
+ENGINES = ("numba", "reference")
+# Each tick runs a Python control step and keeps a row per pool; measured, a run costs about
+# 2 KB of memory and 0.1 ms per tick-pool row (2 requests over 2.5M one-second ticks: 5.6 GB and
+# 290 s; 3 pools over 1.2M ticks: 3.6 GB). 1M rows keeps a run near 2 GB and a few minutes, so a
+# replay that needs more is refused before it starts, with the tick_s that would fit.
+MAX_TICK_POOL_ROWS = 1_000_000
+TICK_S_MAX = BY_NAME["tick_s"].hi
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A pool with everything resolved: specs, KV capacity, step-model parameters, price, and its
+    admission policy's parameters (validated)."""
+
+    index: int
+    config: PoolConfig
+    model: ModelSpec
+    gpu: GpuSpec
+    capacity: Capacity
+    max_model_len: int
+    price_usd_per_gpu_hour: float
+    step_params: np.ndarray
+    admission: Any = None
+    terms: PoolTerms = field(default_factory=PoolTerms)
+    # the step model's coefficients as resolved (config keys, then profile, then defaults), and
+    # where its step times come from: "roofline" or the table file
+    step_model: dict[str, Any] = field(default_factory=dict)
+    # the API server's way in and the tokens' way out (replay/model/serving.py)
+    serving: ServingTerms = field(default_factory=serving_defaults)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.config.tensor_parallel_size
+
+
+def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
+    """Resolve every pool; a model or GPU that is unknown or does not fit is a ConfigError naming
+    `source` (the config file) and the key."""
+    plans = []
+    for i, pool in enumerate(cfg.pools):
+        key = f"pools[{i}]"
+        try:
+            model = get_model(pool.model or cfg.model)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {f'{key}.model' if pool.model else 'model'}: {exc}") from None
+        try:
+            gpu = get_gpu(pool.gpu or cfg.gpu)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {f'{key}.gpu' if pool.gpu else 'gpu'}: {exc}") from None
+        eng = pool.engine
+        tp = pool.tensor_parallel_size
+        weight_dtype = effective_weight_dtype(eng.quantization, pool.weight_dtype or cfg.weight_dtype,
+                                              f"{source}: {key}")
+        terms = pool_terms(model, gpu, tp, eng, pool.step_model, pool.preemption.host_link_bytes_per_s,
+                           f"{source}: {key}")
+        max_len = eng.max_model_len or model.max_model_len
+        if max_len > model.max_model_len:
+            # vLLM refuses this too (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set): outputs degrade.
+            raise ConfigError(f"{source}: {key}.engine.max_model_len: got {max_len}, expected at most "
+                              f"{model.max_model_len}, the context length of {model.id}")
+        try:
+            cap = kv_capacity(
+                model,
+                gpu,
+                tp,
+                gpu_memory_utilization=eng.gpu_memory_utilization,
+                block_size=eng.block_size,
+                kv_cache_dtype=eng.kv_cache_dtype,
+                weight_dtype=weight_dtype,
+                num_gpu_blocks_override=eng.num_gpu_blocks_override,
+                max_num_batched_tokens=eng.max_num_batched_tokens,
+                max_num_seqs=eng.max_num_seqs,
+                max_model_len=max_len,
+                extra_weights_bytes_per_gpu=terms.extra_weights_bytes_per_gpu,
+                extra_kv_bytes_per_token_per_gpu=terms.extra_kv_bytes_per_token_per_gpu,
+                gpu_memory_bytes=pool.gpu_memory_bytes,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {key} ({pool.name}): {exc}") from None
+        sm = pool.step_model
+        coefficients = step_coefficients(sm, model.id, gpu.id, tp, f"{source}: {key}.step_model")
+        drafts = (eng.speculative_config.num_speculative_tokens or 0) if eng.speculative_config is not None else 0
+        graphs = cudagraph_capture_limit(eng.max_num_seqs, eng.max_num_batched_tokens, drafts,
+                                         eng.max_cudagraph_capture_size, eng.enforce_eager)
+        params = step_params(step_shape(model, gpu, cap), **coefficients, expert_parallel=terms.expert_parallel,
+                             draft=terms.draft, lora_bytes_per_adapter=terms.lora_bytes_per_adapter,
+                             lora_flops_per_token=terms.lora_flops_per_token, cuda_graph_max_tokens=graphs)
+        if sm.backend == "table":
+            params = table_params(params, pool, model.id, gpu.id, f"{source}: {key}")
+        price = pool.price_usd_per_gpu_hour
+        if price is None:
+            price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
+        spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
+        adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
+        resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
+                    "async_scheduling": eng.async_scheduling}
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
+                              resolved, serving_terms(pool.serving)))
+    _check_fleet_blocks(plans, source)
+    return plans
+
+
+# The engines keep a few int64 arrays per KV block of every replica slot (replay/numba_engine.py):
+# about 100 bytes a block, so this is about 3 GB, past any fleet the reference lesson needs.
+MAX_FLEET_KV_BLOCKS = 1 << 25
+
+
+def _check_fleet_blocks(plans: list[PoolPlan], source: str) -> None:
+    """Refuse, before any memory is asked for, a fleet whose KV blocks no machine could hold."""
+    total = sum(p.capacity.kv_blocks * p.config.max_replicas for p in plans)
+    if total > MAX_FLEET_KV_BLOCKS:
+        biggest = max(plans, key=lambda p: p.capacity.kv_blocks * p.config.max_replicas)
+        raise ConfigError(
+            f"{source}: pools: {total:,} KV blocks in all (pools[{biggest.index}] ({biggest.name}): "
+            f"{biggest.config.max_replicas:,} replica slots x {biggest.capacity.kv_blocks:,} blocks); the simulator "
+            f"holds at most {MAX_FLEET_KV_BLOCKS:,} (about 3 GB); use fewer replicas, a larger engine.block_size, "
+            "or engine.num_gpu_blocks_override")
+
+
+def resolved_step_model(coefficients: dict[str, float | None], sm: Any, gpu_id: str) -> dict[str, Any]:
+    """What a run's summary records of its pool's step model: every coefficient as used (None
+    resolved to stepmodel's defaults; no knee as knee_tokens 0), where they come from (a profile,
+    the GPU's shipped defaults, or the table file) and which keys the config set itself."""
+    from replay.model import stepmodel
+
+    defaults = {"mfu": stepmodel.DEFAULT_MFU, "mbu": stepmodel.DEFAULT_MBU,
+                "per_step_overhead_us": stepmodel.DEFAULT_STEP_OVERHEAD_US,
+                "per_seq_overhead_us": stepmodel.DEFAULT_SEQ_OVERHEAD_US,
+                "prefill_overhead_us": stepmodel.DEFAULT_PREFILL_OVERHEAD_US,
+                "allreduce_latency_us": stepmodel.DEFAULT_ALLREDUCE_LATENCY_US,
+                "link_efficiency": stepmodel.DEFAULT_LINK_EFFICIENCY, "knee_tokens": 0}
+    out: dict[str, Any] = {
+        "backend": sm.backend,
+        "source": sm.table if sm.backend == "table" else (sm.profile or default_source(gpu_id)),
+        "set_in_config": [k for k in (*defaults, "past_knee_mfu", "attention_mbu", "expert_mbu") if getattr(sm, k, None) is not None],
+    }
+    for key, default in defaults.items():
+        value = coefficients.get(key)
+        out[key] = float(default if value is None else value)
+    for key in ("attention_mbu", "expert_mbu"):  # unset: the weights' mbu
+        value = coefficients.get(key)
+        out[key] = out["mbu"] if value is None else float(value)
+    if out["knee_tokens"]:
+        out["past_knee_mfu"] = float(coefficients["past_knee_mfu"])
+    return out
+
+
+def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: str, where: str) -> np.ndarray:
+    """The pool's step parameters switched to the table backend, from its measured steps: prefill
+    steps give step time against tokens, decode steps against sequences, each decode point moved
+    to the median context per sequence at the roofline's KV-read rate."""
+    from replay.calibration.data import read_generic, read_splitwise
+
+    sm = pool.step_model
+    tp = pool.tensor_parallel_size
+    eng = pool.engine
+    if eng.speculative_config is not None or eng.enable_lora:
+        raise ConfigError(f"{where}.step_model.backend: the table backend has no speculative-decoding or LoRA "
+                          "terms; use the roofline for this pool")
+    try:
+        m = read_generic(sm.table, tp, fitting=False) if sm.table_format == "generic" \
+            else read_splitwise(sm.table, model_id, gpu_id, tp, fitting=False)
+    except ConfigError:
+        raise
+    except UserError as exc:
+        raise ConfigError(f"{where}.step_model.table: {exc}") from None
+    prefill = (m.prefill_tokens > 0) & (m.decode_seqs == 0)
+    decode = (m.prefill_tokens == 0) & (m.decode_seqs > 0)
+    ctx_ref = float(np.median(m.decode_ctx[decode] / m.decode_seqs[decode])) if decode.any() else 0.0
+    kv_us_per_token = params[KV_BYTES_PER_TOKEN] / params[KV_BYTES_RATE] * 1e6
+    decode_us = m.step_us[decode] - kv_us_per_token * (m.decode_ctx[decode] - m.decode_seqs[decode] * ctx_ref)
+    points = (table_points(m.prefill_tokens[prefill], m.step_us[prefill]),
+              table_points(m.decode_seqs[decode], decode_us))
+    for what, pts in zip(("prefill-only steps (decode_seqs 0)", "decode-only steps (prefill_tokens 0)"), points):
+        if len(pts) < 2:
+            raise ConfigError(f"{where}.step_model.table: {sm.table} has {len(pts)} distinct sizes of {what} at "
+                              f"tensor_parallel_size {tp}; the table backend needs at least 2")
+    return with_table(params, points[0], points[1], ctx_ref)
+
+
+def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
+    """Pool index of every request, by the fleet's split policy. Under prefill-decode every request
+    arrives at the decode pool, which sends its prefill to the prefill pool (see `pd_inputs`)."""
+    if cfg.split.policy == "prefill-decode":
+        _, decode = cfg.split.pd_pools([p.name for p in cfg.pools])
+        return np.full(frame.height, decode, np.int64)
+    if cfg.split.policy == "by-prompt-length":
+        thresholds = np.asarray(cfg.split.prompt_thresholds, np.int64)
+        return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
+    if cfg.split.policy == "by-workload":
+        return assign_pools(frame["workload"], plans, source)
+    return user_split(frame, cfg.split.policy, [p.name for p in plans], source)
+
+
+def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "config") -> np.ndarray:
+    """A user's split function on the trace; a result that sends a request to no pool is a
+    config error naming the request."""
+    fn = split_function(name, "split.policy", source)
+    result = fn(frame, list(pools))
+    values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
+    where = f"{source}: split.policy: {name}"
+    if result is None or values.ndim != 1:
+        raise ConfigError(f"{where} returned {reprlib.repr(result)}; expected one pool (an index or a name) per "
+                          f"request ({frame.height})")
+    if values.shape != (frame.height,):
+        raise ConfigError(f"{where} returned {values.shape[0]} values; expected one pool per request ({frame.height})")
+    if values.dtype.kind in "OUS":  # pool names
+        index = {p: i for i, p in enumerate(pools)}
+        out = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in values.tolist()], np.int64)
+    elif values.dtype.kind in "iu":
+        out = values.astype(np.int64)
+    else:
+        raise ConfigError(f"{where} returned {values.dtype} values; expected pool indices or pool names")
+    bad = np.nonzero((out < 0) | (out >= len(pools)))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(f"{where} sends request {frame['request_id'][i]} to {values[i].item()!r}, which is no pool; "
+                          f"expected an index 0..{len(pools) - 1} or a name ({', '.join(pools)})")
+    return out
+
+
+def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
+    """Pool index of every request: the pool that lists its workload, else the catch-all pool."""
+    by_label = {label: p.index for p in plans for label in p.config.workloads}
+    catch_all = [p.index for p in plans if not p.config.workloads]
+    labels = workloads.unique().to_list()
+    missing = sorted(str(w) for w in labels if w not in by_label)
+    if missing and not catch_all:
+        raise ConfigError(
+            f"{source}: pools: workload {missing[0]!r} of the trace goes to no pool; list it in a pool's "
+            f"'workloads' or add a pool without 'workloads' (trace workloads: {', '.join(sorted(map(str, labels)))})"
+        )
+    mapping = {w: by_label.get(w, catch_all[0] if catch_all else -1) for w in labels}
+    return workloads.replace_strict(mapping, return_dtype=pl.Int64).to_numpy()
+
+
+def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
+    """The engine's prefill/decode parameters for a prefill-decode split (none otherwise). The
+    transfer moves the prompt's KV as the decode pool stores it (its KV dtype), over one link."""
+    split = cfg.split
+    if split.policy != "prefill-decode":
+        return {}
+    prefill, decode = split.pd_pools([p.name for p in cfg.pools])
+    kv_bytes = plans[decode].capacity.kv_bytes_per_token
+    return {
+        "pd_prefill_pool": prefill,
+        "pd_decode_pool": decode,
+        "pd_local_threshold": split.local_prefill_threshold,
+        "pd_us_per_token": kv_bytes / split.bytes_per_s * 1e6,
+        "pd_base_us": round(split.base_latency_ms * 1000),
+        "pd_layers": plans[prefill].model.num_layers if split.transfer == "layerwise" else 0,
+    }
+
+
+def build_inputs(
+    frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
+    detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
+    pd: dict[str, Any] | None = None,
+) -> EngineInputs:
+    tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
+    hashes = frame["prefix_hashes"]
+    hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
+    hash_off = np.concatenate(([0], np.cumsum(hash_len)[:-1])).astype(np.int64)
+    flat = hashes.drop_nulls().explode().drop_nulls().to_numpy().astype(np.uint64)
+    if len(flat) != int(hash_len.sum()):
+        raise ValueError("prefix_hashes contain null entries")
+    engines = [p.config.engine for p in plans]
+    return EngineInputs(
+        arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
+                                   [p.serving for p in plans]),
+        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
+        output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
+        priority=frame["priority"].to_numpy().astype(np.int64),
+        pool=pool_index.astype(np.int64),
+        hash_off=hash_off,
+        hash_len=hash_len,
+        trace_hashes=flat,
+        trace_block_tokens=int(trace_block_tokens or 1),
+        pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
+        pool_initial_replicas=np.array([p.config.replicas for p in plans], np.int64),
+        pool_hold=np.array([int(holds_arrivals(p.config)) for p in plans], np.int64),
+        # vLLM's block pool keeps block 0 as the null block: one fewer is usable.
+        pool_kv_blocks=np.array([p.capacity.kv_blocks - 1 for p in plans], np.int64),
+        pool_block_size=np.array([e.block_size for e in engines], np.int64),
+        pool_max_num_seqs=np.array([e.max_num_seqs for e in engines], np.int64),
+        pool_max_num_batched_tokens=np.array([e.max_num_batched_tokens for e in engines], np.int64),
+        pool_long_prefill_token_threshold=np.array([e.long_prefill_token_threshold for e in engines], np.int64),
+        pool_enable_prefix_caching=np.array([int(e.enable_prefix_caching) for e in engines], np.int64),
+        pool_max_model_len=np.array([p.max_model_len for p in plans], np.int64),
+        pool_router=np.array([router_id(p.config.router) for p in plans], np.int64),
+        pool_step_params=np.stack([p.step_params for p in plans]),
+        detailed_events=detailed_events,
+        pool_refresh_us=np.array([max(1, round(p.config.router_refresh_ms * 1000)) for p in plans], np.int64),
+        pool_seed=np.array([seed * 1000 + p.index for p in plans], np.int64),
+        pool_queue=np.array([queue_order_id(e.scheduling_policy) for e in engines], np.int64),
+        pool_victim=np.array([victim_id(_victim(p.config)) for p in plans], np.int64),
+        pool_watermark_blocks=np.array(
+            [int(p.config.preemption.watermark * (p.capacity.kv_blocks - 1)) for p in plans], np.int64),
+        pool_whole_prompt=np.array([int(p.config.preemption.whole_prompt_gate) for p in plans], np.int64),
+        pool_async_scheduling=np.array([int(e.async_scheduling) for e in engines], np.int64),
+        pool_swap=np.array([int(p.config.preemption.mode == "swap") for p in plans], np.int64),
+        pool_host_blocks=np.array([int(p.config.preemption.swap_space_gib * 2**30 // _block_bytes(p)) for p in plans],
+                                  np.int64),
+        pool_swap_us_per_block=np.array(
+            [math.ceil(_block_bytes(p) / p.config.preemption.host_link_bytes_per_s * 1e6) for p in plans], np.int64),
+        pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
+        tenant=tenant_ids,
+        num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
+        **admission_inputs(plans),
+        **(pd or {}),
+        **lora_spec_inputs(frame, plans),
+    )
+
+
+def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, Any]:
+    """The engines' multi-LoRA and speculative-decoding columns: adapter ids (0.. in sorted order
+    of their names; -1 for the base model), each pool's slots and load time, and each pool's
+    verify-step credit table (replay/model/stepterms.py)."""
+    out: dict[str, Any] = {}
+    if any(p.terms.lora_slots for p in plans) and "adapter" in frame.columns:
+        names = frame["adapter"]
+        ids = names.rank("dense").fill_null(0).cast(pl.Int64).to_numpy() - 1
+        out["adapter"] = np.where(names.is_null().to_numpy(), -1, ids).astype(np.int64)
+        out["pool_lora_slots"] = np.array([p.terms.lora_slots for p in plans], np.int64)
+        out["pool_lora_load_us"] = np.array([p.terms.lora_load_us for p in plans], np.int64)
+    if any(p.terms.spec_k for p in plans):
+        width = max(len(p.terms.spec_credit) for p in plans)
+        table = np.zeros((len(plans), width), np.int64)
+        for p in plans:
+            table[p.index, :len(p.terms.spec_credit)] = p.terms.spec_credit
+        out["pool_spec_k"] = np.array([p.terms.spec_k for p in plans], np.int64)
+        out["pool_spec_credit"] = table
+    return out
+
+
+def replica_model(plan: PoolPlan, context_tokens: int = 1024) -> ReplicaModel:
+    """What one replica can do, from the step model: prefill throughput with full token budgets,
+    and decode throughput and inter-token latency at a few batch sizes (contexts of
+    `context_tokens`), for planners that size pools from targets.
+
+    With speculative decoding a decode step verifies k drafts per sequence and yields the credit
+    table's expected tokens; with multi-LoRA every step is charged min(sequences, max_loras)
+    distinct adapters (a prefill one), the most a step can hold: planners size for the worst mix."""
+    eng, terms = plan.config.engine, plan.terms
+    adapters = (lambda seqs: min(seqs, terms.lora_slots)) if terms.lora_slots else (lambda seqs: 0)
+    chunk = eng.max_num_batched_tokens
+    prefill_us = step_time_us_nb(plan.step_params, chunk, chunk * (chunk + 1) / 2.0, 0, 0, 0, 1, 0, adapters(1))
+    points = []
+    for seqs in sorted({1, 8, 32, 64, 128, eng.max_num_seqs}):
+        if seqs > eng.max_num_seqs:
+            continue
+        # drafts per sequence, as many as the step's token budget leaves room for (as the engines)
+        k = min(terms.spec_k, max(0, (chunk - seqs) // seqs))
+        tokens_per_verify = float(terms.spec_credit[k]) / SPEC_CREDIT_SCALE if k else 1.0
+        step_us = step_time_us_nb(plan.step_params, 0, 0.0, 0, seqs, seqs * context_tokens, seqs, seqs * k,
+                                  adapters(seqs))
+        tokens = seqs * tokens_per_verify
+        points.append((seqs, tokens / step_us * 1e6, step_us / tokens_per_verify / 1000.0))
+    return ReplicaModel(prefill_tokens_per_s=chunk / prefill_us * 1e6, decode_tokens_per_s_at=tuple(points),
+                        kv_tokens=plan.capacity.kv_tokens, max_num_seqs=eng.max_num_seqs)
+
+
+def admission_inputs(plans: list[PoolPlan]) -> dict[str, np.ndarray]:
+    """Each pool's admission policy as the engines' integer columns (0 = limit off)."""
+    cols = {name: np.zeros(len(plans), np.int64) for name in (
+        "pool_admission", "pool_max_waiting", "pool_max_waiting_tokens", "pool_bucket_tokens",
+        "pool_bucket_refill_per_s", "pool_shed_waiting_per_replica", "pool_shed_priority_from",
+        "pool_slo_multiple_milli", "pool_prefill_tokens_per_s")}
+    for plan in plans:
+        i, a = plan.index, plan.admission
+        cols["pool_admission"][i] = admission_spec(plan.config.admission.policy).numba_id
+        if isinstance(a, QueueLimitParams):
+            cols["pool_max_waiting"][i], cols["pool_max_waiting_tokens"][i] = a.max_waiting, a.max_waiting_tokens
+        elif isinstance(a, TokenBucketParams):
+            cols["pool_bucket_tokens"][i], cols["pool_bucket_refill_per_s"][i] = a.capacity_tokens, a.refill_tokens_per_s
+        elif isinstance(a, PriorityShedParams):
+            cols["pool_shed_waiting_per_replica"][i] = a.waiting_per_replica
+            cols["pool_shed_priority_from"][i] = a.shed_priority_from
+        elif isinstance(a, SloAwareParams):
+            cols["pool_slo_multiple_milli"][i] = round(a.ttft_multiple * 1000)
+            cols["pool_prefill_tokens_per_s"][i] = round(replica_model(plan).prefill_tokens_per_s)
+    return cols
+
+
+def _block_bytes(plan: PoolPlan) -> int:
+    """Bytes of one KV block on each GPU (each GPU copies its own shard over its own link)."""
+    return plan.capacity.block_bytes_per_gpu
+
+
+def _victim(pool: PoolConfig) -> str:
+    """`auto` is what vLLM does: the priority victim under the priority scheduling policy."""
+    if pool.preemption.victim != "auto":
+        return pool.preemption.victim
+    return "vllm-priority" if pool.engine.scheduling_policy == "priority" else "vllm-fcfs"
+
+
+def holds_arrivals(pool: PoolConfig) -> bool:
+    """Whether a request that finds none of the pool's replicas active or starting is held at the
+    pool until one starts, rather than rejected as no_replica: when its autoscaler may start one.
+
+    Knative's activator sits in the path of a revision scaled to zero, buffers its requests and
+    reports them to the autoscaler as concurrency (knative/serving `pkg/activator/handler`,
+    `pkg/activator/net/throttler.go`; `docs/scaling/SYSTEM.md` "Scale from zero"); a Ray Serve
+    handle queues requests while its deployment has no replica and counts them in the autoscaler's
+    `total_num_requests` (ray `python/ray/serve/_private/router.py`). A pool without an
+    autoscaler, or under `fixed` at 0 replicas, never gets one: its requests are rejected."""
+    scaler = pool.autoscaler
+    if scaler is None:
+        return False
+    if scaler.policy == "fixed":
+        n = scaler.params.get("replicas") if isinstance(scaler.params, dict) else None
+        n = pool.replicas if n is None else n
+        return isinstance(n, int) and min(max(n, scaler.min_replicas), scaler.max_replicas) >= 1
+    return scaler.max_replicas >= 1
+
+
+def replica_slots(pool: PoolConfig) -> int:
+    """Engine replicas kept for a pool: an autoscaled pool may have up to max_replicas serving
+    while as many more still drain, so it gets twice its maximum."""
+    return pool.replicas if pool.autoscaler is None else 2 * pool.max_replicas
+
+
+def make_engine(name: str, inputs: EngineInputs) -> Engine:
+    if name == "numba":
+        from replay.numba_engine import NumbaEngine
+
+        return NumbaEngine(inputs)
+    if name == "reference":
+        from replay.engine_ref import ReferenceEngine
+
+        return ReferenceEngine(inputs)
+    raise ConfigError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+
+
+@dataclass
+class RawRun:
+    """What the loop collected, before metrics: per-pool tick columns, events, request columns."""
+
+    plans: list[PoolPlan]
+    pool_index: np.ndarray
+    ticks: dict[str, np.ndarray]  # name -> [tick, pool]; counters cumulative
+    events: dict[str, np.ndarray]  # the engine's
+    control_events: ControlEvents  # lifecycle and scaling decisions
+    replica_slots: np.ndarray  # engine replicas per pool
+    requests: dict[str, np.ndarray]
+    end_us: int
+    tick_us: int
+
+
+def simulate(
+    frame: pl.DataFrame,
+    trace_block_tokens: int | None,
+    cfg: FleetConfig,
+    *,
+    engine: str = "numba",
+    detailed_events: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    plans: list[PoolPlan] | None = None,
+    config_source: str = "config",
+    on_tick: Callable[..., None] | None = None,
+) -> RawRun:
+    """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
+    `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
+    `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword."""
+    check_tick_count(frame, cfg)
+    plans = plans if plans is not None else plan_pools(cfg, config_source)
+    pool_index = split_requests(frame, cfg, plans, config_source)
+    inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
+                          pd_inputs(cfg, plans))
+    eng = make_engine(engine, inputs)
+
+    tick_us = max(1, round(cfg.tick_s * 1e6))
+    last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
+    limit_us = last_arrival + round(cfg.max_drain_s * 1e6)
+    control = make_control(plans, inputs, cfg, tick_us)
+    control.start(eng)
+    # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
+    membership = np.zeros((len(inputs.replica_pool), len(plans)), np.int64)
+    membership[np.arange(len(inputs.replica_pool)), inputs.replica_pool] = 1
+    snapshots: list[np.ndarray] = []
+    pool_counts: list[np.ndarray] = []
+    by_state: list[np.ndarray] = []
+    billed: list[np.ndarray] = []
+    events: list[dict[str, np.ndarray]] = []
+    t = 0
+    while True:
+        billed.append(control.billed_gpus())  # what the interval (t, t + tick] costs
+        t += tick_us
+        eng.advance(t)
+        snap = eng.snapshot(t)
+        snapshots.append(membership.T @ snap)  # [pool, column]
+        pc = eng.pool_counters()
+        # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
+        # `waiting` counts them, and `held` says how many of them are.
+        snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
+        pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
+        events.append(eng.take_events())
+        by_state.append(control.tick(t, eng, snap, pc["held"]))
+        if progress is not None:
+            progress(t, last_arrival)  # past the last arrival: the fleet drains
+        if on_tick is not None:
+            on_tick(t_us=t, end_us=last_arrival, pools=snapshots[-1], counts=pool_counts[-1], states=by_state[-1],
+                    gpus=billed[-1], events=events[-1], control_events=control.events,
+                    request_columns=eng.request_columns)
+        if (eng.done and t >= last_arrival) or t >= limit_us:
+            break
+        _check_drain(len(snapshots), len(plans), tick_us, last_arrival)
+    ticks = tick_arrays(snapshots, pool_counts, by_state, billed, tick_us)
+    ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
+    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
+                  tick_us)
+
+
+def check_tick_count(frame: pl.DataFrame, cfg: FleetConfig) -> None:
+    """Refuse a replay whose ticks up to the last arrival (those it certainly steps through)
+    times its pools exceed MAX_TICK_POOL_ROWS, naming the tick_s that would fit. The drain after
+    it usually ends early (every request done; validation allows 30 days of it), so it is
+    bounded as it runs (`_check_drain`)."""
+    tick_us = max(1, round(cfg.tick_s * 1e6))
+    last_s = (int(frame["arrival_us"].max()) if frame.height else 0) / 1e6
+    ticks = _ticks(last_s, tick_us)
+    pools = len(cfg.pools)
+    if ticks * pools <= MAX_TICK_POOL_ROWS:
+        return
+    fits = _tick_s_that_fits(last_s + cfg.max_drain_s, pools)
+    if fits > TICK_S_MAX:  # a long drain allowance cannot fit whole: fit the arrivals
+        fits = _tick_s_that_fits(last_s, pools)
+    raise ConfigError(
+        f"tick_s={cfg.tick_s:g}: the replay would step through {ticks:,} ticks x {pools} pool{'s' * (pools > 1)} = "
+        f"{ticks * pools:,} tick rows over {last_s:,.0f} s of trace, more than {MAX_TICK_POOL_ROWS:,} "
+        f"(each keeps about 2 KB); raise tick_s to {fits:g} s, or shorten the trace (--window)"
+    )
+
+
+def _check_drain(ticks: int, pools: int, tick_us: int, last_arrival_us: int) -> None:
+    if ticks * pools > MAX_TICK_POOL_ROWS:
+        drained_s = ticks * tick_us / 1e6 - last_arrival_us / 1e6
+        raise ConfigError(
+            f"tick_s={tick_us / 1e6:g}: the fleet was still draining {drained_s:,.0f} s after the last arrival, "
+            f"{ticks:,} ticks x {pools} pool{'s' * (pools > 1)}: more than {MAX_TICK_POOL_ROWS:,} tick rows; "
+            "raise tick_s, lower max_drain_s, or add replicas"
+        )
+
+
+def _ticks(seconds: float, tick_us: int) -> int:
+    return math.ceil(seconds * 1e6 / tick_us)
+
+
+def _tick_s_that_fits(seconds: float, pools: int) -> float:
+    """The smallest tick_s of one significant digit (2 -> 3 -> ... -> 9 -> 10 -> 20) within the bound."""
+    need = seconds * pools / MAX_TICK_POOL_ROWS
+    scale = 10.0 ** math.floor(math.log10(need))
+    digit = math.ceil(round(need / scale, 9))
+    while _ticks(seconds, round(digit * scale * 1e6)) * pools > MAX_TICK_POOL_ROWS:
+        digit += 1
+    return float(f"{digit * scale:.6g}")
+
+
+def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_state: list[np.ndarray],
+                billed: list[np.ndarray], tick_us: int) -> dict[str, np.ndarray]:
+    """RawRun.ticks from the per-tick rows the loop collected: each column [tick, pool]."""
+    per_pool = np.stack(snapshots)  # [tick, pool, column]
+    counts = np.stack(pool_counts)
+    states = np.stack(by_state)  # [tick, pool, replica state]
+    ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
+    ticks["arrivals"], ticks["rejected"], ticks["held"] = counts[:, :, 0], counts[:, :, 1], counts[:, :, 2]
+    ntick, npool = per_pool.shape[:2]
+    ticks["t_us"] = np.repeat((np.arange(1, ntick + 1) * tick_us)[:, None], npool, axis=1)
+    ticks["replicas_loading"] = states[:, :, R_STARTING]
+    ticks["replicas_active"] = states[:, :, R_ACTIVE]
+    ticks["replicas_draining"] = states[:, :, R_DRAINING]
+    ticks["gpus"] = np.stack(billed)
+    return ticks
+
+
+def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:
+    pools = []
+    for plan in plans:
+        pool = plan.config
+        first = inputs.pool_first_replica[plan.index]
+        slots = np.arange(first, first + inputs.pool_replicas[plan.index])
+        weights = plan.capacity.weights_bytes_per_gpu * plan.gpus_per_replica
+        startup_s = pool.lifecycle.pod_start_s + weights / pool.lifecycle.load_bytes_per_s
+        pc = PoolControl(plan.index, plan.name, slots, plan.gpus_per_replica, round(startup_s * 1e6),
+                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms,
+                         replica=replica_model(plan))
+        if pool.autoscaler is not None:
+            scaler = pool.autoscaler
+            pc.decide, pc.scrape_delay_ticks = make_decider(scaler, tick_us, f"pools[{plan.index}].autoscaler")
+            pc.policy, pc.min_replicas, pc.max_replicas = scaler.policy, scaler.min_replicas, scaler.max_replicas
+        pools.append(pc)
+    sees = {inputs.pd_prefill_pool: inputs.pd_decode_pool} if inputs.pd_prefill_pool >= 0 else None
+    return FleetControl(pools, len(inputs.replica_pool), tick_us, inputs.arrival_us, inputs.prompt_tokens,
+                        inputs.output_tokens, inputs.pool, sees)

@@ -1,0 +1,352 @@
+"""Run outputs as polars frames: one row per request, one row per pool per tick, a summary.
+
+Definitions (DESIGN.md, "Metrics"): TTFT = first token - arrival (queueing included);
+TPOT = (finish - first token) / (output_tokens - 1); E2E = finish - arrival. SLO attainment =
+share of requests that finished within both the TTFT and TPOT targets, over every request (a
+rejected or unfinished request is a miss: DESIGN.md's "of finished requests" flattered a fleet
+that sheds load); goodput = SLO-meeting requests per second of the replay.
+Cost accrues per GPU from provisioning; cost per million tokens says which tokens it counts.
+Percentiles interpolate linearly between ranks (numpy's and polars' default).
+"""
+
+from __future__ import annotations
+
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
+import numpy as np
+import polars as pl
+from numba import njit
+
+from replay.fleet.cluster import RawRun, pd_inputs
+from replay.config import FleetConfig
+from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
+from replay.fleet.saturation import classify_pool
+from replay.model.serving import token_return_us
+from replay.outputs.schema import EVENTS, REQUESTS, TICKS
+
+# The column orders of README "Run outputs", declared in replay/outputs/schema.py with their dtypes.
+REQUEST_COLUMNS = REQUESTS.names
+TICK_COLUMNS = TICKS.names
+
+
+def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.DataFrame:
+    cols = raw.requests
+    state = cols["state"]
+    pool_names = np.array([p.name for p in raw.plans], dtype=object)
+
+    def when(values: np.ndarray) -> pl.Series:
+        return pl.Series(values, dtype=pl.Int64).replace(-1, None)
+
+    status = np.where(state == FINISHED, "finished", np.where(state == REJECTED, "rejected", "unfinished"))
+    reasons = np.array(REJECT_NAMES, dtype=object)[cols["reject"]]
+    replica_pool = np.repeat(np.arange(len(raw.plans)), [int(n) for n in raw.replica_slots])
+    prefill = cols["prefill_replica"]
+    prefill_pool = np.where(prefill >= 0, pool_names[replica_pool[np.maximum(prefill, 0)]], None) \
+        if len(replica_pool) else np.full(len(prefill), None)
+    df = pl.DataFrame(
+        {
+            "request_id": trace["request_id"],
+            "workload": trace["workload"],
+            "pool": pool_names[raw.pool_index].tolist(),
+            "replica": when(cols["replica"]).cast(pl.Int32),
+            "arrival_us": trace["arrival_us"],
+            "prompt_tokens": trace["prompt_tokens"],
+            "output_tokens": trace["output_tokens"],
+            "cached_tokens": pl.Series(cols["cached_tokens"]).cast(pl.Int32),
+            "first_scheduled_us": when(cols["first_scheduled_us"]),
+            "first_token_us": when(cols["first_token_us"]),
+            "finished_us": when(cols["finished_us"]),
+            "preemptions": pl.Series(cols["preemptions"]).cast(pl.Int32),
+            "status": status.tolist(),
+            "reject_reason": pl.Series(reasons.tolist(), dtype=pl.String).replace("", None),
+            "prefill_pool": pl.Series(prefill_pool.tolist(), dtype=pl.String),
+            "prefill_replica": when(prefill).cast(pl.Int32),
+            "prefill_end_us": when(cols["prefill_end_us"]),
+            "kv_transfer_start_us": when(cols["kv_transfer_start_us"]),
+            "kv_transfer_end_us": when(cols["kv_transfer_end_us"]),
+        }
+    )
+    # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
+    # with the prefill (replay/engine_nb.py), so kv_transfer_end_us - kv_transfer_start_us is only
+    # the part that outlasted the prefill
+    pd = pd_inputs(cfg, raw.plans)
+    if pd:
+        whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
+        df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
+    else:
+        df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
+    # Tokens reach the client token_return_us after their step (replay/model/serving.py): the request's
+    # first_token_us and finished_us are when its client sees them.
+    lag = pl.Series(token_return_us(raw.pool_index, [p.serving for p in raw.plans]))
+    df = df.with_columns(first_token_us=pl.col("first_token_us") + lag, finished_us=pl.col("finished_us") + lag)
+    slo = cfg.slo
+    df = df.with_columns(
+        ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),
+        tpot_us=pl.when(pl.col("output_tokens") > 1).then(
+            (pl.col("finished_us") - pl.col("first_token_us")) / (pl.col("output_tokens") - 1)
+        ),
+        e2e_us=pl.col("finished_us") - pl.col("arrival_us"),
+    )
+    # Each request against its class's targets (slo.by_workload), else the fleet's.
+    ttft_target = pl.col("workload").replace_strict(
+        {w: c.ttft_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.ttft_ms * 1000, return_dtype=pl.Float64)
+    tpot_target = pl.col("workload").replace_strict(
+        {w: c.tpot_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.tpot_ms * 1000, return_dtype=pl.Float64)
+    met = (
+        (pl.col("status") == "finished")
+        & (pl.col("ttft_us") <= ttft_target)
+        & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= tpot_target))
+    )
+    return df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
+
+
+@njit(cache=True)
+def _window_percentiles(times, values, t_us, window_us, qs):
+    """Percentiles (linear, as numpy) of `values` whose `times` lie in (t - window, t], per t.
+    `times` is sorted; NaN where the window is empty."""
+    out = np.full((len(t_us), len(qs)), np.nan)
+    lo = np.searchsorted(times, t_us - window_us, side="right")
+    hi = np.searchsorted(times, t_us, side="right")
+    for i in range(len(t_us)):
+        n = hi[i] - lo[i]
+        if n == 0:
+            continue
+        window = np.sort(values[lo[i]:hi[i]])
+        for k in range(len(qs)):
+            pos = qs[k] * (n - 1)
+            j = int(np.floor(pos))
+            frac = pos - j
+            upper = window[min(j + 1, n - 1)]
+            out[i, k] = window[j] + (upper - window[j]) * frac
+    return out
+
+
+def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> dict[str, np.ndarray]:
+    """TTFT p50/p99 over first tokens in (t - window, t]; SLO attainment over requests that ended
+    in it (finished, or rejected at arrival: a rejection is a miss)."""
+    firsts = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+    pcts = _window_percentiles(
+        firsts["first_token_us"].to_numpy(), firsts["ttft_us"].to_numpy() / 1000.0,
+        t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
+    )
+    done = (
+        requests.filter(pl.col("status") != "unfinished")
+        .with_columns(ended_us=pl.coalesce("finished_us", "arrival_us"))
+        .sort("ended_us")
+    )
+    fin = done["ended_us"].to_numpy()
+    met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
+    lo = np.searchsorted(fin, t_us - window_us, side="right")
+    hi = np.searchsorted(fin, t_us, side="right")
+    count = hi - lo
+    attained = np.full(len(t_us), np.nan)
+    np.divide(met[hi] - met[lo], count, out=attained, where=count > 0)
+    return {"ttft_p50_ms": pcts[:, 0], "ttft_p99_ms": pcts[:, 1], "slo_attainment": attained}
+
+
+def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.DataFrame:
+    tk = raw.ticks
+    tick_s = raw.tick_us / 1e6
+    window_ticks = max(1, round(cfg.metrics_window_s * 1e6 / raw.tick_us))
+    frames = []
+    for plan in raw.plans:
+        p = plan.index
+
+        def col(name: str) -> np.ndarray:
+            return tk[name][:, p]
+
+        def per_tick(name: str) -> np.ndarray:
+            return np.diff(col(name), prepend=0)
+
+        gpus = col("gpus")
+        cost_tick = gpus * plan.price_usd_per_gpu_hour * tick_s / 3600.0
+        out_tick = per_tick("output_tokens")
+        cost_win = _trailing_sum(cost_tick, window_ticks)
+        out_win = _trailing_sum(out_tick.astype(np.float64), window_ticks)
+        replicas = col("replicas_active")
+        serving = replicas + col("replicas_draining")
+        total_blocks = col("kv_total_blocks")
+        data = {
+            "t_us": col("t_us"),
+            "pool": [plan.name] * len(gpus),
+            "replicas_active": replicas.astype(np.int32),
+            "replicas_loading": col("replicas_loading").astype(np.int32),
+            "replicas_draining": col("replicas_draining").astype(np.int32),
+            "gpus": gpus.astype(np.int32),
+            "waiting": col("waiting").astype(np.int32),
+            "held": col("held").astype(np.int32),  # of waiting: held at the pool, on no replica yet
+            "running": col("running").astype(np.int32),
+            "kv_usage": np.where(total_blocks > 0, col("kv_used_blocks") / np.maximum(total_blocks, 1), 0.0),
+            "kv_used_blocks": col("kv_used_blocks"),
+            "kv_total_blocks": total_blocks,
+            "arrivals": per_tick("arrivals").astype(np.int32),
+            "finished": per_tick("finished").astype(np.int32),
+            "rejected": per_tick("rejected").astype(np.int32),
+            "preemptions": per_tick("preemptions").astype(np.int32),
+            "prompt_tokens_per_s": per_tick("prefill_tokens") / tick_s,
+            "output_tokens_per_s": out_tick / tick_s,
+            "gpu_busy": np.where(serving > 0, np.minimum(per_tick("busy_us") / np.maximum(serving * raw.tick_us, 1), 1.0), 0.0),
+            "cost_usd": np.cumsum(cost_tick),
+            "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
+        }
+        pool_reqs = served_by(requests, plan.name)
+        data.update(_window_stats(col("t_us"), pool_reqs, window_ticks * raw.tick_us))
+        frames.append(pl.DataFrame(data).with_columns(pl.col(pl.Float64).fill_nan(None)))
+    return pl.concat(frames).sort(["t_us", "pool"], maintain_order=True).select(TICK_COLUMNS)
+
+
+def served_by(requests: pl.DataFrame, pool: str) -> pl.DataFrame:
+    """The requests a pool served: those routed to it, and those it prefilled for another."""
+    return requests.filter((pl.col("pool") == pool) | (pl.col("prefill_pool") == pool).fill_null(False))
+
+
+def _trailing_sum(values: np.ndarray, window: int) -> np.ndarray:
+    c = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    idx = np.arange(1, len(values) + 1)
+    return c[idx] - c[np.maximum(idx - window, 0)]
+
+
+def event_frame(raw: RawRun) -> pl.DataFrame:
+    """The engine's events and the control plane's (lifecycle, scaling), ordered by time."""
+    ev = raw.events
+    pool_names = [p.name for p in raw.plans]
+    rep_pool = np.repeat(np.arange(len(raw.plans)), [int(n) for n in raw.replica_slots])
+    req_pool = raw.pool_index[ev["request"]] if len(ev["request"]) else np.zeros(0, np.int64)
+    pool_of = np.where(ev["replica"] >= 0, rep_pool[np.maximum(ev["replica"], 0)], req_pool)
+    kinds = np.array(EVENT_NAMES, dtype=object)[ev["kind"]] if len(ev["kind"]) else np.zeros(0, object)
+    details = [_detail(k, r, v) for k, r, v in zip(ev["kind"].tolist(), ev["request"].tolist(), ev["value"].tolist())]
+    schema = EVENTS.dtypes
+    engine_events = pl.DataFrame(
+        {
+            "t_us": ev["t_us"],
+            "pool": [pool_names[i] for i in pool_of.tolist()],
+            "replica": pl.Series(ev["replica"], dtype=pl.Int32).replace(-1, None),
+            "kind": kinds.tolist(),
+            "detail": details,
+            "request_id": ev["request"],
+        },
+        schema=schema,
+    )
+    ce = raw.control_events
+    control = pl.DataFrame(
+        {"t_us": ce.t_us, "pool": ce.pool, "replica": ce.replica, "kind": ce.kind, "detail": ce.detail,
+         "request_id": [None] * len(ce.t_us)},
+        schema=schema,
+    )
+    return pl.concat([control, engine_events]).sort("t_us", maintain_order=True)
+
+
+def _detail(kind: int, request: int, value: int) -> str:
+    name = EVENT_NAMES[kind]
+    if name == "reject":
+        return f"request {request}: {REJECT_NAMES[value]}"
+    if name == "preempt":
+        return f"request {request}: recompute after {value} output tokens"
+    if name == "preempt_swap":
+        return f"request {request}: KV swapped to host memory after {value} output tokens"
+    if name == "arrive" and value > 0:
+        return f"request {request}: KV arrived from prefill replica {value - 1}"
+    if name == "schedule":
+        return f"request {request}: admitted with {value} cached tokens"
+    return f"request {request}"
+
+
+def _pct(series: pl.Series, q: float, scale: float) -> float | None:
+    values = series.drop_nulls()
+    if values.len() == 0:
+        return None
+    return round(float(values.quantile(q, interpolation="linear")) / scale, 3)
+
+
+def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
+    """What the users of a set of requests saw: counts, latency percentiles, SLO attainment."""
+    finished = reqs.filter(pl.col("status") == "finished")
+    served = reqs.filter(pl.col("first_token_us").is_not_null())
+    met = int(reqs["slo_met"].sum())
+    reasons = reqs["reject_reason"].drop_nulls().value_counts(sort=True)
+    return {
+        "requests": reqs.height,
+        "finished": finished.height,
+        "rejected": int((reqs["status"] == "rejected").sum()),
+        "unfinished": int((reqs["status"] == "unfinished").sum()),
+        "rejected_by_reason": {str(r): int(c) for r, c in sorted(reasons.iter_rows(), key=lambda rc: (-rc[1], rc[0]))},
+        # which requests the percentiles below cover
+        "ttft_requests": int(served["ttft_us"].drop_nulls().len()),
+        "tpot_requests": int(finished["tpot_us"].drop_nulls().len()),
+        "e2e_requests": int(finished["e2e_us"].drop_nulls().len()),
+        "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
+        "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
+        "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),
+        "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
+        "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
+        "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
+        "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
+        "slo_attainment": round(met / reqs.height, 4) if reqs.height else None,
+        "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
+    }
+
+
+def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
+    """Fleet-level, per-pool and per-workload figures of summary.json (cost is per pool: a
+    workload sharing a pool has no cost of its own). A pool's prefix hit rate is its own cache's
+    hits over the prompts it admitted: KV that arrived from a prefill pool is no hit."""
+
+    def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
+        served = reqs.filter(pl.col("first_token_us").is_not_null())
+        cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
+        all_tokens = out_tokens + int(served["prompt_tokens"].sum())
+        gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0
+        return {
+            **service_figures(reqs, span_s),
+            "output_tokens_per_s": round(out_tokens / span_s, 2) if span_s > 0 else None,
+            "gpu_hours": round(gpu_hours, 4),
+            "cost_usd": round(cost, 4),
+            "cost_per_mtok_out_usd": round(cost / out_tokens * 1e6, 4) if out_tokens else None,
+            "cost_per_mtok_all_usd": round(cost / all_tokens * 1e6, 4) if all_tokens else None,
+            "preemptions": int(reqs["preemptions"].sum()),
+            "prefix_hit_rate": round(hit / query, 4) if query else None,
+        }
+
+    tk = raw.ticks
+    hits = tk["hit_tokens"][-1]
+    queries = tk["query_tokens"][-1]
+    outs = tk["output_tokens"][-1]
+    fleet = block(requests, ticks, int(hits.sum()), int(queries.sum()), int(outs.sum()))
+    pools = {}
+    for plan in raw.plans:
+        pool_ticks = ticks.filter(pl.col("pool") == plan.name)
+        pools[plan.name] = block(
+            served_by(requests, plan.name),  # a prefill pool's are those it prefilled (they decode elsewhere)
+            pool_ticks,
+            int(hits[plan.index]),
+            int(queries[plan.index]),
+            int(outs[plan.index]),
+        )
+        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/fleet/saturation.py)
+        pools[plan.name]["saturation"] = classify_pool(pool_ticks, plan.name, requests=requests).to_dict()
+    workloads = {
+        str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
+        for name in sorted(requests["workload"].unique().to_list())
+    }
+    if requests["prefill_pool"].null_count() < requests.height:
+        fleet["prefill_decode"] = transfer_figures(requests)
+    return {"fleet": fleet, "pools": pools, "workloads": workloads}
+
+
+def transfer_figures(requests: pl.DataFrame) -> dict:
+    """Prefill/decode: how many requests were prefilled remotely, how long their KV took to move
+    and how long it waited for room on its decode replica first."""
+    remote = requests.filter(pl.col("prefill_pool").is_not_null())
+    moved = remote.filter(pl.col("kv_transfer_end_us").is_not_null())
+    took = moved["kv_transfer_end_us"] - moved["kv_transfer_start_us"]
+    waited = remote.filter(pl.col("prefill_end_us").is_not_null()).select(
+        pl.coalesce("kv_transfer_start_us", pl.lit(None, pl.Int64)) - pl.col("prefill_end_us")).to_series()
+    return {
+        "remote_prefills": remote.height,
+        "local_prefills": int(requests.filter(pl.col("prefill_pool").is_null() & pl.col("first_scheduled_us")
+                                              .is_not_null()).height),
+        "kv_transfer_p50_ms": _pct(took, 0.5, 1000),
+        "kv_transfer_p99_ms": _pct(took, 0.99, 1000),
+        "decode_wait_p50_ms": _pct(waited, 0.5, 1000),
+        "decode_wait_p99_ms": _pct(waited, 0.99, 1000),
+    }

@@ -1,0 +1,90 @@
+"""What a client's latency holds besides the engine's steps: the API server's way in and each
+token's way out (a pool's `serving:` keys).
+
+A vLLM server (`vllm serve`, V1) runs its OpenAI API server and the engine core in separate
+processes. A request's way to the engine: HTTP parsing, then the prompt is tokenised by
+`AsyncMicrobatchTokenizer` (vllm/utils/async_utils.py), a single-thread executor that waits up to
+`batch_wait_timeout_s` = 2 ms after a prompt for others to batch with it, then `AsyncLLM.add_request`
+and a ZMQ/msgpack hop to the engine core's input queue (vllm/v1/engine/core_client.py). A token's
+way back: the engine core's output thread encodes `EngineCoreOutputs` after
+`Scheduler.update_from_output`, the API server's output handler detokenises it incrementally
+(vllm/v1/engine/output_processor.py, detokenizer.py) and serving_completion writes one SSE chunk
+per step (`stream_interval` 1), which the client parses.
+
+Modelled as: a request reaches the engine `api_server_us + tokenize_us_per_token * prompt_tokens`
+after the client sent it, in order (the tokeniser is one thread: no request overtakes another);
+every token reaches the client `token_return_us` after its step ends, so TTFT and E2E hold both
+and TPOT/ITL neither. The defaults are fitted to the client-measured latencies of real vLLM
+v0.15.1 servers (`llm-replay calibrate --experiments`, replay/calibration/requests.py); where the
+data cannot tell two terms apart (they all add to TTFT), the split follows vLLM's source.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# Where a shipped request-level fit gives the serving terms (replay/profiles/request_fit_*.yaml),
+# they are the defaults (`defaults()`): these constants are the fallback and the fit's fixed split.
+# The tokeniser's micro-batching wait (AsyncMicrobatchTokenizer batch_wait_timeout_s = 0.002 in
+# vllm/utils/async_utils.py; vllm-project/vllm#44172 measures it as "about 2ms of frontend latency
+# for low-concurrency" workloads) plus HTTP parsing and the hop to the engine core.
+DEFAULT_API_SERVER_US = 2000.0
+# HF fast tokenisers: "~0.1ms" per encode of a typical prompt (vllm-project/vllm#45759), about
+# 0.2 us per token for the 500-token prompts of those benchmarks.
+DEFAULT_TOKENIZE_US_PER_TOKEN = 0.2
+# Engine output to the client's parsed chunk: what the fit finds (about 5 ms on the H100 servers).
+DEFAULT_TOKEN_RETURN_US = 5000.0
+# The fit whose serving terms are every pool's defaults: they are CPU-side (the API server's
+# process), so the H100 servers' figures stand for any GPU until other servers are fitted.
+SERVING_FIT_GPU = "h100-sxm-80gb"
+
+KEYS = ("api_server_us", "tokenize_us_per_token", "token_return_us")
+
+
+@dataclass(frozen=True)
+class ServingTerms:
+    api_server_us: float = DEFAULT_API_SERVER_US
+    tokenize_us_per_token: float = DEFAULT_TOKENIZE_US_PER_TOKEN
+    token_return_us: float = DEFAULT_TOKEN_RETURN_US
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in KEYS}
+
+
+@functools.lru_cache(maxsize=1)
+def defaults() -> ServingTerms:
+    """The shipped fit's serving terms (replay.calibration.profiles.request_fit), else the constants above."""
+    from replay.calibration.profiles import request_fit
+
+    fit = (request_fit(SERVING_FIT_GPU) or {}).get("serving") or {}
+    return ServingTerms(**{k: float(fit[k]) for k in KEYS if k in fit})
+
+
+def serving_terms(args: Any) -> ServingTerms:
+    """A pool's terms: its `serving:` keys where set, else the defaults."""
+    base = defaults()
+    return ServingTerms(**{k: (getattr(base, k) if getattr(args, k, None) is None else float(getattr(args, k)))
+                           for k in KEYS})
+
+
+def engine_arrivals(arrival_us: np.ndarray, prompt_tokens: np.ndarray, pool_index: np.ndarray,
+                    terms: Sequence[ServingTerms]) -> np.ndarray:
+    """int64[N]: when each request reaches its engine, non-decreasing (the tokeniser is one thread
+    and hands requests on in their order)."""
+    if len(arrival_us) == 0:
+        return np.asarray(arrival_us, np.int64)
+    fixed = np.array([t.api_server_us for t in terms], np.float64)[pool_index]
+    per_token = np.array([t.tokenize_us_per_token for t in terms], np.float64)[pool_index]
+    delay = np.rint(fixed + per_token * prompt_tokens).astype(np.int64)
+    return np.maximum.accumulate(np.asarray(arrival_us, np.int64) + delay)
+
+
+def token_return_us(pool_index: np.ndarray, terms: Sequence[ServingTerms]) -> np.ndarray:
+    """int64[N]: each request's token way back to the client, by its pool."""
+    lag = np.array([round(t.token_return_us) for t in terms], np.int64)
+    return lag[pool_index] if len(pool_index) else np.zeros(0, np.int64)
