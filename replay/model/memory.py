@@ -237,6 +237,33 @@ class Capacity:
         return out
 
 
+def _check_sizes(util: float, block_size: int, num_gpu_blocks_override: int | None,
+                 max_model_len: int | None) -> None:
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
+        raise ConfigError(f"gpu_memory_utilization: got {util!r}, expected a value in (0, 1]")
+    if isinstance(block_size, bool) or block_size not in BLOCK_SIZES:
+        raise ConfigError(f"block_size: got {block_size!r}, expected one of {', '.join(map(str, BLOCK_SIZES))}")
+    if num_gpu_blocks_override is not None:
+        _positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
+    if max_model_len is not None:
+        _positive_int("max_model_len", max_model_len)
+
+
+def _shortfall(util: float, total: float, weights: int, extra: int, activation: int, overhead: int,
+               block_bytes: int, larger_tp: int | None) -> str:
+    """What does not fit, by how much, and what to try: the tail of kv_capacity's error."""
+    usable = math.floor(total * util)
+    available = usable - weights - extra - activation - overhead
+    hint = (f"try tensor_parallel_size >= {larger_tp} or a smaller weight dtype" if larger_tp
+            else "try a smaller weight dtype or a GPU with more memory")
+    drafts = f" + {_gb(extra)} of draft model / LoRA buffers" if extra else ""
+    terms = f"{_gb(weights)} of weights{drafts} + {_gb(activation)} activations + {_gb(overhead)} overhead per GPU"
+    room = f"{_gb(usable)} usable ({util:g} x {total / 1e9:.4g} GB)"
+    relation = (f"{terms} > {room}" if available < 0
+                else f"{terms} leave {_gb(available)} of {room}, less than one KV block")
+    return f"{relation}: short by {_gb(block_bytes - available)}; {hint}"
+
+
 def kv_capacity(
     model: ModelSpec | str,
     gpu: GpuSpec | str,
@@ -284,14 +311,7 @@ def kv_capacity(
     model, gpu = _model(model), _gpu(gpu)
     tp = check_tensor_parallel(model, tp)
     util = gpu_memory_utilization
-    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
-        raise ConfigError(f"gpu_memory_utilization: got {util!r}, expected a value in (0, 1]")
-    if isinstance(block_size, bool) or block_size not in BLOCK_SIZES:
-        raise ConfigError(f"block_size: got {block_size!r}, expected one of {', '.join(map(str, BLOCK_SIZES))}")
-    if num_gpu_blocks_override is not None:
-        _positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
-    if max_model_len is not None:
-        _positive_int("max_model_len", max_model_len)
+    _check_sizes(util, block_size, num_gpu_blocks_override, max_model_len)
     dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
     expert_dtype = None
     if model.is_moe:
@@ -311,17 +331,8 @@ def kv_capacity(
         what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
         larger_tp = _smallest_tp_that_fits(model, usable, block_bytes, tp, weight_dtype, max_num_batched_tokens,
                                            max_num_seqs)
-        hint = (f"try tensor_parallel_size >= {larger_tp} or a smaller weight dtype" if larger_tp
-                else "try a smaller weight dtype or a GPU with more memory")
-        drafts = f" + {_gb(extra)} of draft model / LoRA buffers" if extra else ""
-        terms = (f"{_gb(weights)} of weights{drafts} + {_gb(activation)} activations + {_gb(overhead)} "
-                 "overhead per GPU")
-        room = f"{_gb(usable)} usable ({util:g} x {total / 1e9:.4g} GB)"
-        need = weights + extra + activation + overhead
-        relation = (f"{terms} > {room}" if need > usable
-                    else f"{terms} leave {_gb(available)} of {room}, less than one KV block")
         raise ConfigError(f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
-                          f"{relation}: short by {_gb(block_bytes - available)}; {hint}")
+                          + _shortfall(util, total, weights, extra, activation, overhead, block_bytes, larger_tp))
     blocks = available // block_bytes if num_gpu_blocks_override is None else num_gpu_blocks_override
     if max_model_len is not None and blocks * block_size < max_model_len:
         raise ConfigError(
