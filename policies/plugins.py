@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 from traces.errors import ConfigError, UserError
+from traces.files import kind_of
 
 ENTRY_POINT_GROUP = "llm_replay.policies"
 
@@ -60,9 +61,7 @@ def _import(spec: str) -> tuple[str, ModuleType]:
             raise UserError(f"--plugin {spec}: the file's name {name!r} is not a Python identifier, so a config "
                             "could not name it as 'module:function'")
         if not path.is_file():
-            from replay.files import kind
-
-            what = kind(path.stat().st_mode) if path.exists() else None
+            what = kind_of(path.stat().st_mode) if path.exists() else None
             raise UserError(f"--plugin {spec}: " + (f"is {what}, expected a .py file" if what else "no such file"))
         loaded = sys.modules.get(name)
         if loaded is not None and getattr(loaded, "__file__", None) != str(path.resolve()):

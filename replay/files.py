@@ -15,15 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from traces.errors import UserError
-
-KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
-
-
-def kind(mode: int) -> str:
-    """What a file of this st_mode is, in words ("a regular file", "a FIFO (named pipe)", ...)."""
-    return next((name for test, name in KINDS if test(mode)), "a regular file")
-
+from traces.files import kind_of
 
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
     """One file under two names (a hard link, a symlink, a relative and an absolute path)."""
@@ -52,7 +44,7 @@ def check_output_file(path: str | Path, *, force: bool = True, inputs: Iterable[
             except OSError:
                 continue
         if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{flag} {path}: is {kind(st.st_mode)}, not a regular file; choose another {flag}")
+            raise UserError(f"{flag} {path}: is {kind_of(st.st_mode)}, not a regular file; choose another {flag}")
         if not force:
             raise UserError(f"{flag} {path}: already exists; choose another {flag} or pass --force to replace it")
         return

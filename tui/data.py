@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from replay.files import kind
 from traces.errors import UserError
+from traces.files import kind_of
 from traces.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
@@ -213,7 +213,7 @@ def run_source(path: Path) -> tuple[Path, Path | None]:
             continue  # missing, or a dangling link: reported as missing below
         if not stat.S_ISREG(mode):
             link = f" (a symbolic link to {os.readlink(file)})" if file.is_symlink() else ""
-            raise UserError(f"{file}: is {kind(mode)}{link}, not a regular file; expected the --out of "
+            raise UserError(f"{file}: is {kind_of(mode)}{link}, not a regular file; expected the --out of "
                             "llm-replay run")
     missing = [name for name in RUN_FILES if not (path / name).is_file()]
     if missing:
