@@ -262,13 +262,10 @@ def test_moe_weights_read_are_the_experts_the_batch_touches():
                                   pools=(PoolConfig(tensor_parallel_size=8),)))[0]
     p = plan.step_params
     per_gpu = plan.capacity.weights_bytes_per_gpu
-    # Batch 1 decode reads the dense part plus 8 of 256 experts, in FP8 with a 16-bit lm_head (one
-    # more byte each) and not the input embedding (a lookup of one row): ~38 GB over the 8 GPUs,
-    # not the 671 GB they hold.
+    # Batch 1 decode reads the dense part plus 8 of 256 experts, in FP8 with 16-bit embeddings
+    # (one more byte each): ~39 GB over the 8 GPUs, not the 671 GB they hold.
     read_1 = p[sm.WEIGHT_BYTES] + p[sm.EXPERT_BYTES_EACH] * expected_experts_touched(1, 256, 8)
-    # Bytes: FP8 layers (dense less both vocab tables) + the lm_head at 2 bytes = one byte per
-    # active parameter.
-    assert read_1 * 8 == pytest.approx(ds.active_params, rel=1e-6)
+    assert read_1 * 8 == pytest.approx(ds.dense_params + ds.embedding_params + ds.expert_active_params, rel=1e-6)
     assert read_1 < per_gpu / 10
     one = step_time_us_nb(p, 0, 0.0, 0, 1, 1000, 1)
     many = step_time_us_nb(p, 0, 0.0, 0, 256, 256 * 1000, 256)
