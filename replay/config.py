@@ -171,22 +171,22 @@ TABLE_UNUSED = ("mfu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_o
 
 @dataclass(frozen=True)
 class StepModelArgs:
-    """Roofline efficiencies and overheads (see replay/stepmodel.py). Keys set here win over
+    """Roofline efficiencies and overheads (see replay/model/stepmodel.py). Keys set here win over
     `profile`: a file `llm-replay calibrate` wrote (relative to the config file), `splitwise`
     (the shipped Splitwise calibration of the pool's GPU) or `vidur` (the pool's GPU's kernel
     efficiencies fitted to Vidur's profiles; replay/profiles/). Unset: stepmodel's defaults."""
 
     mfu: float | None = None
     mbu: float | None = None
-    # KV reads and writes' share of HBM bandwidth (None: mbu's); replay/stepmodel.py KV_BYTES_RATE.
+    # KV reads and writes' share of HBM bandwidth (None: mbu's); replay/model/stepmodel.py KV_BYTES_RATE.
     attention_mbu: float | None = None
-    # Routed MoE experts' share of HBM bandwidth (None: mbu's); replay/stepmodel.py EXPERT_BYTES_RATE.
+    # Routed MoE experts' share of HBM bandwidth (None: mbu's); replay/model/stepmodel.py EXPERT_BYTES_RATE.
     expert_mbu: float | None = None
     per_step_overhead_us: float | None = None
     per_seq_overhead_us: float | None = None
     prefill_overhead_us: float | None = None
     allreduce_latency_us: float | None = None
-    # The matmul knee (replay/stepmodel.py): a step's tokens past knee_tokens compute at
+    # The matmul knee (replay/model/stepmodel.py): a step's tokens past knee_tokens compute at
     # past_knee_mfu. Calibration sets both where the data bend; 0 turns a profile's knee off.
     knee_tokens: int | None = None
     past_knee_mfu: float | None = None
@@ -240,9 +240,9 @@ class StepModelArgs:
 
 @dataclass(frozen=True)
 class ServingArgs:
-    """What a client's latency holds outside the engine's steps (replay/serving.py): the API
+    """What a client's latency holds outside the engine's steps (replay/model/serving.py): the API
     server's time before a request reaches the engine and the way back of each token. Unset: the
-    defaults fitted to real vLLM servers (replay/serving.py says where they come from)."""
+    defaults fitted to real vLLM servers (replay/model/serving.py says where they come from)."""
 
     api_server_us: float | None = None
     tokenize_us_per_token: float | None = None
@@ -313,7 +313,7 @@ class PoolConfig:
     weight_dtype: str | None = None
     price_usd_per_gpu_hour: float | None = None
     # Bytes of memory per GPU to size the KV cache from, instead of the GPU's CUDA-reported total
-    # (replay/specs_gpus.py); 80e9 is an "80 GB" card taken at its marketed size.
+    # (replay/model/gpus.py); 80e9 is an "80 GB" card taken at its marketed size.
     gpu_memory_bytes: float | None = None
     # Trace workload labels this pool serves; an empty list takes every label no other pool lists.
     workloads: tuple[str, ...] = ()
@@ -558,7 +558,7 @@ def load_config(path: str | Path | None, plugins: Sequence[str] | None = None) -
 
 
 def _resolve_model(model: str | None, base_dir: Path) -> str | None:
-    """A `model:` that is a config.json path (replay/hf_config.py) is relative to the config file."""
+    """A `model:` that is a config.json path (replay/model/hf/config.py) is relative to the config file."""
     from replay.model.hf.config import looks_like_path
     from replay.model.models import MODELS
 

@@ -3,7 +3,7 @@ or a pool), indexed by tick, plus the event and request frames. Times are int64 
 from the first arrival; a tick row at t covers (t - tick, t].
 
 Reads the files of README "Run outputs" only, finished (DIR/*.parquet) or live (DIR/live/, the
-chunks of replay/live.py); never the engine. Anything unreadable is a UserError naming the file.
+chunks of replay/fleet/live.py); never the engine. Anything unreadable is a UserError naming the file.
 
 Both go through a RunBuilder, which turns rows into arrays in O(new rows): a finished run is one
 append; a live run is followed chunk by chunk (LiveFollower), so each reload reads and computes
@@ -482,7 +482,7 @@ def _per_mtok(cost: np.ndarray, tokens: np.ndarray) -> np.ndarray:
 
 class LiveFollower:
     """A run directory followed while a replay writes it: each `poll()` reads the chunks added
-    since the last one and the newest in-flight requests (replay/live.py), and returns the run so
+    since the last one and the newest in-flight requests (replay/fleet/live.py), and returns the run so
     far, or None when nothing changed. When the finished run replaces the live directory, the data
     already read is kept if it is that run's (same row counts), so finishing costs no reload."""
 

@@ -198,7 +198,7 @@ def check_summary(file: Path) -> dict:
 
 
 def summary_saturation(file: Path, body: dict) -> dict[str, str]:
-    """Each pool's saturation class (`pools.<name>.saturation.class`, replay/saturation.py); a
+    """Each pool's saturation class (`pools.<name>.saturation.class`, replay/fleet/saturation.py); a
     pool without one (a run recorded before the field existed) is left out."""
     pools = body.get("pools")
     if not isinstance(pools, dict):

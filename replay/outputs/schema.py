@@ -26,7 +26,7 @@ SCHEMA_METADATA = {SCHEMA_KEY: str(SCHEMA_VERSION)}
 REQUESTS_FILE, TICKS_FILE, EVENTS_FILE = "requests.parquet", "ticks.parquet", "events.parquet"
 SUMMARY_FILE, CONFIG_FILE, TIMING_FILE = "summary.json", "config.yaml", "timing.json"
 RUN_FILES = (REQUESTS_FILE, TICKS_FILE, EVENTS_FILE, SUMMARY_FILE, CONFIG_FILE)  # byte-identical on a rerun
-# A run being written (replay/live.py): DIR/live/status.json, DIR/live/chunk-NNNNNN/<name>.parquet.
+# A run being written (replay/fleet/live.py): DIR/live/status.json, DIR/live/chunk-NNNNNN/<name>.parquet.
 LIVE_DIR = "live"
 STATUS_FILE = "status.json"
 CHUNK_FILES = ("ticks", "events", "requests", "firsts")
@@ -44,7 +44,7 @@ def inflight_name(seq: int) -> str:
 
 STATUSES = ("finished", "rejected", "unfinished")  # requests.parquet's status
 SATURATION_CLASSES = ("stable", "backlogged", "overloaded")  # summary.json's pools.<name>.saturation.class
-# events.parquet's kinds: the control plane's (replay/control.py), the engines' (replay/engine_common.py
+# events.parquet's kinds: the control plane's (replay/fleet/control.py), the engines' (replay/engine_common.py
 # EVENT_NAMES), and those --detailed-events adds, one per step of a request's life.
 CONTROL_EVENT_KINDS = ("replica_active", "replica_starting", "replica_draining", "replica_gone", "scale_up",
                        "scale_down")
@@ -108,7 +108,7 @@ EVENTS = Table(EVENTS_FILE, (
     *_cols(I64, "request_id", appended=True),
 ), not_null=("t_us", "kind"))
 
-# A live chunk's first tokens since the previous flush (replay/live.py; no finished run has it).
+# A live chunk's first tokens since the previous flush (replay/fleet/live.py; no finished run has it).
 FIRSTS = Table("firsts.parquet", (
     *_cols(I64, "request_id"), *_cols(STR, "pool"), *_cols(I64, "first_token_us", "ttft_us"),
 ), not_null=("request_id", "first_token_us", "ttft_us"))
