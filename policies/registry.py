@@ -7,8 +7,12 @@ Autoscalers are plain Python, called once per control tick through `AutoscalerSp
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from policies import admission
 from policies.api import Decision, ScalingContext
@@ -18,6 +22,10 @@ from policies.autoscalers.guard import GuardParams, GuardState, guard_step
 from policies.plugins import ENTRY_POINT_GROUP, check_signature, plugin_rows, user_object
 from traces.configtools import suggest
 from traces.errors import ConfigError
+
+
+def _modules(family: str, names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(importlib.import_module(f"policies.{family}.{name}") for name in names)
 
 
 @dataclass(frozen=True)
@@ -31,51 +39,88 @@ class PolicySpec:
     params: dict[str, Any] | None = None
 
 
-ROUTERS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec(
-            "router", "least-outstanding", 0,
-            "the replica with the fewest waiting + running requests, as the proxy counts them (live)",
-            "Envoy / Kubernetes gateway least-request load balancing",
-        ),
-        PolicySpec(
-            "router", "round-robin", 1,
-            "replicas in turn, one counter per pool",
-            "vLLM production-stack router default (roundrobin)",
-        ),
-        PolicySpec(
-            "router", "random", 2,
-            "a uniformly random active replica (seeded by the fleet seed)",
-            "Kubernetes Service (kube-proxy iptables mode) random endpoint choice",
-        ),
-        PolicySpec(
-            "router", "vllm-dp", 3,
-            "lowest waiting * 4 + running, as last scraped",
-            "vLLM data-parallel load balancer (vllm/v1/engine/core_client.py, DPLBAsyncMPClient)",
-        ),
-        PolicySpec(
-            "router", "least-kv", 4,
-            "lowest KV-cache use, as last scraped",
-            "llm-d kv-cache-utilization scorer used alone",
-        ),
-        PolicySpec(
-            "router", "power-of-two", 5,
-            "two random active replicas, the one with fewer requests as last scraped",
-            "Mitzenmacher's power of two choices; Ray Serve's default request router",
-        ),
-        PolicySpec(
-            "router", "prefix-aware", 6,
-            "max of 2 x prefix-cache match + 1 x queue score + 1 x free KV, each in [0, 1]",
-            "llm-d inference scheduler (pkg/epp/.../scorer: prefix, queue, kv-cache-utilization)",
-        ),
-        PolicySpec(
-            "router", "kv-cost", 7,
-            "min of prompt blocks left after the cached overlap + KV blocks the replica holds",
-            "NVIDIA Dynamo KV router (overlap_score_weight 1, temperature 0)",
-        ),
-    )
+# Routers: one module per kernel (policies/routers/); a kernel's numba id is its position
+# here, so adding a router is its file plus its name on this line.
+ROUTER_MODULES = _modules("routers", ("least_outstanding", "round_robin", "uniform_random", "power_of_two", "weighted"))
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    """A router's name, the kernel module it runs and the parameters it runs with (a preset of
+    a parameterised kernel is a spec with its own defaults)."""
+
+    name: str
+    module: Any
+    defaults: Any  # the module's Params instance, or None
+    summary: str
+    source: str
+    family: str = "router"
+
+    @property
+    def numba_id(self) -> int:
+        return ROUTER_MODULES.index(self.module)
+
+    @property
+    def params(self) -> dict[str, Any] | None:
+        return None if self.defaults is None else dataclasses.asdict(self.defaults)
+
+    @property
+    def reads_view(self) -> bool:
+        return self.module.READS_VIEW
+
+
+ROUTERS: dict[str, RouterSpec] = {
+    name: RouterSpec(name, module, defaults, summary, source)
+    for module in ROUTER_MODULES
+    for name, defaults, summary, source in module.SPECS
 }
+# Width of the engines' per-pool row of router parameters.
+ROUTER_PARAMS_WIDTH = max([len(s.defaults.row()) for s in ROUTERS.values() if s.defaults is not None] + [1])
+
+
+def router_params(value: Any) -> tuple[RouterSpec, Any]:
+    """A pool's `router:` (a name, or a mapping of `policy` and the policy's parameters) as its
+    spec and parameters. ValueError names the key, for the config loader to prefix with the path."""
+    if isinstance(value, str):
+        return router_spec(value), router_spec(value).defaults
+    if not isinstance(value, dict) or "policy" not in value:
+        raise ValueError(f"router: got {value!r}, expected a router name or a mapping with 'policy'")
+    spec = router_spec(value["policy"])
+    rest = {k: v for k, v in value.items() if k != "policy"}
+    cls = type(spec.defaults) if spec.defaults is not None else None
+    known = [f.name for f in dataclasses.fields(cls)] if cls is not None else []
+    for key in rest:
+        if key not in known:
+            raise ValueError(f"router: unknown key {key!r}{suggest(key, known)} for router {spec.name!r}; "
+                             f"known: {', '.join(['policy', *known])}")
+    if cls is None or not rest:
+        return spec, spec.defaults
+    try:
+        return spec, dataclasses.replace(spec.defaults, **rest)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"router.{exc}") from None
+
+
+def router_columns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Pools' `router:` values as the engines' columns: kernel ids (int64[P]) and parameter rows
+    (float64[P, ROUTER_PARAMS_WIDTH], zero-padded)."""
+    ids = np.zeros(len(values), np.int64)
+    rows = np.zeros((len(values), ROUTER_PARAMS_WIDTH), np.float64)
+    for i, value in enumerate(values):
+        spec, params = router_params(value)
+        ids[i] = spec.numba_id
+        if params is not None:
+            row = params.row()
+            rows[i, :len(row)] = row
+    return ids, rows
+
+
+def router_spec(name: Any) -> RouterSpec:
+    try:
+        return ROUTERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"router: unknown router {name!r}{suggest(name, ROUTERS)}; known: "
+                         f"{', '.join(sorted(ROUTERS))}") from None
 
 
 QUEUE_ORDERS: dict[str, PolicySpec] = {
@@ -188,9 +233,9 @@ def victim_id(name: str) -> int:
 
 def router_id(name: str) -> int:
     try:
-        return ROUTERS[name].numba_id
-    except KeyError:
-        raise ConfigError(f"unknown router {name!r}{suggest(name, ROUTERS)}; known: {', '.join(sorted(ROUTERS))}") from None
+        return router_spec(name).numba_id
+    except ValueError as exc:
+        raise ConfigError(str(exc).removeprefix("router: ")) from None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import polars as pl
 
 from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
-from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
+from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
 from replay.calprofile import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.control import ControlEvents, FleetControl, PoolControl, make_decider
@@ -305,6 +305,7 @@ def build_inputs(
     if len(flat) != int(hash_len.sum()):
         raise ValueError("prefix_hashes contain null entries")
     engines = [p.config.engine for p in plans]
+    routers = router_columns([p.config.router for p in plans])
     return EngineInputs(
         arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
                                    [p.serving for p in plans]),
@@ -327,7 +328,8 @@ def build_inputs(
         pool_long_prefill_token_threshold=np.array([e.long_prefill_token_threshold for e in engines], np.int64),
         pool_enable_prefix_caching=np.array([int(e.enable_prefix_caching) for e in engines], np.int64),
         pool_max_model_len=np.array([p.max_model_len for p in plans], np.int64),
-        pool_router=np.array([router_id(p.config.router) for p in plans], np.int64),
+        pool_router=routers[0],
+        pool_router_params=routers[1],
         pool_step_params=np.stack([p.step_params for p in plans]),
         detailed_events=detailed_events,
         pool_refresh_us=np.array([max(1, round(p.config.router_refresh_ms * 1000)) for p in plans], np.int64),

@@ -36,16 +36,10 @@ REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queu
 # Admission policies at arrival, by numba id.
 ADMIT_ALWAYS, ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, ADMIT_PRIORITY_SHED, ADMIT_SLO_AWARE = 0, 1, 2, 3, 4
 
-# Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
-ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_VLLM_DP = 0, 1, 2, 3
-ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST = 4, 5, 6, 7
 # Queue orders (which waiting request is admitted next) and preemption victims, by numba id.
 QUEUE_FCFS, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, QUEUE_EDF, QUEUE_LONGEST_PREFIX = 0, 1, 2, 3, 4
 LPM_MAX_QUEUE = 128  # SGLang falls back from longest-prefix-match to FCFS above this queue length
 VICTIM_FCFS, VICTIM_PRIORITY, VICTIM_LEAST_PROGRESS, VICTIM_MOST_KV = 0, 1, 2, 3
-
-# Routers that read replica metrics through a view refreshed every `refresh_us` (stale signals).
-ROUTERS_WITH_VIEW = (ROUTER_VLLM_DP, ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST)
 
 NO_EVENT = np.iinfo(np.int64).max
 
@@ -92,11 +86,13 @@ class EngineInputs:
     pool_long_prefill_token_threshold: np.ndarray  # int64[P]
     pool_enable_prefix_caching: np.ndarray  # int64[P] 0 or 1
     pool_max_model_len: np.ndarray  # int64[P]
-    pool_router: np.ndarray  # int64[P] router numba ids (policies.registry)
+    pool_router: np.ndarray  # int64[P] router kernel ids (policies.registry.router_columns)
     pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
     detailed_events: bool = False
     pool_refresh_us: np.ndarray | None = None  # int64[P] routers' view refresh (default 50 ms)
     pool_seed: np.ndarray | None = None  # int64[P] seeds of the random routers
+    # float64[P, W] each router's parameters (`Params.row()`; default zeros: no parameters)
+    pool_router_params: np.ndarray | None = None
     pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (default FCFS)
     pool_victim: np.ndarray | None = None  # int64[P] preemption-victim ids (default vLLM FCFS)
     pool_watermark_blocks: np.ndarray | None = None  # int64[P] (default 0)
@@ -178,6 +174,27 @@ class EngineInputs:
         if self.pool_refresh_us is None:
             return np.full(len(self.pool_replicas), 50_000, np.int64)
         return self.pool_refresh_us
+
+    @property
+    def router_params(self) -> np.ndarray:
+        if self.pool_router_params is None:
+            from policies.registry import ROUTER_PARAMS_WIDTH
+
+            return np.zeros((len(self.pool_replicas), ROUTER_PARAMS_WIDTH), np.float64)
+        return np.ascontiguousarray(self.pool_router_params, dtype=np.float64)
+
+    def router_reads(self, what: str) -> np.ndarray:
+        """Per pool, whether its router reads the scraped view ("view") or the request's
+        prefix-cache hits on each replica ("prefix"); False for an id with no router (the engine
+        then stops with an error status at the first request)."""
+        from policies.registry import ROUTER_MODULES
+
+        out = np.zeros(len(self.pool_replicas), np.int64)
+        for p, rid in enumerate(self.pool_router):
+            if 0 <= rid < len(ROUTER_MODULES):
+                module = ROUTER_MODULES[rid]
+                out[p] = module.READS_VIEW if what == "view" else module.reads_prefix(self.router_params[p])
+        return out
 
     @property
     def seeds(self) -> np.ndarray:

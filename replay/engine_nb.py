@@ -53,13 +53,6 @@ from replay.engine_common import (
     QUEUE_LONGEST_PREFIX,
     QUEUE_PRIORITY,
     QUEUE_SHORTEST_PROMPT,
-    ROUTER_KV_COST,
-    ROUTER_LEAST_KV,
-    ROUTER_POWER_OF_TWO,
-    ROUTER_PREFIX_AWARE,
-    ROUTER_RANDOM,
-    ROUTER_ROUND_ROBIN,
-    ROUTER_VLLM_DP,
     VICTIM_FCFS,
     VICTIM_LEAST_PROGRESS,
     VICTIM_PRIORITY,
@@ -80,6 +73,13 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.stepmodel import step_time_us_nb
+from policies.registry import ROUTER_MODULES
+from policies._dispatch import build_dispatch
+from policies.routers._view import RouterView
+
+# Every registered router kernel behind one dispatch; -2: the pool's id has no router.
+ROUTE_UNKNOWN = -2
+route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
 
 
 class Requests(NamedTuple):
@@ -154,6 +154,7 @@ class Replicas(NamedTuple):
     view_wait: np.ndarray
     view_run: np.ndarray
     view_kv: np.ndarray  # used KV blocks
+    hits: np.ndarray  # prefix-cache hit blocks of the request being routed (routers that read them)
     wait_tokens: np.ndarray  # tokens of the requests waiting (for slo-aware admission)
     host_free: np.ndarray  # blocks of CPU swap space left
     # Prefill/decode: blocks set aside for KV on its way in (already out of nfree), requests
@@ -182,7 +183,9 @@ class Pools(NamedTuple):
     long_prefill: np.ndarray
     prefix_caching: np.ndarray
     max_model_len: np.ndarray
-    router: np.ndarray
+    router: np.ndarray  # router kernel id (policies.registry.ROUTER_MODULES)
+    router_params: np.ndarray  # float64[P, W]: the router's parameter row
+    route_hits: np.ndarray  # 1: the router reads each replica's prefix-cache hits of the request
     rr_next: np.ndarray
     arrivals: np.ndarray
     rejected: np.ndarray
@@ -225,7 +228,8 @@ class Events(NamedTuple):
     request: np.ndarray
     value: np.ndarray
     # clock[0] next arrival index, [1] events recorded, [2] detailed flag, [3] margin,
-    # [4] and [5] the replica and time of a STATUS_STUCK
+    # [4] and [5] the replica and time of a STATUS_STUCK (the pool and time of a
+    # STATUS_UNKNOWN_POLICY), [6] the family of a STATUS_UNKNOWN_POLICY (1: router)
     clock: np.ndarray
 
 
@@ -237,7 +241,8 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
     )
 )
 
-STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
+STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
+UNKNOWN_ROUTER = 1  # Events.clock[6] of a STATUS_UNKNOWN_POLICY
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
@@ -387,17 +392,6 @@ def routable(reps, r, t):
 
 
 @njit(cache=True, _nrt=False)
-def rand_below(pools, p, n):
-    """A uniform integer in [0, n) from the pool's xorshift64* stream (seeded, reproducible)."""
-    x = pools.rng[p]
-    x ^= x >> U64(12)
-    x ^= x << U64(25)
-    x ^= x >> U64(27)
-    pools.rng[p] = x
-    return np.int64((x * U64(0x2545F4914F6CDD1D)) >> U64(33)) % n
-
-
-@njit(cache=True, _nrt=False)
 def refresh_views(reps, pools, p, t):
     """The pool's routers see each replica as it is now, until the next refresh."""
     for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
@@ -422,82 +416,26 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 @njit(cache=True, _nrt=False)
 def route(rq, blocks, reps, pools, th, tbs, p, q, t):
-    """Pick an active replica of pool p for request q, -1 if none. Integer-id dispatch; the ids,
-    defaults and upstream sources are in policies.registry.ROUTERS. Lowest index wins ties."""
+    """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
+    router id has no kernel. The router (policies/routers/) sees a RouterView; the engine first
+    promotes the starting replicas whose loading has finished and, for a router that reads
+    them, finds the request's prefix-cache hits on each active replica."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
-    router = pools.router[p]
-    if router == ROUTER_ROUND_ROBIN:
-        for _ in range(n):
-            k = pools.rr_next[p]
-            pools.rr_next[p] = (k + 1) % n
-            if routable(reps, first + k, t):
-                return first + k
-        return -1
+    bs = pools.block_size[p]
+    hits = pools.route_hits[p] != 0
     active = 0
     for r in range(first, first + n):
         if routable(reps, r, t):
             active += 1
+            if hits:
+                reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     if active == 0:
         return -1
-    if router == ROUTER_RANDOM or router == ROUTER_POWER_OF_TWO:
-        i = rand_below(pools, p, active)
-        if router == ROUTER_RANDOM or active == 1:
-            return nth_routable(reps, first, n, i)
-        # Power of two choices: a second, distinct candidate; the less loaded (as last seen) wins.
-        j = rand_below(pools, p, active - 1)
-        if j >= i:
-            j += 1
-        a = nth_routable(reps, first, n, min(i, j))
-        b = nth_routable(reps, first, n, max(i, j))
-        if reps.view_wait[b] + reps.view_run[b] < reps.view_wait[a] + reps.view_run[a]:
-            return b
-        return a
-    bs = pools.block_size[p]
+    view = RouterView(reps.state, reps.view_wait, reps.view_run, reps.view_kv, reps.nblocks, reps.nwait, reps.nrun,
+                      reps.hits, pools.rng, pools.rr_next)
     need = (rq.prompt[q] + bs - 1) // bs
-    max_wait = 0
-    min_wait = -1
-    if router == ROUTER_PREFIX_AWARE:
-        for r in range(first, first + n):
-            if reps.state[r] == R_ACTIVE:
-                max_wait = max(max_wait, reps.view_wait[r])
-                min_wait = reps.view_wait[r] if min_wait < 0 else min(min_wait, reps.view_wait[r])
-    best = -1
-    best_score = 0.0
-    for r in range(first, first + n):
-        if reps.state[r] != R_ACTIVE:
-            continue
-        if router == ROUTER_VLLM_DP:  # lower is better
-            score = -float(reps.view_wait[r] * 4 + reps.view_run[r])
-        elif router == ROUTER_LEAST_KV:
-            score = -float(reps.view_kv[r]) / max(reps.nblocks[r], 1)
-        elif router == ROUTER_PREFIX_AWARE:
-            # llm-d scorers, each in [0, 1]: prefix-cache match, queue (min-max normalised), KV free.
-            prefix = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) / max(need, 1)
-            queue = 1.0 if max_wait == min_wait else (max_wait - reps.view_wait[r]) / (max_wait - min_wait)
-            kv = 1.0 - reps.view_kv[r] / max(reps.nblocks[r], 1)
-            score = 2.0 * prefix + 1.0 * queue + 1.0 * kv
-        elif router == ROUTER_KV_COST:
-            # Dynamo's KV router cost: blocks left to prefill after the cached overlap + blocks
-            # the replica is decoding; the cheapest wins.
-            score = -float(need - prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) + reps.view_kv[r])
-        else:  # least-outstanding: the proxy's own count of requests in flight, never stale
-            score = -float(reps.nwait[r] + reps.nrun[r])
-        if best < 0 or score > best_score:
-            best = r
-            best_score = score
-    return best
-
-
-@njit(cache=True, _nrt=False)
-def nth_routable(reps, first, n, k):
-    """The k-th active replica of the range (active ones were promoted by `routable`)."""
-    for r in range(first, first + n):
-        if reps.state[r] == R_ACTIVE:
-            if k == 0:
-                return r
-            k -= 1
-    return -1
+    return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
 
 @njit(cache=True, _nrt=False)
@@ -595,6 +533,14 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
 
+@njit(cache=True, _nrt=False)
+def unknown_policy(ev, family, p, t):
+    """A pool's policy id has no kernel: stop the run (advance_nb returns STATUS_UNKNOWN_POLICY)."""
+    ev.clock[4] = p
+    ev.clock[5] = t
+    ev.clock[6] = family
+
+
 @njit(cache=True, _nrt=False, inline="always")
 def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
@@ -602,6 +548,9 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     keeps it in its FIFO; any other rejects it as no_replica."""
     p = rq.pool[q]
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
+    if r == ROUTE_UNKNOWN:
+        unknown_policy(ev, UNKNOWN_ROUTER, p, t)
+        return
     if r < 0:
         r = route_starting(pools, reps, p)
     if r < 0:
@@ -614,6 +563,9 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
+        if rp == ROUTE_UNKNOWN:
+            unknown_policy(ev, UNKNOWN_ROUTER, pp, t)
+            return
         if rp < 0:
             rp = route_starting(pools, reps, pp)
         if rp >= 0:  # else no prefill replica at all: the decode replica prefills it itself
@@ -1182,6 +1134,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
+    if ev.clock[6] != 0:  # a held request placed by start_replica found no router
+        return STATUS_UNKNOWN_POLICY
     while True:
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
@@ -1222,6 +1176,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                 return STATUS_OK
             arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
             ev.clock[0] = a + 1
+            if ev.clock[6] != 0:
+                return STATUS_UNKNOWN_POLICY
             continue
         if best_r < 0 or best_t > until:
             return STATUS_OK

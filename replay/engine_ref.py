@@ -46,14 +46,6 @@ from replay.engine_common import (
     QUEUE_LONGEST_PREFIX,
     QUEUE_PRIORITY,
     QUEUE_SHORTEST_PROMPT,
-    ROUTER_KV_COST,
-    ROUTER_LEAST_KV,
-    ROUTER_POWER_OF_TWO,
-    ROUTER_PREFIX_AWARE,
-    ROUTER_RANDOM,
-    ROUTER_ROUND_ROBIN,
-    ROUTER_VLLM_DP,
-    ROUTERS_WITH_VIEW,
     VICTIM_FCFS,
     VICTIM_LEAST_PROGRESS,
     VICTIM_PRIORITY,
@@ -71,12 +63,17 @@ from replay.engine_common import (
     InvariantViolation,
 )
 from replay.kvblocks import block_key_ref
+from policies._dispatch import build_reference
+from policies.registry import ROUTER_MODULES
+from policies.routers._view import RouterView
+
+# The routers' plain-Python twins, by the same ids as the numba engine's kernels.
+route_reference = build_reference([m.reference for m in ROUTER_MODULES], "router")
 from replay.stepmodel import step_time_us_nb
 
 # Event kinds in tie-break order at equal times: a step ends, a KV transfer completes, routers
 # refresh their view of the replicas, requests arrive, idle replicas wake up to schedule.
 STEP_END, TRANSFER_DONE, REFRESH, ARRIVAL, WAKE = 0, 1, 2, 3, 4
-MASK64 = (1 << 64) - 1
 
 
 @dataclass(eq=False)
@@ -226,8 +223,10 @@ class ReferenceEngine:
         self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
-        for p, router in enumerate(inputs.pool_router):
-            if router in ROUTERS_WITH_VIEW:
+        self.router_params = [list(row) for row in inputs.router_params]
+        self.route_hits = [bool(x) for x in inputs.router_reads("prefix")]
+        for p, reads_view in enumerate(inputs.router_reads("view")):
+            if reads_view:
                 heapq.heappush(self.heap, (0, REFRESH, p))
         self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
         self.async_scheduling = [bool(a) for a in inputs.per_pool("async_scheduling", 0)]
@@ -458,15 +457,6 @@ class ReferenceEngine:
             rep.view = (len(rep.waiting), len(rep.running), rep.kv.num_blocks - rep.num_free)
         heapq.heappush(self.heap, (t + int(self.inp.refresh_us[p]), REFRESH, p))
 
-    def _rand_below(self, p: int, n: int) -> int:
-        """xorshift64*, the same stream as engine_nb.rand_below."""
-        x = self.rng[p]
-        x ^= x >> 12
-        x ^= (x << 25) & MASK64
-        x ^= x >> 27
-        self.rng[p] = x
-        return (((x * 0x2545F4914F6CDD1D) & MASK64) >> 33) % n
-
     def _prefix_hits(self, rep: Replica, req: Request, bs: int) -> int:
         hits = 0
         for key in req.keys[: (req.prompt_tokens - 1) // bs]:
@@ -476,50 +466,27 @@ class ReferenceEngine:
         return hits
 
     def _route(self, p: int, req: Request, t: int) -> int | None:
+        """The pool's router (policies/routers/, the twin of its numba kernel) over a RouterView;
+        starting replicas whose loading has finished become active first, as in engine_nb.route."""
         members = self.pool_members[p]
-        router = self.inp.pool_router[p]
-        if router == ROUTER_ROUND_ROBIN:
-            for _ in members:
-                k = self.rr_next[p]
-                self.rr_next[p] = (k + 1) % len(members)
-                if self._routable(self.replicas[members[k]], t):
-                    return members[k]
-            return None
         active = [r for r in members if self._routable(self.replicas[r], t)]
         if not active:
             return None
-        if router in (ROUTER_RANDOM, ROUTER_POWER_OF_TWO):
-            i = self._rand_below(p, len(active))
-            if router == ROUTER_RANDOM or len(active) == 1:
-                return active[i]
-            # Power of two choices: a second, distinct candidate; the less loaded as last seen wins.
-            j = self._rand_below(p, len(active) - 1)
-            j += j >= i
-            a, b = active[min(i, j)], active[max(i, j)]
-            load = [sum(self.replicas[x].view[:2]) for x in (a, b)]
-            return b if load[1] < load[0] else a
         bs = int(self.inp.pool_block_size[p])
-        need = -(-req.prompt_tokens // bs)
-        waits = [self.replicas[r].view[0] for r in active]
-
-        def score(r: int) -> float:
-            rep = self.replicas[r]
-            wait, run, kv = rep.view
-            if router == ROUTER_VLLM_DP:  # vLLM's data-parallel balancer: waiting * 4 + running
-                return -float(wait * 4 + run)
-            if router == ROUTER_LEAST_KV:
-                return -float(kv) / max(rep.kv.num_blocks, 1)
-            if router == ROUTER_PREFIX_AWARE:  # llm-d scorers: prefix 2, queue 1, KV 1
-                prefix = self._prefix_hits(rep, req, bs) / max(need, 1)
-                hi, lo = max(waits), min(waits)
-                queue = 1.0 if hi == lo else (hi - wait) / (hi - lo)
-                return 2.0 * prefix + 1.0 * queue + 1.0 * (1.0 - kv / max(rep.kv.num_blocks, 1))
-            if router == ROUTER_KV_COST:  # Dynamo: blocks to prefill after the overlap + blocks held
-                return -float(need - self._prefix_hits(rep, req, bs) + kv)
-            # least-outstanding: the proxy's own count of requests in flight, never stale
-            return -float(len(rep.waiting) + len(rep.running))
-
-        return max(active, key=score)  # max() keeps the first (lowest index) on ties
+        hits = [0] * len(self.replicas)
+        if self.route_hits[p]:
+            for r in active:
+                hits[r] = self._prefix_hits(self.replicas[r], req, bs)
+        reps = self.replicas
+        view = RouterView(
+            state=[rep.state for rep in reps], wait=[rep.view[0] for rep in reps], run=[rep.view[1] for rep in reps],
+            kv=[rep.view[2] for rep in reps], blocks=[rep.kv.num_blocks for rep in reps],
+            live_wait=[len(rep.waiting) for rep in reps], live_run=[len(rep.running) for rep in reps],
+            hits=hits, rng=self.rng, rr=self.rr_next,
+        )
+        r = route_reference(int(self.inp.pool_router[p]), view, p, members[0], len(members), len(active),
+                            -(-req.prompt_tokens // bs), self.router_params[p])
+        return None if r < 0 else r
 
     # --- one scheduler step -----------------------------------------------------------------
 
