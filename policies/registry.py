@@ -140,19 +140,32 @@ QUEUE_ORDERS: dict[str, PolicySpec] = {
     )
 }
 
-VICTIMS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec("preemption victim", "vllm-fcfs", 0, "the last request of the running list",
-                   "vLLM v1 scheduler.py: self.running.pop() under fcfs"),
-        PolicySpec("preemption victim", "vllm-priority", 1, "the running request with max (priority, arrival)",
-                   "vLLM v1 scheduler.py: max(self.running, key=(priority, arrival_time))"),
-        PolicySpec("preemption victim", "least-progress", 2, "the running request with the fewest tokens generated",
-                   "least-attained-service preemption (FastServe's MLFQ intuition)"),
-        PolicySpec("preemption victim", "most-kv", 3, "the running request holding the most KV blocks",
-                   "frees the most memory per preemption (largest-first eviction)"),
-    )
-}
+@dataclass(frozen=True)
+class KernelSpec:
+    """A per-step policy with no parameters: its name, the module with its numba kernel and
+    reference twin, and its family's modules in id order (its id is its position there)."""
+
+    family: str
+    name: str
+    module: Any
+    summary: str
+    source: str
+    modules: tuple[Any, ...] = dataclasses.field(repr=False, default=())
+    params: dict[str, Any] | None = None
+
+    @property
+    def numba_id(self) -> int:
+        return self.modules.index(self.module)
+
+
+def _kernel_specs(family: str, modules: tuple[Any, ...]) -> dict[str, KernelSpec]:
+    return {name: KernelSpec(family, name, m, summary, source, modules)
+            for m in modules for name, summary, source in m.SPECS}
+
+
+# Preemption victims, one module each (policies/victims/); the id is the position here.
+VICTIM_MODULES = _modules("victims", ("vllm_fcfs", "vllm_priority", "least_progress", "most_kv"))
+VICTIMS: dict[str, KernelSpec] = _kernel_specs("preemption victim", VICTIM_MODULES)
 
 
 @dataclass(frozen=True)
@@ -216,7 +229,7 @@ SPLITS: dict[str, PolicySpec] = {
 }
 
 
-def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
+def _lookup(table: dict[str, Any], what: str, name: str) -> int:
     try:
         return table[name].numba_id
     except KeyError:

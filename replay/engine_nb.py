@@ -53,9 +53,6 @@ from replay.engine_common import (
     QUEUE_LONGEST_PREFIX,
     QUEUE_PRIORITY,
     QUEUE_SHORTEST_PROMPT,
-    VICTIM_FCFS,
-    VICTIM_LEAST_PROGRESS,
-    VICTIM_PRIORITY,
     RUNNING,
     SPEC_CREDIT_SCALE,
     WAITING,
@@ -73,13 +70,16 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.stepmodel import step_time_us_nb
-from policies.registry import ROUTER_MODULES
+from policies.registry import ROUTER_MODULES, VICTIM_MODULES
 from policies._dispatch import build_dispatch
 from policies.routers._view import RouterView
+from policies.victims._view import VictimView
 
 # Every registered router kernel behind one dispatch; -2: the pool's id has no router.
 ROUTE_UNKNOWN = -2
 route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
+victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1)
+NUM_ROUTERS, NUM_VICTIMS = len(ROUTER_MODULES), len(VICTIM_MODULES)  # constants frozen into the kernels
 
 
 class Requests(NamedTuple):
@@ -242,7 +242,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
 )
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
-UNKNOWN_ROUTER = 1  # Events.clock[6] of a STATUS_UNKNOWN_POLICY
+UNKNOWN_ROUTER, UNKNOWN_VICTIM = 1, 2  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
@@ -541,6 +541,20 @@ def unknown_policy(ev, family, p, t):
     ev.clock[6] = family
 
 
+@njit(cache=True, _nrt=False)
+def check_policy_ids(pools, ev):
+    """Every pool's per-step policy ids name a registered kernel; else record the first pool
+    that has none (its family in ev.clock[6]) and return False: the run stops with an error."""
+    for p in range(pools.router.shape[0]):
+        if not 0 <= pools.router[p] < NUM_ROUTERS:
+            unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
+            return False
+        if not 0 <= pools.victim[p] < NUM_VICTIMS:
+            unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
+            return False
+    return True
+
+
 @njit(cache=True, _nrt=False, inline="always")
 def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
@@ -794,30 +808,10 @@ def is_decoding(rq, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def pick_victim(rq, reps, pools, p, off, nrun, i):
-    """Index in the running list of the request to preempt while scheduling index i (ids in
-    policies.registry). vLLM's priority victim is chosen among every running request, with the
-    request index as the last tie-break so the choice never flips between two equals. The
-    dynamic-key victims are chosen among the requests from i on (those not yet scheduled in this
-    step, as vLLM's FCFS tail is): the head of running then always makes progress, which keeps
-    two large requests from preempting each other forever."""
-    policy = pools.victim[p]
-    if policy == VICTIM_FCFS:
-        return nrun - 1  # vLLM FCFS: the tail of running
-    lo = 0 if policy == VICTIM_PRIORITY else i
-    best = lo
-    for k in range(lo + 1, nrun):
-        q = reps.run_list[off + k]
-        b = reps.run_list[off + best]
-        if policy == VICTIM_PRIORITY:  # max (priority, arrival, index)
-            worse = rq.priority[q] > rq.priority[b] or (rq.priority[q] == rq.priority[b] and (
-                rq.arrival[q] > rq.arrival[b] or (rq.arrival[q] == rq.arrival[b] and q > b)))
-        elif policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated; the newest on ties
-            worse = rq.generated[q] <= rq.generated[b]
-        else:  # VICTIM_MOST_KV: most blocks held; the newest on ties
-            worse = rq.nblocks[q] >= rq.nblocks[b]
-        if worse:
-            best = k
-    return best
+    """Index in the running list of the request to preempt while scheduling index i: the pool's
+    victim policy (policies/victims/) over a VictimView (ids are checked by check_policy_ids)."""
+    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks)
+    return victim_dispatch(pools.victim[p], view, off, nrun, i)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -1134,7 +1128,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
-    if ev.clock[6] != 0:  # a held request placed by start_replica found no router
+    if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
     while True:
         if ev.clock[1] + ev.clock[3] > cap:

@@ -46,9 +46,6 @@ from replay.engine_common import (
     QUEUE_LONGEST_PREFIX,
     QUEUE_PRIORITY,
     QUEUE_SHORTEST_PROMPT,
-    VICTIM_FCFS,
-    VICTIM_LEAST_PROGRESS,
-    VICTIM_PRIORITY,
     rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
@@ -63,12 +60,25 @@ from replay.engine_common import (
     InvariantViolation,
 )
 from replay.kvblocks import block_key_ref
-from policies._dispatch import build_reference
-from policies.registry import ROUTER_MODULES
+from policies._dispatch import UnknownPolicyId, build_reference
+from policies.registry import ROUTER_MODULES, VICTIM_MODULES
 from policies.routers._view import RouterView
+from policies.victims._view import VictimView
 
-# The routers' plain-Python twins, by the same ids as the numba engine's kernels.
+# The policies' plain-Python twins, by the same ids as the numba engine's kernels.
+FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES}
 route_reference = build_reference([m.reference for m in ROUTER_MODULES], "router")
+victim_reference = build_reference([m.reference for m in VICTIM_MODULES], "preemption victim")
+
+
+class Column:
+    """A per-request attribute read by request id, as a policy's view reads a numpy column."""
+
+    def __init__(self, requests: list, get) -> None:
+        self.requests, self.get = requests, get
+
+    def __getitem__(self, q: int):
+        return self.get(self.requests[q])
 from replay.stepmodel import step_time_us_nb
 
 # Event kinds in tie-break order at equal times: a step ends, a KV transfer completes, routers
@@ -224,6 +234,12 @@ class ReferenceEngine:
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
         self.router_params = [list(row) for row in inputs.router_params]
+        self.victims = inputs.per_pool("victim", 0)
+        reqs = self.requests
+        self.victim_view = VictimView(run=[], priority=Column(reqs, lambda r: r.priority),
+                                      arrival=Column(reqs, lambda r: r.arrival_us),
+                                      generated=Column(reqs, lambda r: r.generated),
+                                      blocks=Column(reqs, lambda r: len(r.blocks)))
         self.route_hits = [bool(x) for x in inputs.router_reads("prefix")]
         for p, reads_view in enumerate(inputs.router_reads("view")):
             if reads_view:
@@ -257,6 +273,7 @@ class ReferenceEngine:
 
     def advance(self, until_us: int) -> None:
         self.now = until_us
+        self._check_policy_ids()
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
             if kind == REFRESH:
@@ -270,6 +287,15 @@ class ReferenceEngine:
             else:
                 self.wake_pending[who] = False
                 self._start_step(self.replicas[who], t)
+
+    def _check_policy_ids(self) -> None:
+        """As engine_nb.check_policy_ids: an id without a policy stops the run, before any event."""
+        columns = {"router": self.inp.pool_router, "preemption victim": self.inp.per_pool("victim", 0)}
+        for family, ids in columns.items():
+            for p, pid in enumerate(ids):
+                if not 0 <= pid < len(FAMILIES[family]):
+                    raise UnknownPolicyId(f"pool {p}: {family} id {int(pid)} has no policy in policies.registry "
+                                          f"(stopped at t_us={self.now})")
 
     def _wake(self, rep: Replica, t: int) -> None:
         if not self.wake_pending[rep.index]:
@@ -646,17 +672,10 @@ class ReferenceEngine:
         rep.lora_id, rep.lora_used = [-1] * slots, [-1] * slots
 
     def _victim(self, rep: Replica, i: int) -> int:
-        """Index in the running list of the request to preempt while scheduling index i (see
-        engine_nb.pick_victim for why the dynamic-key victims are chosen from i on)."""
-        policy = self.inp.per_pool("victim", VICTIM_FCFS)[rep.pool]
-        run = rep.running
-        if policy == VICTIM_FCFS:  # vLLM FCFS: the tail of running
-            return len(run) - 1
-        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival), then the index
-            return max(range(len(run)), key=lambda k: (run[k].priority, run[k].arrival_us, run[k].index))
-        if policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated, the newest such
-            return min(range(i, len(run)), key=lambda k: (run[k].generated, -k))
-        return max(range(i, len(run)), key=lambda k: (len(run[k].blocks), k))  # most KV, the newest such
+        """Index in the running list of the request to preempt while scheduling index i: the
+        pool's victim policy's twin (policies/victims/) over a VictimView."""
+        view = self.victim_view._replace(run=[req.index for req in rep.running])
+        return victim_reference(int(self.victims[rep.pool]), view, 0, len(rep.running), i)
 
     def _cached_prefix(self, rep: Replica, req: Request, bs: int) -> list[int]:
         """Blocks of the request's leading full blocks found in the cache, capped at num_tokens - 1."""

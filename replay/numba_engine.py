@@ -25,6 +25,8 @@ from replay.engine_nb import (
     STATUS_EVENTS_FULL,
     STATUS_STUCK,
     STATUS_UNKNOWN_POLICY,
+    UNKNOWN_ROUTER,
+    UNKNOWN_VICTIM,
     Events,
     Pools,
     Replicas,
@@ -252,10 +254,12 @@ class NumbaEngine:
 
     def _check_policies(self) -> None:
         """The kernel stopped at a pool whose policy id has no kernel: say which, never run a default."""
-        if self.ev.clock[6] != 0:
+        family = int(self.ev.clock[6])
+        if family != 0:
             p = int(self.ev.clock[4])
-            rid = int(self.pools.router[p])
-            raise UnknownPolicyId(f"pool {p}: router id {rid} has no policy in policies.registry "
+            name, ids = {UNKNOWN_ROUTER: ("router", self.pools.router),
+                         UNKNOWN_VICTIM: ("preemption victim", self.pools.victim)}[family]
+            raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
                                   f"(stopped at t_us={int(self.ev.clock[5])})")
 
     def _drain(self) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from policies._dispatch import UnknownPolicyId
-from policies.registry import ROUTER_MODULES, ROUTERS
+from policies.registry import ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.differential.test_engines import _run, assert_same
@@ -25,9 +25,9 @@ def busy_inputs(router, **kwargs):
     rng = np.random.default_rng(11)
     n = 90
     arrivals = np.cumsum(rng.integers(0, 30_000, n) * (rng.random(n) < 0.7))
+    shape = dict(replicas=(3,), kv_blocks=(90,), max_num_seqs=(6,), max_batched=(256,)) | kwargs
     return make_inputs(arrivals, rng.integers(20, 400, n), rng.integers(1, 60, n), families=rng.integers(-1, 4, n),
-                       replicas=(3,), kv_blocks=(90,), max_num_seqs=(6,), max_batched=(256,), router=(router,),
-                       **kwargs)
+                       router=(router,), **shape)
 
 
 CUSTOM = {"policy": "weighted", "scorers": {"running": 1, "prefix": 3, "kv_use": 0.5}}
@@ -48,9 +48,25 @@ def test_weighted_scorers_change_the_choice():
     assert not np.array_equal(by_prefix, by_load)
 
 
+@pytest.mark.parametrize("victim", sorted(VICTIMS))
+def test_every_preemption_victim_matches_the_reference_engine(victim):
+    """Tight KV and mixed priorities: steps preempt, and each victim policy picks differently."""
+    rng = np.random.default_rng(3)
+    inputs = busy_inputs("least-outstanding", kv_blocks=(40,), victim=(VICTIMS[victim].numba_id,),
+                         priority=rng.integers(0, 3, 90))
+    _, requests, _, _ = _run(NumbaEngine, inputs)
+    assert requests["preemptions"].sum() > 0, "the scenario must preempt"
+    assert_same(inputs)
+
+
 @pytest.mark.parametrize("cls", [NumbaEngine, ReferenceEngine])
-def test_a_router_id_without_a_policy_stops_the_run(cls):
-    inputs = dataclasses.replace(busy_inputs("round-robin"), pool_router=np.array([len(ROUTER_MODULES)]))
+@pytest.mark.parametrize("column, family, modules", [
+    ("pool_router", "router", ROUTER_MODULES),
+    ("pool_victim", "preemption victim", VICTIM_MODULES),
+])
+def test_an_id_without_a_policy_stops_the_run(cls, column, family, modules):
+    """Never a silent default: the engine stops with an error status naming the family and id."""
+    inputs = dataclasses.replace(busy_inputs("round-robin"), **{column: np.array([len(modules)])})
     engine = cls(inputs)
-    with pytest.raises(UnknownPolicyId, match=f"router id {len(ROUTER_MODULES)} has no policy"):
+    with pytest.raises(UnknownPolicyId, match=f"pool 0: {family} id {len(modules)} has no policy"):
         run_to_end(engine)
