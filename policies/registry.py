@@ -123,23 +123,6 @@ def router_spec(name: Any) -> RouterSpec:
                          f"{', '.join(sorted(ROUTERS))}") from None
 
 
-QUEUE_ORDERS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec("queue order", "fcfs", 0, "arrival order; a preempted request goes back to the head",
-                   "vLLM scheduling_policy=fcfs (vllm/v1/core/sched/request_queue.py FCFSRequestQueue)"),
-        PolicySpec("queue order", "priority", 1, "lower priority value first, then arrival",
-                   "vLLM scheduling_policy=priority (PriorityRequestQueue)"),
-        PolicySpec("queue order", "shortest-prompt", 2, "shortest prompt first, then arrival",
-                   "shortest-job-first on known prompt length (e.g. SGLang/vLLM SJF proposals)"),
-        PolicySpec("queue order", "edf", 3, "earliest TTFT deadline (arrival + the SLO's TTFT) first",
-                   "earliest-deadline-first, as in SLO-aware schedulers (QLM, Andes)"),
-        PolicySpec("queue order", "longest-prefix", 4,
-                   "most prompt blocks already in the prefix cache first; FCFS above 128 waiting",
-                   "SGLang schedule_policy.py lpm (longest prefix match)"),
-    )
-}
-
 @dataclass(frozen=True)
 class KernelSpec:
     """A per-step policy with no parameters: its name, the module with its numba kernel and
@@ -163,6 +146,9 @@ def _kernel_specs(family: str, modules: tuple[Any, ...]) -> dict[str, KernelSpec
             for m in modules for name, summary, source in m.SPECS}
 
 
+# Queue orders, one module each (policies/queue_orders/); the id is the position here.
+QUEUE_MODULES = _modules("queue_orders", ("fcfs", "priority", "shortest_prompt", "edf", "longest_prefix"))
+QUEUE_ORDERS: dict[str, KernelSpec] = _kernel_specs("queue order", QUEUE_MODULES)
 # Preemption victims, one module each (policies/victims/); the id is the position here.
 VICTIM_MODULES = _modules("victims", ("vllm_fcfs", "vllm_priority", "least_progress", "most_kv"))
 VICTIMS: dict[str, KernelSpec] = _kernel_specs("preemption victim", VICTIM_MODULES)

@@ -36,10 +36,8 @@ REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queu
 # Admission policies at arrival, by numba id.
 ADMIT_ALWAYS, ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, ADMIT_PRIORITY_SHED, ADMIT_SLO_AWARE = 0, 1, 2, 3, 4
 
-# Queue orders (which waiting request is admitted next) and preemption victims, by numba id.
-QUEUE_FCFS, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, QUEUE_EDF, QUEUE_LONGEST_PREFIX = 0, 1, 2, 3, 4
-LPM_MAX_QUEUE = 128  # SGLang falls back from longest-prefix-match to FCFS above this queue length
-VICTIM_FCFS, VICTIM_PRIORITY, VICTIM_LEAST_PROGRESS, VICTIM_MOST_KV = 0, 1, 2, 3
+# Routers, queue orders and preemption victims are policies/ plug-ins, chosen by ids that are
+# their kernels' positions in policies/registry.py.
 
 NO_EVENT = np.iinfo(np.int64).max
 
@@ -183,13 +181,17 @@ class EngineInputs:
             return np.zeros((len(self.pool_replicas), ROUTER_PARAMS_WIDTH), np.float64)
         return np.ascontiguousarray(self.pool_router_params, dtype=np.float64)
 
-    def router_reads(self, what: str) -> np.ndarray:
+    def policy_reads(self, what: str) -> np.ndarray:
         """Per pool, whether its router reads the scraped view ("view") or the request's
-        prefix-cache hits on each replica ("prefix"); False for an id with no router (the engine
-        then stops with an error status at the first request)."""
-        from policies.registry import ROUTER_MODULES
+        prefix-cache hits on each replica ("prefix"), or its queue order each waiting request's
+        ("queue prefix"); False for an id with no policy (the engine then stops with an error)."""
+        from policies.registry import QUEUE_MODULES, ROUTER_MODULES
 
         out = np.zeros(len(self.pool_replicas), np.int64)
+        if what == "queue prefix":  # the queue order reads each waiting request's cache hits
+            for p, qid in enumerate(self.per_pool("queue", 0)):
+                out[p] = 0 <= qid < len(QUEUE_MODULES) and QUEUE_MODULES[qid].READS_PREFIX
+            return out
         for p, rid in enumerate(self.pool_router):
             if 0 <= rid < len(ROUTER_MODULES):
                 module = ROUTER_MODULES[rid]

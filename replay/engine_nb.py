@@ -47,12 +47,6 @@ from replay.engine_common import (
     REJECT_SLO,
     REJECTED,
     TRANSFERRING,
-    LPM_MAX_QUEUE,
-    QUEUE_EDF,
-    QUEUE_FCFS,
-    QUEUE_LONGEST_PREFIX,
-    QUEUE_PRIORITY,
-    QUEUE_SHORTEST_PROMPT,
     RUNNING,
     SPEC_CREDIT_SCALE,
     WAITING,
@@ -70,7 +64,8 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.stepmodel import step_time_us_nb
-from policies.registry import ROUTER_MODULES, VICTIM_MODULES
+from policies.registry import QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
+from policies.queue_orders._view import QueueView
 from policies._dispatch import build_dispatch
 from policies.routers._view import RouterView
 from policies.victims._view import VictimView
@@ -79,7 +74,11 @@ from policies.victims._view import VictimView
 ROUTE_UNKNOWN = -2
 route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
 victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1)
-NUM_ROUTERS, NUM_VICTIMS = len(ROUTER_MODULES), len(VICTIM_MODULES)  # constants frozen into the kernels
+queue_head_dispatch = build_dispatch([m.head_kernel for m in QUEUE_MODULES], True)
+queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0)
+# Constants frozen into the kernels. check_policy_ids stops a run whose ids are out of range
+# before any event, so the dispatches' markers for an unknown id (-1, True, 0.0) are never used.
+NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES), len(QUEUE_MODULES)
 
 
 class Requests(NamedTuple):
@@ -194,6 +193,7 @@ class Pools(NamedTuple):
     next_refresh: np.ndarray  # NO_EVENT when the pool's router reads no view
     rng: np.ndarray  # uint64 xorshift state per pool (random and power-of-two routers)
     queue: np.ndarray  # queue-order policy id
+    queue_hits: np.ndarray  # 1: the queue order reads each waiting request's prefix-cache hits
     victim: np.ndarray  # preemption-victim policy id
     watermark_blocks: np.ndarray  # blocks admission leaves free
     whole_prompt: np.ndarray  # 1: admit only when every remaining prompt token fits
@@ -242,7 +242,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
 )
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
-UNKNOWN_ROUTER, UNKNOWN_VICTIM = 1, 2  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
+UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE = 1, 2, 3  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
@@ -552,6 +552,9 @@ def check_policy_ids(pools, ev):
         if not 0 <= pools.victim[p] < NUM_VICTIMS:
             unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
             return False
+        if not 0 <= pools.queue[p] < NUM_QUEUES:
+            unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
+            return False
     return True
 
 
@@ -829,7 +832,7 @@ def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
-    """The waiting request to admit next under the pool's queue order (ids in policies.registry),
+    """The waiting request to admit next under the pool's queue order (policies/queue_orders/),
     among those queued by `cutoff` (-1: none is). Ties go to the earlier arrival, then the lower
     index. On a decode replica, a request whose KV has arrived goes first, the earliest arrived
     first: it holds its blocks already, and a request that cannot fit must not keep it waiting."""
@@ -841,26 +844,21 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
                 return q
             q = rq.qnext[q]
     q = reps.wait_head[r]
-    if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and reps.nwait[r] > LPM_MAX_QUEUE):
-        # FCFS (SGLang's longest-prefix falls back to it on long queues)
+    if queue_head_dispatch(policy, reps.nwait[r]):  # the queue's own order (FCFS)
         while q >= 0 and rq.queued[q] > cutoff:
             q = rq.qnext[q]
         return q
     bs = pools.block_size[p]
+    reads_prefix = pools.queue_hits[p] != 0
+    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us)
     best = -1
     best_key = 0.0
     while q >= 0:
         if rq.queued[q] > cutoff:
             q = rq.qnext[q]
             continue
-        if policy == QUEUE_PRIORITY:
-            key = float(rq.priority[q])
-        elif policy == QUEUE_SHORTEST_PROMPT:
-            key = float(rq.prompt[q])
-        elif policy == QUEUE_EDF:
-            key = float(rq.arrival[q] + pools.ttft_budget_us[p])
-        else:  # QUEUE_LONGEST_PREFIX: most cached prefix first
-            key = -float(prompt_hits(rq, blocks, reps, th, tbs, bs, r, q))
+        hits = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if reads_prefix else 0
+        key = queue_key_dispatch(policy, view, p, q, hits)
         if best < 0 or key < best_key or (key == best_key and (
                 rq.arrival[q] < rq.arrival[best] or (rq.arrival[q] == rq.arrival[best] and q < best))):
             best = q

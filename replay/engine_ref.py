@@ -40,12 +40,6 @@ from replay.engine_common import (
     REJECT_SLO,
     REJECTED,
     TRANSFERRING,
-    LPM_MAX_QUEUE,
-    QUEUE_EDF,
-    QUEUE_FCFS,
-    QUEUE_LONGEST_PREFIX,
-    QUEUE_PRIORITY,
-    QUEUE_SHORTEST_PROMPT,
     rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
@@ -61,14 +55,17 @@ from replay.engine_common import (
 )
 from replay.kvblocks import block_key_ref
 from policies._dispatch import UnknownPolicyId, build_reference
-from policies.registry import ROUTER_MODULES, VICTIM_MODULES
+from policies.queue_orders._view import QueueView
+from policies.registry import QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
 from policies.routers._view import RouterView
 from policies.victims._view import VictimView
 
 # The policies' plain-Python twins, by the same ids as the numba engine's kernels.
-FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES}
+FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES, "queue order": QUEUE_MODULES}
 route_reference = build_reference([m.reference for m in ROUTER_MODULES], "router")
 victim_reference = build_reference([m.reference for m in VICTIM_MODULES], "preemption victim")
+queue_head_reference = build_reference([m.head for m in QUEUE_MODULES], "queue order")
+queue_key_reference = build_reference([m.key for m in QUEUE_MODULES], "queue order")
 
 
 class Column:
@@ -240,8 +237,14 @@ class ReferenceEngine:
                                       arrival=Column(reqs, lambda r: r.arrival_us),
                                       generated=Column(reqs, lambda r: r.generated),
                                       blocks=Column(reqs, lambda r: len(r.blocks)))
-        self.route_hits = [bool(x) for x in inputs.router_reads("prefix")]
-        for p, reads_view in enumerate(inputs.router_reads("view")):
+        self.queues = inputs.per_pool("queue", 0)
+        self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
+        self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
+                                    prompt=Column(reqs, lambda r: r.prompt_tokens),
+                                    arrival=Column(reqs, lambda r: r.arrival_us),
+                                    ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+        self.route_hits = [bool(x) for x in inputs.policy_reads("prefix")]
+        for p, reads_view in enumerate(inputs.policy_reads("view")):
             if reads_view:
                 heapq.heappush(self.heap, (0, REFRESH, p))
         self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
@@ -290,7 +293,8 @@ class ReferenceEngine:
 
     def _check_policy_ids(self) -> None:
         """As engine_nb.check_policy_ids: an id without a policy stops the run, before any event."""
-        columns = {"router": self.inp.pool_router, "preemption victim": self.inp.per_pool("victim", 0)}
+        columns = {"router": self.inp.pool_router, "preemption victim": self.inp.per_pool("victim", 0),
+                   "queue order": self.inp.per_pool("queue", 0)}
         for family, ids in columns.items():
             for p, pid in enumerate(ids):
                 if not 0 <= pid < len(FAMILIES[family]):
@@ -690,27 +694,19 @@ class ReferenceEngine:
     def _next_waiting(self, rep: Replica, bs: int, cutoff: int) -> Request | None:
         """The queue order's pick among the requests queued by `cutoff` (None: no such request);
         ties go to the earlier arrival, then the lower index."""
-        policy = self.inp.per_pool("queue", QUEUE_FCFS)[rep.pool]
+        policy, p = int(self.queues[rep.pool]), rep.pool
         eligible = [req for req in rep.waiting if req.queued_us <= cutoff]
         received = [req for req in eligible if req.blocks]  # KV arrived: goes first (see engine_nb)
         if received:
             return received[0]
         if not eligible:
             return None
-        if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and len(rep.waiting) > LPM_MAX_QUEUE):
-            return eligible[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
-        budget = int(self.inp.per_pool("ttft_budget_us", 2_000_000)[rep.pool])
+        if queue_head_reference(policy, len(rep.waiting)):
+            return eligible[0]  # the queue's own order (FCFS)
 
         def key(req: Request) -> tuple:
-            if policy == QUEUE_PRIORITY:
-                k = float(req.priority)
-            elif policy == QUEUE_SHORTEST_PROMPT:
-                k = float(req.prompt_tokens)
-            elif policy == QUEUE_EDF:
-                k = float(req.arrival_us + budget)
-            else:  # longest prefix first
-                k = -float(len(self._cached_prefix(rep, req, bs)))
-            return (k, req.arrival_us, req.index)
+            hits = len(self._cached_prefix(rep, req, bs)) if self.queue_hits[p] else 0
+            return (queue_key_reference(policy, self.queue_view, p, req.index, hits), req.arrival_us, req.index)
 
         return min(eligible, key=key)
 

@@ -27,6 +27,7 @@ from replay.engine_nb import (
     STATUS_UNKNOWN_POLICY,
     UNKNOWN_ROUTER,
     UNKNOWN_VICTIM,
+    UNKNOWN_QUEUE,
     Events,
     Pools,
     Replicas,
@@ -188,15 +189,16 @@ class NumbaEngine:
             max_model_len=inputs.pool_max_model_len.astype(i64),
             router=inputs.pool_router.astype(i64),
             router_params=inputs.router_params,
-            route_hits=inputs.router_reads("prefix"),
+            route_hits=inputs.policy_reads("prefix"),
             rr_next=full(npool, 0),
             arrivals=full(npool, 0),
             rejected=full(npool, 0),
             step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
             refresh_us=inputs.refresh_us.astype(i64),
-            next_refresh=np.where(inputs.router_reads("view") != 0, 0, NO_EVENT).astype(i64),
+            next_refresh=np.where(inputs.policy_reads("view") != 0, 0, NO_EVENT).astype(i64),
             rng=np.array([rng_seed(int(x)) for x in inputs.seeds], dtype=np.uint64),
             queue=inputs.per_pool("queue", 0),
+            queue_hits=inputs.policy_reads("queue prefix"),
             victim=inputs.per_pool("victim", 0),
             watermark_blocks=inputs.per_pool("watermark_blocks", 0),
             whole_prompt=inputs.per_pool("whole_prompt", 0),
@@ -258,7 +260,8 @@ class NumbaEngine:
         if family != 0:
             p = int(self.ev.clock[4])
             name, ids = {UNKNOWN_ROUTER: ("router", self.pools.router),
-                         UNKNOWN_VICTIM: ("preemption victim", self.pools.victim)}[family]
+                         UNKNOWN_VICTIM: ("preemption victim", self.pools.victim),
+                         UNKNOWN_QUEUE: ("queue order", self.pools.queue)}[family]
             raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
                                   f"(stopped at t_us={int(self.ev.clock[5])})")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from policies.registry import ROUTERS, VICTIMS, router_columns
+from policies.registry import QUEUE_ORDERS, ROUTERS, VICTIMS, router_columns
 from policies.routers.weighted import SCORERS
 from replay.engine_common import EngineInputs
 from replay.stepmodel import DraftShape, StepShape, step_params
@@ -164,7 +164,7 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
         router=per_pool(routers()),
         pool=pool,
         priority=priority,
-        queue=per_pool(st.integers(0, 4)),
+        queue=per_pool(st.sampled_from([spec.numba_id for spec in QUEUE_ORDERS.values()])),
         victim=per_pool(st.sampled_from([spec.numba_id for spec in VICTIMS.values()])),
         watermark_blocks=per_pool(st.sampled_from([0, 0, 1, 3])),
         whole_prompt=per_pool(st.sampled_from([0, 0, 1])),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from policies._dispatch import UnknownPolicyId
-from policies.registry import ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
+from policies.registry import QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.differential.test_engines import _run, assert_same
@@ -59,10 +59,24 @@ def test_every_preemption_victim_matches_the_reference_engine(victim):
     assert_same(inputs)
 
 
+@pytest.mark.parametrize("order", sorted(QUEUE_ORDERS))
+def test_every_queue_order_matches_the_reference_engine(order):
+    """Queues build up behind one busy replica; priorities, prompts and cache hits all differ."""
+    rng = np.random.default_rng(5)
+    inputs = busy_inputs("round-robin", replicas=(2,), kv_blocks=(60,), max_num_seqs=(3,),
+                         queue=(QUEUE_ORDERS[order].numba_id,), priority=rng.integers(0, 4, 90))
+    _, requests, _, _ = _run(NumbaEngine, inputs)
+    fifo = _run(NumbaEngine, dataclasses.replace(inputs, pool_queue=np.array([QUEUE_ORDERS["fcfs"].numba_id])))[1]
+    if order not in ("fcfs", "edf"):  # one TTFT target: EDF is arrival order, as FCFS without preemption
+        assert not np.array_equal(requests["first_scheduled_us"], fifo["first_scheduled_us"]), "order unused"
+    assert_same(inputs)
+
+
 @pytest.mark.parametrize("cls", [NumbaEngine, ReferenceEngine])
 @pytest.mark.parametrize("column, family, modules", [
     ("pool_router", "router", ROUTER_MODULES),
     ("pool_victim", "preemption victim", VICTIM_MODULES),
+    ("pool_queue", "queue order", QUEUE_MODULES),
 ])
 def test_an_id_without_a_policy_stops_the_run(cls, column, family, modules):
     """Never a silent default: the engine stops with an error status naming the family and id."""
