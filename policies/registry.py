@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from policies import admission
 from policies.api import Decision, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import ratio_state
@@ -157,31 +156,24 @@ VICTIMS: dict[str, KernelSpec] = _kernel_specs("preemption victim", VICTIM_MODUL
 @dataclass(frozen=True)
 class AdmissionSpec:
     name: str
-    numba_id: int
-    params_cls: type
+    module: Any
     summary: str
     source: str
     family: str = "admission"
 
+    @property
+    def numba_id(self) -> int:
+        return ADMISSION_MODULES.index(self.module)
 
+    @property
+    def params_cls(self) -> type:
+        return self.module.Params
+
+
+# Admission policies, one module each (policies/admission/); the id is the position here.
+ADMISSION_MODULES = _modules("admission", ("always", "queue_limit", "token_bucket", "priority_shed", "slo_aware"))
 ADMISSIONS: dict[str, AdmissionSpec] = {
-    spec.name: spec
-    for spec in (
-        AdmissionSpec("always", 0, admission.AlwaysParams, "admit every request that fits the context",
-                      "vLLM (no admission control of its own)"),
-        AdmissionSpec("queue-limit", 1, admission.QueueLimitParams,
-                      "reject while the pool's waiting requests or waiting prompt tokens are at a cap",
-                      "gateway queue caps (Envoy max_pending_requests, llm-d queue threshold)"),
-        AdmissionSpec("token-bucket", 2, admission.TokenBucketParams,
-                      "per-tenant token bucket; a request costs prompt + output tokens",
-                      "API gateway token-rate limits (OpenAI-style TPM quotas)"),
-        AdmissionSpec("priority-shed", 3, admission.PriorityShedParams,
-                      "when saturated, reject the low-priority classes",
-                      "load shedding by criticality (llm-d / Gateway API inference extension criticality)"),
-        AdmissionSpec("slo-aware", 4, admission.SloAwareParams,
-                      "reject when the predicted TTFT exceeds a multiple of the SLO",
-                      "SLO-aware admission (e.g. DistServe / QLM style TTFT prediction)"),
-    )
+    name: AdmissionSpec(name, m, summary, source) for m in ADMISSION_MODULES for name, summary, source in m.SPECS
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 # Modules whose code (or constants, which numba freezes into a kernel) ends up in compiled kernels.
 _KERNEL_SOURCES = ("engine_nb.py", "engine_common.py", "kvblocks.py", "stepmodel.py", "metrics.py")
 # The per-step policies' kernels (policies/<family>/*.py) are inlined into the engine's too.
-_POLICY_KERNEL_DIRS = ("routers", "victims", "queue_orders")
+_POLICY_KERNEL_DIRS = ("routers", "victims", "queue_orders", "admission")
 
 
 def _key_numba_cache() -> None:

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
 from replay.calprofile import default_source, step_coefficients
@@ -409,17 +408,11 @@ def admission_inputs(plans: list[PoolPlan]) -> dict[str, np.ndarray]:
         "pool_bucket_refill_per_s", "pool_shed_waiting_per_replica", "pool_shed_priority_from",
         "pool_slo_multiple_milli", "pool_prefill_tokens_per_s")}
     for plan in plans:
-        i, a = plan.index, plan.admission
-        cols["pool_admission"][i] = admission_spec(plan.config.admission.policy).numba_id
-        if isinstance(a, QueueLimitParams):
-            cols["pool_max_waiting"][i], cols["pool_max_waiting_tokens"][i] = a.max_waiting, a.max_waiting_tokens
-        elif isinstance(a, TokenBucketParams):
-            cols["pool_bucket_tokens"][i], cols["pool_bucket_refill_per_s"][i] = a.capacity_tokens, a.refill_tokens_per_s
-        elif isinstance(a, PriorityShedParams):
-            cols["pool_shed_waiting_per_replica"][i] = a.waiting_per_replica
-            cols["pool_shed_priority_from"][i] = a.shed_priority_from
-        elif isinstance(a, SloAwareParams):
-            cols["pool_slo_multiple_milli"][i] = round(a.ttft_multiple * 1000)
+        i, spec = plan.index, admission_spec(plan.config.admission.policy)
+        cols["pool_admission"][i] = spec.numba_id
+        for name, value in plan.admission.columns().items():
+            cols[f"pool_{name}"][i] = value
+        if getattr(spec.module, "NEEDS_PREFILL_RATE", False):
             cols["pool_prefill_tokens_per_s"][i] = round(replica_model(plan).prefill_tokens_per_s)
     return cols
 

@@ -33,8 +33,6 @@ REJECT_QUEUE_LIMIT, REJECT_RATE_LIMIT, REJECT_SHED, REJECT_SLO = 4, 5, 6, 7
 REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queue_limit", "rate_limit",
                 "shed_low_priority", "predicted_ttft_over_slo")
 
-# Admission policies at arrival, by numba id.
-ADMIT_ALWAYS, ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, ADMIT_PRIORITY_SHED, ADMIT_SLO_AWARE = 0, 1, 2, 3, 4
 
 # Routers, queue orders and preemption victims are policies/ plug-ins, chosen by ids that are
 # their kernels' positions in policies/registry.py.
@@ -183,11 +181,19 @@ class EngineInputs:
 
     def policy_reads(self, what: str) -> np.ndarray:
         """Per pool, whether its router reads the scraped view ("view") or the request's
-        prefix-cache hits on each replica ("prefix"), or its queue order each waiting request's
-        ("queue prefix"); False for an id with no policy (the engine then stops with an error)."""
-        from policies.registry import QUEUE_MODULES, ROUTER_MODULES
+        prefix-cache hits on each replica ("prefix"), its queue order each waiting request's
+        ("queue prefix"), its admission policy the pool's queue totals ("admission pool"); or the
+        reject reason of its admission policy ("admission reason"). 0 for an id with no policy
+        (the engine then stops with an error)."""
+        from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES
 
         out = np.zeros(len(self.pool_replicas), np.int64)
+        if what in ("admission pool", "admission reason"):  # it reads the pool's queue totals; its reason
+            for p, aid in enumerate(self.per_pool("admission", 0)):
+                if 0 <= aid < len(ADMISSION_MODULES):
+                    module = ADMISSION_MODULES[aid]
+                    out[p] = module.READS_POOL if what == "admission pool" else REJECT_NAMES.index(module.REASON)
+            return out
         if what == "queue prefix":  # the queue order reads each waiting request's cache hits
             for p, qid in enumerate(self.per_pool("queue", 0)):
                 out[p] = 0 <= qid < len(QUEUE_MODULES) and QUEUE_MODULES[qid].READS_PREFIX

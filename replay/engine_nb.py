@@ -23,11 +23,6 @@ import numpy as np
 from numba import njit
 
 from replay.engine_common import (
-    ADMIT_ALWAYS,
-    ADMIT_PRIORITY_SHED,
-    ADMIT_QUEUE_LIMIT,
-    ADMIT_SLO_AWARE,
-    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -41,10 +36,6 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
-    REJECT_QUEUE_LIMIT,
-    REJECT_RATE_LIMIT,
-    REJECT_SHED,
-    REJECT_SLO,
     REJECTED,
     TRANSFERRING,
     RUNNING,
@@ -64,7 +55,8 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.stepmodel import step_time_us_nb
-from policies.registry import QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
+from policies.admission._view import AdmissionView
+from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
 from policies.queue_orders._view import QueueView
 from policies._dispatch import build_dispatch
 from policies.routers._view import RouterView
@@ -74,11 +66,13 @@ from policies.victims._view import VictimView
 ROUTE_UNKNOWN = -2
 route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
 victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1)
+admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0)
 queue_head_dispatch = build_dispatch([m.head_kernel for m in QUEUE_MODULES], True)
 queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0)
 # Constants frozen into the kernels. check_policy_ids stops a run whose ids are out of range
 # before any event, so the dispatches' markers for an unknown id (-1, True, 0.0) are never used.
 NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES), len(QUEUE_MODULES)
+NUM_ADMISSIONS = len(ADMISSION_MODULES)
 
 
 class Requests(NamedTuple):
@@ -199,7 +193,9 @@ class Pools(NamedTuple):
     whole_prompt: np.ndarray  # 1: admit only when every remaining prompt token fits
     ttft_budget_us: np.ndarray  # TTFT target, for earliest-deadline-first
     admission: np.ndarray  # admission policy id
-    adm: np.ndarray  # int64[P, 8]: the admission parameters (EngineInputs.pool_max_waiting, ...)
+    adm: np.ndarray  # int64[P, 8]: the admission parameters (policies/admission/_view.py PARAM_COLUMNS)
+    adm_pool: np.ndarray  # 1: the admission policy reads the pool's queue totals
+    adm_reason: np.ndarray  # the reject reason its policy records (REJECT_*)
     bucket: np.ndarray  # int64[P * tenants] token bucket level, in millionths of a token
     bucket_at: np.ndarray  # int64[P * tenants] time of the last refill
     swap: np.ndarray  # 1: preempt by swapping to host memory while swap space lasts
@@ -242,7 +238,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
 )
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
-UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE = 1, 2, 3  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
+UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
@@ -449,45 +445,25 @@ def route_starting(pools, reps, p):
     return best
 
 
-A_MAX_WAITING, A_MAX_WAITING_TOKENS, A_BUCKET, A_REFILL, A_SHED_AT, A_SHED_FROM, A_SLO_MILLI, A_PREFILL = range(8)
-
-
 @njit(cache=True, _nrt=False)
 def admit(rq, reps, pools, p, r, q, t):
-    """The pool's admission policy on request q routed to replica r: 0 or a reject reason."""
-    policy = pools.admission[p]
-    if policy == ADMIT_ALWAYS:
-        return 0
-    first = pools.first_replica[p]
+    """The pool's admission policy (policies/admission/) on request q routed to replica r: 0 or
+    the policy's reject reason. The pool's queue totals are counted for a policy that reads them."""
     waiting = 0
     waiting_tokens = 0
     active = 0
-    for x in range(first, first + pools.num_replicas[p]):
-        waiting += reps.nwait[x]
-        waiting_tokens += reps.wait_tokens[x]
-        if reps.state[x] == R_ACTIVE:
-            active += 1
-    a = pools.adm[p]
-    if policy == ADMIT_QUEUE_LIMIT:  # caps on the pool's queue
-        if (a[A_MAX_WAITING] > 0 and waiting >= a[A_MAX_WAITING]) or (
-                a[A_MAX_WAITING_TOKENS] > 0 and waiting_tokens + rq.prompt[q] > a[A_MAX_WAITING_TOKENS]):
-            return REJECT_QUEUE_LIMIT
-    elif policy == ADMIT_TOKEN_BUCKET:  # per tenant; a request costs its prompt + output tokens
-        k = p * (pools.bucket.shape[0] // pools.admission.shape[0]) + rq.tenant[q]
-        full = a[A_BUCKET] * 1_000_000
-        pools.bucket[k] = min(full, pools.bucket[k] + (t - pools.bucket_at[k]) * a[A_REFILL])
-        pools.bucket_at[k] = t
-        cost = (rq.prompt[q] + rq.output[q]) * 1_000_000
-        if pools.bucket[k] < cost:
-            return REJECT_RATE_LIMIT
-        pools.bucket[k] -= cost
-    elif policy == ADMIT_PRIORITY_SHED:  # saturated pool: shed the low-priority classes
-        if waiting >= a[A_SHED_AT] * max(active, 1) and rq.priority[q] >= a[A_SHED_FROM]:
-            return REJECT_SHED
-    elif policy == ADMIT_SLO_AWARE:  # the replica's queue ahead, prefilled at the step model's rate
-        predicted_us = (reps.wait_tokens[r] + rq.prompt[q]) * 1_000_000 // max(a[A_PREFILL], 1)
-        if predicted_us > a[A_SLO_MILLI] * pools.ttft_budget_us[p] // 1000:
-            return REJECT_SLO
+    if pools.adm_pool[p] != 0:
+        first = pools.first_replica[p]
+        for x in range(first, first + pools.num_replicas[p]):
+            waiting += reps.nwait[x]
+            waiting_tokens += reps.wait_tokens[x]
+            if reps.state[x] == R_ACTIVE:
+                active += 1
+    view = AdmissionView(waiting, waiting_tokens, active, reps.wait_tokens, rq.prompt, rq.output, rq.priority,
+                         rq.tenant, pools.bucket, pools.bucket_at, pools.bucket.shape[0] // pools.admission.shape[0],
+                         pools.ttft_budget_us)
+    if admission_dispatch(pools.admission[p], view, p, r, q, t, pools.adm[p]) != 0:
+        return pools.adm_reason[p]
     return 0
 
 
@@ -554,6 +530,9 @@ def check_policy_ids(pools, ev):
             return False
         if not 0 <= pools.queue[p] < NUM_QUEUES:
             unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
+            return False
+        if not 0 <= pools.admission[p] < NUM_ADMISSIONS:
+            unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
             return False
     return True
 

@@ -16,11 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.engine_common import (
-    ADMIT_ALWAYS,
-    ADMIT_PRIORITY_SHED,
-    ADMIT_QUEUE_LIMIT,
-    ADMIT_SLO_AWARE,
-    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -34,10 +29,6 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
-    REJECT_QUEUE_LIMIT,
-    REJECT_RATE_LIMIT,
-    REJECT_SHED,
-    REJECT_SLO,
     REJECTED,
     TRANSFERRING,
     rng_seed,
@@ -55,15 +46,18 @@ from replay.engine_common import (
 )
 from replay.kvblocks import block_key_ref
 from policies._dispatch import UnknownPolicyId, build_reference
+from policies.admission._view import PARAM_COLUMNS, AdmissionView
 from policies.queue_orders._view import QueueView
-from policies.registry import QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
+from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
 from policies.routers._view import RouterView
 from policies.victims._view import VictimView
 
 # The policies' plain-Python twins, by the same ids as the numba engine's kernels.
-FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES, "queue order": QUEUE_MODULES}
+FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES, "queue order": QUEUE_MODULES,
+            "admission": ADMISSION_MODULES}
 route_reference = build_reference([m.reference for m in ROUTER_MODULES], "router")
 victim_reference = build_reference([m.reference for m in VICTIM_MODULES], "preemption victim")
+admission_reference = build_reference([m.reference for m in ADMISSION_MODULES], "admission")
 queue_head_reference = build_reference([m.head for m in QUEUE_MODULES], "queue order")
 queue_key_reference = build_reference([m.key for m in QUEUE_MODULES], "queue order")
 
@@ -223,7 +217,10 @@ class ReferenceEngine:
                 self.replicas[r].state = R_OFF
         self.rr_next = [0] * len(self.pool_members)
         self.rng = [rng_seed(int(x)) for x in inputs.seeds]
-        self.buckets: dict[tuple[int, int], tuple[int, int]] = {}  # (pool, tenant) -> (level, last refill)
+        # Token buckets per (pool, tenant), at pool * tenants + tenant: level (millionths of a
+        # token) and last refill, owned by the admission policy.
+        self.buckets = [int(x) * 1_000_000 for x in inputs.per_pool("bucket_tokens", 0) for _ in range(inputs.num_tenants)]
+        self.buckets_at = [0] * len(self.buckets)
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
@@ -237,6 +234,19 @@ class ReferenceEngine:
                                       arrival=Column(reqs, lambda r: r.arrival_us),
                                       generated=Column(reqs, lambda r: r.generated),
                                       blocks=Column(reqs, lambda r: len(r.blocks)))
+        self.admissions = inputs.per_pool("admission", 0)
+        self.adm_pool = inputs.policy_reads("admission pool")
+        self.adm_reason = inputs.policy_reads("admission reason")
+        self.adm_rows = [[int(inputs.per_pool(name, 0)[p]) for name in PARAM_COLUMNS]
+                         for p in range(len(self.pool_members))]
+        tenants = inputs.tenants
+        self.admission_view = AdmissionView(
+            waiting=0, waiting_tokens=0, active=0,
+            wait_tokens=Column(self.replicas, lambda rep: sum(x.num_tokens for x in rep.waiting)),
+            prompt=Column(reqs, lambda r: r.prompt_tokens), output=Column(reqs, lambda r: r.output_tokens),
+            priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
+            bucket=self.buckets, bucket_at=self.buckets_at, tenants=inputs.num_tenants,
+            ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
         self.queues = inputs.per_pool("queue", 0)
         self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
         self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
@@ -294,7 +304,7 @@ class ReferenceEngine:
     def _check_policy_ids(self) -> None:
         """As engine_nb.check_policy_ids: an id without a policy stops the run, before any event."""
         columns = {"router": self.inp.pool_router, "preemption victim": self.inp.per_pool("victim", 0),
-                   "queue order": self.inp.per_pool("queue", 0)}
+                   "queue order": self.inp.per_pool("queue", 0), "admission": self.inp.per_pool("admission", 0)}
         for family, ids in columns.items():
             for p, pid in enumerate(ids):
                 if not 0 <= pid < len(FAMILIES[family]):
@@ -435,40 +445,17 @@ class ReferenceEngine:
         self._wake_idle(decode, t)
 
     def _admit(self, p: int, rep: Replica, req: Request, t: int) -> int:
-        """The pool's admission policy on a request routed to `rep`: 0 or a reject reason."""
-        inp = self.inp
-        policy = inp.per_pool("admission", ADMIT_ALWAYS)[p]
-        if policy == ADMIT_ALWAYS:
-            return 0
-
-        def param(name: str) -> int:
-            return int(inp.per_pool(name, 0)[p])
-
-        members = [self.replicas[x] for x in self.pool_members[p]]
-        waiting = sum(len(m.waiting) for m in members)
-        waiting_tokens = sum(x.num_tokens for m in members for x in m.waiting)
-        active = sum(m.state == R_ACTIVE for m in members)
-        if policy == ADMIT_QUEUE_LIMIT:
-            if (param("max_waiting") and waiting >= param("max_waiting")) or (
-                    param("max_waiting_tokens") and waiting_tokens + req.prompt_tokens > param("max_waiting_tokens")):
-                return REJECT_QUEUE_LIMIT
-        elif policy == ADMIT_TOKEN_BUCKET:  # millionths of a token; a request costs prompt + output
-            k = (p, int(inp.tenants[req.index]))
-            level, at = self.buckets.get(k, (param("bucket_tokens") * 1_000_000, 0))
-            level = min(param("bucket_tokens") * 1_000_000, level + (t - at) * param("bucket_refill_per_s"))
-            cost = (req.prompt_tokens + req.output_tokens) * 1_000_000
-            if level < cost:
-                self.buckets[k] = (level, t)
-                return REJECT_RATE_LIMIT
-            self.buckets[k] = (level - cost, t)
-        elif policy == ADMIT_PRIORITY_SHED:
-            if waiting >= param("shed_waiting_per_replica") * max(active, 1) and req.priority >= param("shed_priority_from"):
-                return REJECT_SHED
-        elif policy == ADMIT_SLO_AWARE:
-            queued = sum(x.num_tokens for x in rep.waiting)
-            predicted_us = (queued + req.prompt_tokens) * 1_000_000 // max(param("prefill_tokens_per_s"), 1)
-            if predicted_us > param("slo_multiple_milli") * int(inp.per_pool("ttft_budget_us", 2_000_000)[p]) // 1000:
-                return REJECT_SLO
+        """The pool's admission policy's twin (policies/admission/) on a request routed to `rep`:
+        0 or its reject reason."""
+        waiting = waiting_tokens = active = 0
+        if self.adm_pool[p]:
+            members = [self.replicas[x] for x in self.pool_members[p]]
+            waiting = sum(len(m.waiting) for m in members)
+            waiting_tokens = sum(x.num_tokens for m in members for x in m.waiting)
+            active = sum(m.state == R_ACTIVE for m in members)
+        view = self.admission_view._replace(waiting=waiting, waiting_tokens=waiting_tokens, active=active)
+        if admission_reference(int(self.admissions[p]), view, p, rep.index, req.index, t, self.adm_rows[p]):
+            return int(self.adm_reason[p])
         return 0
 
     def _routable(self, rep: Replica, t: int) -> bool:

@@ -28,6 +28,7 @@ from replay.engine_nb import (
     UNKNOWN_ROUTER,
     UNKNOWN_VICTIM,
     UNKNOWN_QUEUE,
+    UNKNOWN_ADMISSION,
     Events,
     Pools,
     Replicas,
@@ -39,13 +40,12 @@ from replay.engine_nb import (
 )
 from replay.kvblocks import Blocks, table_size
 from policies._dispatch import UnknownPolicyId
+from policies.admission._view import PARAM_COLUMNS
 
 
 def admission_params(inputs: EngineInputs) -> np.ndarray:
-    """The admission parameters as one int64[P, 8] array, in engine_nb.A_* order."""
-    names = ("max_waiting", "max_waiting_tokens", "bucket_tokens", "bucket_refill_per_s",
-             "shed_waiting_per_replica", "shed_priority_from", "slo_multiple_milli", "prefill_tokens_per_s")
-    return np.stack([inputs.per_pool(name, 0) for name in names], axis=1).astype(np.int64)
+    """The admission parameters as one int64[P, 8] array, in policies/admission/_view.py's order."""
+    return np.stack([inputs.per_pool(name, 0) for name in PARAM_COLUMNS], axis=1).astype(np.int64)
 
 
 def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
@@ -205,6 +205,8 @@ class NumbaEngine:
             ttft_budget_us=inputs.per_pool("ttft_budget_us", 2_000_000),
             admission=inputs.per_pool("admission", 0),
             adm=admission_params(inputs),
+            adm_pool=inputs.policy_reads("admission pool"),
+            adm_reason=inputs.policy_reads("admission reason"),
             bucket=np.repeat(inputs.per_pool("bucket_tokens", 0) * 1_000_000, inputs.num_tenants).astype(i64),
             bucket_at=full(npool * inputs.num_tenants, 0),
             swap=inputs.per_pool("swap", 0),
@@ -261,7 +263,8 @@ class NumbaEngine:
             p = int(self.ev.clock[4])
             name, ids = {UNKNOWN_ROUTER: ("router", self.pools.router),
                          UNKNOWN_VICTIM: ("preemption victim", self.pools.victim),
-                         UNKNOWN_QUEUE: ("queue order", self.pools.queue)}[family]
+                         UNKNOWN_QUEUE: ("queue order", self.pools.queue),
+                         UNKNOWN_ADMISSION: ("admission", self.pools.admission)}[family]
             raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
                                   f"(stopped at t_us={int(self.ev.clock[5])})")
 

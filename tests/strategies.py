@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from policies.registry import QUEUE_ORDERS, ROUTERS, VICTIMS, router_columns
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, VICTIMS, router_columns
 from policies.routers.weighted import SCORERS
 from replay.engine_common import EngineInputs
 from replay.stepmodel import DraftShape, StepShape, step_params
@@ -171,7 +171,7 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
         swap=per_pool(st.sampled_from([0, 1])),
         host_blocks=per_pool(st.sampled_from([0, 10, 1000])),
         tenant=tenant,
-        admission=per_pool(st.integers(0, 4)),
+        admission=per_pool(st.sampled_from([spec.numba_id for spec in ADMISSIONS.values()])),
         adm={
             "max_waiting": per_pool(st.integers(0, 6)),
             "max_waiting_tokens": per_pool(st.sampled_from([0, 300, 2000])),

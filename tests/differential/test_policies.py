@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from policies._dispatch import UnknownPolicyId
-from policies.registry import QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
+from policies.registry import ADMISSION_MODULES, ADMISSIONS, QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.differential.test_engines import _run, assert_same
@@ -72,11 +72,31 @@ def test_every_queue_order_matches_the_reference_engine(order):
     assert_same(inputs)
 
 
+# Each admission policy's parameter columns (EngineInputs.pool_<name>), tight enough to reject.
+ADMISSION_LIMITS = {"max_waiting": 3, "max_waiting_tokens": 900, "bucket_tokens": 1500, "bucket_refill_per_s": 4000,
+                    "shed_waiting_per_replica": 2, "shed_priority_from": 1, "slo_multiple_milli": 500,
+                    "prefill_tokens_per_s": 500}
+
+
+@pytest.mark.parametrize("admission", sorted(ADMISSIONS))
+def test_every_admission_policy_matches_the_reference_engine(admission):
+    rng = np.random.default_rng(9)
+    limits = {f"pool_{name}": np.array([value]) for name, value in ADMISSION_LIMITS.items()}
+    inputs = dataclasses.replace(
+        busy_inputs("least-outstanding", priority=rng.integers(0, 3, 90), tenant=rng.integers(0, 3, 90)),
+        pool_admission=np.array([ADMISSIONS[admission].numba_id]), **limits)
+    _, requests, _, _ = _run(NumbaEngine, inputs)
+    if admission != "always":
+        assert (requests["reject"] > 0).any(), "the scenario must reject"
+    assert_same(inputs)
+
+
 @pytest.mark.parametrize("cls", [NumbaEngine, ReferenceEngine])
 @pytest.mark.parametrize("column, family, modules", [
     ("pool_router", "router", ROUTER_MODULES),
     ("pool_victim", "preemption victim", VICTIM_MODULES),
     ("pool_queue", "queue order", QUEUE_MODULES),
+    ("pool_admission", "admission", ADMISSION_MODULES),
 ])
 def test_an_id_without_a_policy_stops_the_run(cls, column, family, modules):
     """Never a silent default: the engine stops with an error status naming the family and id."""

@@ -1,7 +1,8 @@
-"""Each router's, queue order's and victim's run is what it was before they became plug-ins:
-prefix-aware, least-kv, vllm-dp and kv-cost are now presets of the weighted router.
+"""Each router's, queue order's, victim's and admission policy's run is what it was before they
+became plug-ins: prefix-aware, least-kv, vllm-dp and kv-cost are now presets of the weighted
+router.
 
-tests/fixtures/golden/routers.json and queues_victims.json hold content digests
+tests/fixtures/golden/routers.json, queues_victims.json and admission.json hold content digests
 (tests/golden.py) of mooncake-synthetic runs, written by main at f18d447, where these policies
 were if-chains in engine_nb.py. Never rewrite them to make this pass: a difference is a change
 of behaviour.
@@ -19,6 +20,7 @@ from tests import golden
 FIXTURES = Path(golden.__file__).parent / "fixtures" / "golden"
 DIGESTS = json.loads((FIXTURES / "routers.json").read_text())
 QUEUE_DIGESTS = json.loads((FIXTURES / "queues_victims.json").read_text())
+ADMISSION_DIGESTS = json.loads((FIXTURES / "admission.json").read_text())
 FLEET = """model: llama-3.1-8b
 trace: {{path: mooncake-synthetic, window: {{end_s: 400}}, rate_scale: 3}}
 pools:
@@ -60,6 +62,24 @@ def test_router_run_matches_its_digest_from_before_the_plug_ins(cli, write, tmp_
 def test_queue_order_and_victim_runs_match_their_digests(cli, write, tmp_path, run):
     queue, victim = run.split("/")
     _check(cli, write, tmp_path, QUEUE_FLEET.format(queue=queue, victim=victim), QUEUE_DIGESTS[run], run)
+
+
+ADMISSION_FLEET = """model: llama-3.1-8b
+trace: {{path: azure-conv-2023, window: {{end_s: 300}}, rate_scale: 8}}
+pools:
+  - name: a
+    replicas: 2
+    admission: {adm}
+"""
+ADMISSION = {"always": "{policy: always}", "queue-limit": "{policy: queue-limit, params: {max_waiting: 4}}",
+             "token-bucket": "{policy: token-bucket, params: {capacity_tokens: 20000, refill_tokens_per_s: 3000}}",
+             "priority-shed": "{policy: priority-shed, params: {waiting_per_replica: 2, shed_priority_from: 0}}",
+             "slo-aware": "{policy: slo-aware, params: {ttft_multiple: 0.05}}"}
+
+
+@pytest.mark.parametrize("policy", sorted(ADMISSION_DIGESTS))
+def test_admission_runs_match_their_digests(cli, write, tmp_path, policy):
+    _check(cli, write, tmp_path, ADMISSION_FLEET.format(adm=ADMISSION[policy]), ADMISSION_DIGESTS[policy], policy)
 
 
 def test_the_weighted_router_spelled_out_is_its_preset(cli, write, tmp_path):
