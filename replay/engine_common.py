@@ -89,14 +89,14 @@ class EngineInputs:
     pool_seed: np.ndarray | None = None  # int64[P] seeds of the random routers
     # float64[P, W] each router's parameters (`Params.row()`; default zeros: no parameters)
     pool_router_params: np.ndarray | None = None
-    pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (default FCFS)
+    pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (policy_ids: default FCFS)
     pool_victim: np.ndarray | None = None  # int64[P] preemption-victim ids (default vLLM FCFS)
     pool_watermark_blocks: np.ndarray | None = None  # int64[P] (default 0)
     pool_whole_prompt: np.ndarray | None = None  # int64[P] 0/1 (default 0)
     pool_ttft_budget_us: np.ndarray | None = None  # int64[P] (default 2 s)
     tenant: np.ndarray | None = None  # int64[N] tenant index (default 0)
     num_tenants: int = 1
-    pool_admission: np.ndarray | None = None  # int64[P] admission ids (default always)
+    pool_admission: np.ndarray | None = None  # int64[P] admission ids (policy_ids: default always)
     # Admission parameters per pool (0 = that limit is off): queue-limit's caps, the token bucket
     # (capacity in tokens, refill in tokens/s), priority-shed's saturation point and first shed
     # priority, slo-aware's multiple of the TTFT target (in thousandths) and prefill tokens/s.
@@ -179,6 +179,14 @@ class EngineInputs:
             return np.zeros((len(self.pool_replicas), ROUTER_PARAMS_WIDTH), np.float64)
         return np.ascontiguousarray(self.pool_router_params, dtype=np.float64)
 
+    def policy_ids(self, family: str) -> np.ndarray:
+        """Per pool, the id of its queue order, preemption victim or admission policy ("queue",
+        "victim", "admission"); a column left out is vLLM's default (fcfs, vllm-fcfs, always)."""
+        from policies.registry import ADMISSIONS, QUEUE_ORDERS, VICTIMS
+
+        default = {"queue": QUEUE_ORDERS["fcfs"], "victim": VICTIMS["vllm-fcfs"], "admission": ADMISSIONS["always"]}
+        return self.per_pool(family, default[family].numba_id)
+
     def policy_reads(self, what: str) -> np.ndarray:
         """Per pool, whether its router reads the scraped view ("view") or the request's
         prefix-cache hits on each replica ("prefix"), its queue order each waiting request's
@@ -189,13 +197,13 @@ class EngineInputs:
 
         out = np.zeros(len(self.pool_replicas), np.int64)
         if what in ("admission pool", "admission reason"):  # it reads the pool's queue totals; its reason
-            for p, aid in enumerate(self.per_pool("admission", 0)):
+            for p, aid in enumerate(self.policy_ids("admission")):
                 if 0 <= aid < len(ADMISSION_MODULES):
                     module = ADMISSION_MODULES[aid]
                     out[p] = module.READS_POOL if what == "admission pool" else REJECT_NAMES.index(module.REASON)
             return out
         if what == "queue prefix":  # the queue order reads each waiting request's cache hits
-            for p, qid in enumerate(self.per_pool("queue", 0)):
+            for p, qid in enumerate(self.policy_ids("queue")):
                 out[p] = 0 <= qid < len(QUEUE_MODULES) and QUEUE_MODULES[qid].READS_PREFIX
             return out
         for p, rid in enumerate(self.pool_router):

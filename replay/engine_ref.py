@@ -228,13 +228,13 @@ class ReferenceEngine:
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
         self.router_params = [list(row) for row in inputs.router_params]
-        self.victims = inputs.per_pool("victim", 0)
+        self.victims = inputs.policy_ids("victim")
         reqs = self.requests
         self.victim_view = VictimView(run=[], priority=Column(reqs, lambda r: r.priority),
                                       arrival=Column(reqs, lambda r: r.arrival_us),
                                       generated=Column(reqs, lambda r: r.generated),
                                       blocks=Column(reqs, lambda r: len(r.blocks)))
-        self.admissions = inputs.per_pool("admission", 0)
+        self.admissions = inputs.policy_ids("admission")
         self.adm_pool = inputs.policy_reads("admission pool")
         self.adm_reason = inputs.policy_reads("admission reason")
         self.adm_rows = [[int(inputs.per_pool(name, 0)[p]) for name in PARAM_COLUMNS]
@@ -247,7 +247,7 @@ class ReferenceEngine:
             priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
             bucket=self.buckets, bucket_at=self.buckets_at, tenants=inputs.num_tenants,
             ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
-        self.queues = inputs.per_pool("queue", 0)
+        self.queues = inputs.policy_ids("queue")
         self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
         self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
                                     prompt=Column(reqs, lambda r: r.prompt_tokens),
@@ -303,8 +303,8 @@ class ReferenceEngine:
 
     def _check_policy_ids(self) -> None:
         """As engine_nb.check_policy_ids: an id without a policy stops the run, before any event."""
-        columns = {"router": self.inp.pool_router, "preemption victim": self.inp.per_pool("victim", 0),
-                   "queue order": self.inp.per_pool("queue", 0), "admission": self.inp.per_pool("admission", 0)}
+        columns = {"router": self.inp.pool_router, "preemption victim": self.victims, "queue order": self.queues,
+                   "admission": self.admissions}
         for family, ids in columns.items():
             for p, pid in enumerate(ids):
                 if not 0 <= pid < len(FAMILIES[family]):
