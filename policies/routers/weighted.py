@@ -54,6 +54,7 @@ class Params:
                 raise ValueError(f"scorers.{name}: got {weight!r}, expected a weight >= 0")
         if not any(self.scorers.values()):
             raise ValueError("scorers: expected at least one scorer with a weight > 0")
+        object.__setattr__(self, "scorers", {name: float(w) for name, w in self.scorers.items()})
 
     def row(self) -> tuple[float, ...]:
         return tuple(float(self.scorers.get(name, 0.0)) for name in SCORERS)
