@@ -1,8 +1,12 @@
 """One name in one place: every policy's name, its numba dispatch id and its upstream source.
 
-The numba engine dispatches per-arrival and per-step policies by integer id
-(`replay/engine_nb.py`: `route`); a test walks this registry to check each id has a branch.
-Autoscalers are plain Python, called once per control tick through `AutoscalerSpec.step`.
+Routers, queue orders, preemption victims and admission policies are one module each under
+policies/<family>/ (kernel, plain-Python twin, parameters, source); the `*_MODULES` lines below
+list them, and a policy's integer id is its module's position on its line, written nowhere
+else. The engines build their dispatch from these lines (policies/_dispatch.py) and stop with
+an error for an id that has none; tests/differential/test_policies.py runs every registered
+policy through both engines. Autoscalers are plain Python, called once per control tick
+through `AutoscalerSpec.step`.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ replay.engine_common.REJECT_NAMES), `READS_POOL` (it reads the pool's queue tota
 `SPECS`. The parameters reach the engines as one integer row per pool (`Params.columns()`).
 """
 
-from policies.admission.always import Params as AlwaysParams
-from policies.admission.priority_shed import Params as PriorityShedParams
-from policies.admission.queue_limit import Params as QueueLimitParams
-from policies.admission.slo_aware import Params as SloAwareParams
-from policies.admission.token_bucket import Params as TokenBucketParams
+from policies.admission.always import AlwaysParams
+from policies.admission.priority_shed import PriorityShedParams
+from policies.admission.queue_limit import QueueLimitParams
+from policies.admission.slo_aware import SloAwareParams
+from policies.admission.token_bucket import TokenBucketParams
 
 __all__ = ["AlwaysParams", "PriorityShedParams", "QueueLimitParams", "SloAwareParams", "TokenBucketParams"]

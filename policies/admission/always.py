@@ -19,11 +19,14 @@ SPECS = (("always", "admit every request that fits the context", "vLLM (no admis
 
 
 @dataclass(frozen=True)
-class Params:
+class AlwaysParams:
     """Admit everything (vLLM itself never refuses a request that fits its context)."""
 
     def columns(self) -> dict[str, int]:
         return {}
+
+
+Params = AlwaysParams
 
 
 @njit(cache=True, _nrt=False)

@@ -20,7 +20,7 @@ SPECS = (("priority-shed", "when saturated, reject the low-priority classes",
 
 
 @dataclass(frozen=True)
-class Params:
+class PriorityShedParams:
     """When the pool is saturated (at least `waiting_per_replica` requests waiting per active
     replica), reject requests whose priority value is `shed_priority_from` or more (lower value =
     more urgent, as vLLM)."""
@@ -34,6 +34,9 @@ class Params:
 
     def columns(self) -> dict[str, int]:
         return {"shed_waiting_per_replica": self.waiting_per_replica, "shed_priority_from": self.shed_priority_from}
+
+
+Params = PriorityShedParams
 
 
 @njit(cache=True, _nrt=False)

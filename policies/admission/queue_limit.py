@@ -19,7 +19,7 @@ SPECS = (("queue-limit", "reject while the pool's waiting requests or waiting pr
 
 
 @dataclass(frozen=True)
-class Params:
+class QueueLimitParams:
     """Reject while the pool's queue is at a cap: waiting requests, or waiting prompt tokens
     (0 turns a cap off). As a gateway's max-queue setting (e.g. Envoy's max_pending_requests)."""
 
@@ -35,6 +35,9 @@ class Params:
 
     def columns(self) -> dict[str, int]:
         return {"max_waiting": self.max_waiting, "max_waiting_tokens": self.max_waiting_tokens}
+
+
+Params = QueueLimitParams
 
 
 @njit(cache=True, _nrt=False)

@@ -21,7 +21,7 @@ SPECS = (("slo-aware", "reject when the predicted TTFT exceeds a multiple of the
 
 
 @dataclass(frozen=True)
-class Params:
+class SloAwareParams:
     """Reject when the predicted TTFT (the chosen replica's queued tokens and this prompt, at the
     step model's prefill rate) exceeds `ttft_multiple` times the SLO's TTFT target."""
 
@@ -33,6 +33,9 @@ class Params:
 
     def columns(self) -> dict[str, int]:
         return {"slo_multiple_milli": round(self.ttft_multiple * 1000)}
+
+
+Params = SloAwareParams
 
 
 @njit(cache=True, _nrt=False)

@@ -21,7 +21,7 @@ SPECS = (("token-bucket", "per-tenant token bucket; a request costs prompt + out
 
 
 @dataclass(frozen=True)
-class Params:
+class TokenBucketParams:
     """Per tenant: a bucket of `capacity_tokens` refilled at `refill_tokens_per_s`; a request
     costs its prompt + output tokens and is rejected when the bucket cannot pay."""
 
@@ -36,6 +36,9 @@ class Params:
 
     def columns(self) -> dict[str, int]:
         return {"bucket_tokens": self.capacity_tokens, "bucket_refill_per_s": self.refill_tokens_per_s}
+
+
+Params = TokenBucketParams
 
 
 @njit(cache=True, _nrt=False)

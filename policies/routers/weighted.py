@@ -37,7 +37,7 @@ READS_VIEW = True
 
 
 @dataclass(frozen=True)
-class Params:
+class WeightedParams:
     # llm-d's weights for prefix-aware routing (prefix 2, queue 1, KV utilisation 1).
     scorers: dict[str, float] = field(default_factory=lambda: {"prefix": 2.0, "queue": 1.0, "kv_free": 1.0})
 
@@ -60,6 +60,7 @@ class Params:
         return tuple(float(self.scorers.get(name, 0.0)) for name in SCORERS)
 
 
+Params = WeightedParams
 SPECS = (
     ("weighted", Params(), "max of the weighted sum of scorers (router.scorers: prefix, queue, kv_free, kv_use, "
      "running, vllm_dp, kv_cost)", "llm-d inference scheduler: weighted scorer plugins, max-score picker"),
