@@ -29,7 +29,7 @@ class AlwaysParams:
 Params = AlwaysParams
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def kernel(v, p, r, q, t, a):
     return 0
 

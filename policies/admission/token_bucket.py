@@ -41,7 +41,7 @@ class TokenBucketParams:
 Params = TokenBucketParams
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def kernel(v, p, r, q, t, a):
     k = p * v.tenants + v.tenant[q]
     full = a[A_BUCKET] * 1_000_000

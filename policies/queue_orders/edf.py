@@ -15,12 +15,12 @@ SPECS = (("edf", "earliest TTFT deadline (arrival + the SLO's TTFT) first",
           "earliest-deadline-first, as in SLO-aware schedulers (QLM, Andes)"),)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def head_kernel(nwait):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def key_kernel(v, p, q, hits):
     return float(v.arrival[q] + v.ttft_budget[p])
 

@@ -16,12 +16,12 @@ SPECS = (("fcfs", "arrival order; a preempted request goes back to the head",
           "vLLM scheduling_policy=fcfs (vllm/v1/core/sched/request_queue.py FCFSRequestQueue)"),)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def head_kernel(nwait):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def key_kernel(v, p, q, hits):
     return 0.0
 

@@ -19,12 +19,12 @@ SPECS = (("longest-prefix", "most prompt blocks already in the prefix cache firs
           "SGLang schedule_policy.py lpm (longest prefix match)"),)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def head_kernel(nwait):
     return nwait > MAX_QUEUE
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def key_kernel(v, p, q, hits):
     return -float(hits)
 

@@ -15,12 +15,12 @@ SPECS = (("shortest-prompt", "shortest prompt first, then arrival",
           "shortest-job-first on known prompt length (e.g. SGLang/vLLM SJF proposals)"),)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def head_kernel(nwait):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def key_kernel(v, p, q, hits):
     return float(v.prompt[q])
 
