@@ -225,7 +225,7 @@ class Events(NamedTuple):
     value: np.ndarray
     # clock[0] next arrival index, [1] events recorded, [2] detailed flag, [3] margin,
     # [4] and [5] the replica and time of a STATUS_STUCK (the pool and time of a
-    # STATUS_UNKNOWN_POLICY), [6] the family of a STATUS_UNKNOWN_POLICY (1: router)
+    # STATUS_UNKNOWN_POLICY), [6] the family of a STATUS_UNKNOWN_POLICY (UNKNOWN_* below)
     clock: np.ndarray
 
 
@@ -238,7 +238,8 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
 )
 
 STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
-UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4  # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family
+# Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family whose id has no policy.
+UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 

@@ -219,7 +219,8 @@ class ReferenceEngine:
         self.rng = [rng_seed(int(x)) for x in inputs.seeds]
         # Token buckets per (pool, tenant), at pool * tenants + tenant: level (millionths of a
         # token) and last refill, owned by the admission policy.
-        self.buckets = [int(x) * 1_000_000 for x in inputs.per_pool("bucket_tokens", 0) for _ in range(inputs.num_tenants)]
+        self.buckets = [int(x) * 1_000_000 for x in inputs.per_pool("bucket_tokens", 0)
+                        for _ in range(inputs.num_tenants)]
         self.buckets_at = [0] * len(self.buckets)
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)

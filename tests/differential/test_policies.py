@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from policies._dispatch import UnknownPolicyId
-from policies.registry import ADMISSION_MODULES, ADMISSIONS, QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS
+from policies.registry import (
+    ADMISSION_MODULES, ADMISSIONS, QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS,
+)
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.differential.test_engines import _run, assert_same
