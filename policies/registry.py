@@ -1,16 +1,23 @@
 """One name in one place: every policy's name, its numba dispatch id and its upstream source.
 
-The numba engine dispatches per-arrival and per-step policies by integer id
-(`replay/engine_nb.py`: `route`); a test walks this registry to check each id has a branch.
-Autoscalers are plain Python, called once per control tick through `AutoscalerSpec.step`.
+Routers, queue orders, preemption victims and admission policies are one module each under
+policies/<family>/ (kernel, plain-Python twin, parameters, source); the `*_MODULES` lines below
+list them, and a policy's integer id is its module's position on its line, written nowhere
+else. The engines build their dispatch from these lines (policies/_dispatch.py) and stop with
+an error for an id that has none; tests/differential/test_policies.py runs every registered
+policy through both engines. Autoscalers are plain Python, called once per control tick
+through `AutoscalerSpec.step`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from policies import admission
+import numpy as np
+
 from policies.api import Decision, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import ratio_state
@@ -18,6 +25,10 @@ from policies.autoscalers.guard import GuardParams, GuardState, guard_step
 from policies.plugins import ENTRY_POINT_GROUP, check_signature, plugin_rows, user_object
 from traces.configtools import suggest
 from traces.errors import ConfigError
+
+
+def _modules(family: str, names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(importlib.import_module(f"policies.{family}.{name}") for name in names)
 
 
 @dataclass(frozen=True)
@@ -31,113 +42,142 @@ class PolicySpec:
     params: dict[str, Any] | None = None
 
 
-ROUTERS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec(
-            "router", "least-outstanding", 0,
-            "the replica with the fewest waiting + running requests, as the proxy counts them (live)",
-            "Envoy / Kubernetes gateway least-request load balancing",
-        ),
-        PolicySpec(
-            "router", "round-robin", 1,
-            "replicas in turn, one counter per pool",
-            "vLLM production-stack router default (roundrobin)",
-        ),
-        PolicySpec(
-            "router", "random", 2,
-            "a uniformly random active replica (seeded by the fleet seed)",
-            "Kubernetes Service (kube-proxy iptables mode) random endpoint choice",
-        ),
-        PolicySpec(
-            "router", "vllm-dp", 3,
-            "lowest waiting * 4 + running, as last scraped",
-            "vLLM data-parallel load balancer (vllm/v1/engine/core_client.py, DPLBAsyncMPClient)",
-        ),
-        PolicySpec(
-            "router", "least-kv", 4,
-            "lowest KV-cache use, as last scraped",
-            "llm-d kv-cache-utilization scorer used alone",
-        ),
-        PolicySpec(
-            "router", "power-of-two", 5,
-            "two random active replicas, the one with fewer requests as last scraped",
-            "Mitzenmacher's power of two choices; Ray Serve's default request router",
-        ),
-        PolicySpec(
-            "router", "prefix-aware", 6,
-            "max of 2 x prefix-cache match + 1 x queue score + 1 x free KV, each in [0, 1]",
-            "llm-d inference scheduler (pkg/epp/.../scorer: prefix, queue, kv-cache-utilization)",
-        ),
-        PolicySpec(
-            "router", "kv-cost", 7,
-            "min of prompt blocks left after the cached overlap + KV blocks the replica holds",
-            "NVIDIA Dynamo KV router (overlap_score_weight 1, temperature 0)",
-        ),
-    )
-}
+# Routers: one module per kernel (policies/routers/); a kernel's numba id is its position
+# here, so adding a router is its file plus its name on this line.
+ROUTER_MODULES = _modules("routers", ("least_outstanding", "round_robin", "uniform_random", "power_of_two", "weighted"))
 
 
-QUEUE_ORDERS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec("queue order", "fcfs", 0, "arrival order; a preempted request goes back to the head",
-                   "vLLM scheduling_policy=fcfs (vllm/v1/core/sched/request_queue.py FCFSRequestQueue)"),
-        PolicySpec("queue order", "priority", 1, "lower priority value first, then arrival",
-                   "vLLM scheduling_policy=priority (PriorityRequestQueue)"),
-        PolicySpec("queue order", "shortest-prompt", 2, "shortest prompt first, then arrival",
-                   "shortest-job-first on known prompt length (e.g. SGLang/vLLM SJF proposals)"),
-        PolicySpec("queue order", "edf", 3, "earliest TTFT deadline (arrival + the SLO's TTFT) first",
-                   "earliest-deadline-first, as in SLO-aware schedulers (QLM, Andes)"),
-        PolicySpec("queue order", "longest-prefix", 4,
-                   "most prompt blocks already in the prefix cache first; FCFS above 128 waiting",
-                   "SGLang schedule_policy.py lpm (longest prefix match)"),
-    )
-}
+@dataclass(frozen=True)
+class RouterSpec:
+    """A router's name, the kernel module it runs and the parameters it runs with (a preset of
+    a parameterised kernel is a spec with its own defaults)."""
 
-VICTIMS: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec("preemption victim", "vllm-fcfs", 0, "the last request of the running list",
-                   "vLLM v1 scheduler.py: self.running.pop() under fcfs"),
-        PolicySpec("preemption victim", "vllm-priority", 1, "the running request with max (priority, arrival)",
-                   "vLLM v1 scheduler.py: max(self.running, key=(priority, arrival_time))"),
-        PolicySpec("preemption victim", "least-progress", 2, "the running request with the fewest tokens generated",
-                   "least-attained-service preemption (FastServe's MLFQ intuition)"),
-        PolicySpec("preemption victim", "most-kv", 3, "the running request holding the most KV blocks",
-                   "frees the most memory per preemption (largest-first eviction)"),
-    )
+    name: str
+    module: Any
+    defaults: Any  # the module's Params instance, or None
+    summary: str
+    source: str
+    family: str = "router"
+
+    @property
+    def numba_id(self) -> int:
+        return ROUTER_MODULES.index(self.module)
+
+    @property
+    def params(self) -> dict[str, Any] | None:
+        return None if self.defaults is None else dataclasses.asdict(self.defaults)
+
+    @property
+    def reads_view(self) -> bool:
+        return self.module.READS_VIEW
+
+
+ROUTERS: dict[str, RouterSpec] = {
+    name: RouterSpec(name, module, defaults, summary, source)
+    for module in ROUTER_MODULES
+    for name, defaults, summary, source in module.SPECS
 }
+# Width of the engines' per-pool row of router parameters.
+ROUTER_PARAMS_WIDTH = max([len(s.defaults.row()) for s in ROUTERS.values() if s.defaults is not None] + [1])
+
+
+def router_params(value: Any) -> tuple[RouterSpec, Any]:
+    """A pool's `router:` (a name, or a mapping of `policy` and the policy's parameters) as its
+    spec and parameters. ValueError names the key, for the config loader to prefix with the path."""
+    if isinstance(value, str):
+        return router_spec(value), router_spec(value).defaults
+    if not isinstance(value, dict) or "policy" not in value:
+        raise ValueError(f"router: got {value!r}, expected a router name or a mapping with 'policy'")
+    spec = router_spec(value["policy"])
+    rest = {k: v for k, v in value.items() if k != "policy"}
+    cls = type(spec.defaults) if spec.defaults is not None else None
+    known = [f.name for f in dataclasses.fields(cls)] if cls is not None else []
+    for key in rest:
+        if key not in known:
+            raise ValueError(f"router: unknown key {key!r}{suggest(key, known)} for router {spec.name!r}; "
+                             f"known: {', '.join(['policy', *known])}")
+    if cls is None or not rest:
+        return spec, spec.defaults
+    try:
+        return spec, dataclasses.replace(spec.defaults, **rest)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"router.{exc}") from None
+
+
+def router_columns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Pools' `router:` values as the engines' columns: kernel ids (int64[P]) and parameter rows
+    (float64[P, ROUTER_PARAMS_WIDTH], zero-padded)."""
+    ids = np.zeros(len(values), np.int64)
+    rows = np.zeros((len(values), ROUTER_PARAMS_WIDTH), np.float64)
+    for i, value in enumerate(values):
+        spec, params = router_params(value)
+        ids[i] = spec.numba_id
+        if params is not None:
+            row = params.row()
+            rows[i, :len(row)] = row
+    return ids, rows
+
+
+def router_spec(name: Any) -> RouterSpec:
+    try:
+        return ROUTERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"router: unknown router {name!r}{suggest(name, ROUTERS)}; known: "
+                         f"{', '.join(sorted(ROUTERS))}") from None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A per-step policy with no parameters: its name, the module with its numba kernel and
+    reference twin, and its family's modules in id order (its id is its position there)."""
+
+    family: str
+    name: str
+    module: Any
+    summary: str
+    source: str
+    modules: tuple[Any, ...] = dataclasses.field(repr=False, default=())
+    params: dict[str, Any] | None = None
+
+    @property
+    def numba_id(self) -> int:
+        return self.modules.index(self.module)
+
+
+def _kernel_specs(family: str, modules: tuple[Any, ...]) -> dict[str, KernelSpec]:
+    return {name: KernelSpec(family, name, m, summary, source, modules)
+            for m in modules for name, summary, source in m.SPECS}
+
+
+# Queue orders, one module each (policies/queue_orders/); the id is the position here.
+QUEUE_MODULES = _modules("queue_orders", ("fcfs", "priority", "shortest_prompt", "edf", "longest_prefix"))
+QUEUE_ORDERS: dict[str, KernelSpec] = _kernel_specs("queue order", QUEUE_MODULES)
+# Preemption victims, one module each (policies/victims/); the id is the position here.
+VICTIM_MODULES = _modules("victims", ("vllm_fcfs", "vllm_priority", "least_progress", "most_kv"))
+VICTIMS: dict[str, KernelSpec] = _kernel_specs("preemption victim", VICTIM_MODULES)
 
 
 @dataclass(frozen=True)
 class AdmissionSpec:
     name: str
-    numba_id: int
-    params_cls: type
+    module: Any
     summary: str
     source: str
     family: str = "admission"
 
+    @property
+    def numba_id(self) -> int:
+        return ADMISSION_MODULES.index(self.module)
 
+    @property
+    def params_cls(self) -> type:
+        return self.module.Params
+
+
+# Admission policies, one module each (policies/admission/); the id is the position here.
+ADMISSION_MODULES = _modules("admission", ("always", "queue_limit", "token_bucket", "priority_shed", "slo_aware"))
 ADMISSIONS: dict[str, AdmissionSpec] = {
-    spec.name: spec
-    for spec in (
-        AdmissionSpec("always", 0, admission.AlwaysParams, "admit every request that fits the context",
-                      "vLLM (no admission control of its own)"),
-        AdmissionSpec("queue-limit", 1, admission.QueueLimitParams,
-                      "reject while the pool's waiting requests or waiting prompt tokens are at a cap",
-                      "gateway queue caps (Envoy max_pending_requests, llm-d queue threshold)"),
-        AdmissionSpec("token-bucket", 2, admission.TokenBucketParams,
-                      "per-tenant token bucket; a request costs prompt + output tokens",
-                      "API gateway token-rate limits (OpenAI-style TPM quotas)"),
-        AdmissionSpec("priority-shed", 3, admission.PriorityShedParams,
-                      "when saturated, reject the low-priority classes",
-                      "load shedding by criticality (llm-d / Gateway API inference extension criticality)"),
-        AdmissionSpec("slo-aware", 4, admission.SloAwareParams,
-                      "reject when the predicted TTFT exceeds a multiple of the SLO",
-                      "SLO-aware admission (e.g. DistServe / QLM style TTFT prediction)"),
-    )
+    name: AdmissionSpec(name, m, summary, source) for m in ADMISSION_MODULES for name, summary, source in m.SPECS
 }
 
 
@@ -171,7 +211,7 @@ SPLITS: dict[str, PolicySpec] = {
 }
 
 
-def _lookup(table: dict[str, PolicySpec], what: str, name: str) -> int:
+def _lookup(table: dict[str, Any], what: str, name: str) -> int:
     try:
         return table[name].numba_id
     except KeyError:
@@ -188,9 +228,9 @@ def victim_id(name: str) -> int:
 
 def router_id(name: str) -> int:
     try:
-        return ROUTERS[name].numba_id
-    except KeyError:
-        raise ConfigError(f"unknown router {name!r}{suggest(name, ROUTERS)}; known: {', '.join(sorted(ROUTERS))}") from None
+        return router_spec(name).numba_id
+    except ValueError as exc:
+        raise ConfigError(str(exc).removeprefix("router: ")) from None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 # Modules whose code (or constants, which numba freezes into a kernel) ends up in compiled kernels.
 _KERNEL_SOURCES = ("engine_nb.py", "engine_common.py", "kvblocks.py", "model/stepmodel.py", "fleet/metrics.py")
+# The per-step policies' kernels (policies/<family>/*.py) are inlined into the engine's too.
+_POLICY_KERNEL_DIRS = ("routers", "victims", "queue_orders", "admission")
 
 
 def _key_numba_cache() -> None:
@@ -24,6 +26,12 @@ def _key_numba_cache() -> None:
     digest = hashlib.sha256()
     for name in _KERNEL_SOURCES:
         digest.update((here / name).read_bytes())
+    policies = here.parent / "policies"
+    for family in _POLICY_KERNEL_DIRS:
+        for path in sorted((policies / family).glob("*.py")):
+            digest.update(path.read_bytes())
+    digest.update((policies / "_dispatch.py").read_bytes())
+    digest.update((policies / "registry.py").read_bytes())  # the order of the kernels is their ids
     parent = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llm-replay")
     numba.config.CACHE_DIR = os.path.join(parent, f"kernels-{digest.hexdigest()[:16]}")

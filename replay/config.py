@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, SPLITS, VICTIMS
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params
 from traces import TraceConfig
 from policies.plugins import is_entry_point, load_plugins
 from traces.configtools import from_dict, suggest
@@ -317,7 +317,8 @@ class PoolConfig:
     gpu_memory_bytes: float | None = None
     # Trace workload labels this pool serves; an empty list takes every label no other pool lists.
     workloads: tuple[str, ...] = ()
-    router: str = "least-outstanding"
+    # A router's name, or `{policy: weighted, scorers: {prefix: 2, queue: 1}}` (policies/routers/).
+    router: str | dict[str, Any] = "least-outstanding"
     # How stale the replica metrics are that scraping routers see (vllm-dp, least-kv, ...).
     router_refresh_ms: float = 50.0
     engine: EngineArgs = field(default_factory=EngineArgs)
@@ -340,9 +341,7 @@ class PoolConfig:
         if self.replicas < 0:
             raise ValueError(f"replicas: got {self.replicas}, expected a whole number >= 0")
         _positive("tensor_parallel_size", self.tensor_parallel_size)
-        if self.router not in ROUTERS:
-            raise ValueError(f"router: unknown router {self.router!r}{suggest(self.router, ROUTERS)}; known: "
-                             f"{', '.join(sorted(ROUTERS))}")
+        router_params(self.router)  # ValueError naming the key: unknown router, parameter or scorer
         if self.price_usd_per_gpu_hour is not None and self.price_usd_per_gpu_hour < 0:
             raise ValueError(f"price_usd_per_gpu_hour: got {self.price_usd_per_gpu_hour}, expected >= 0")
         if not self.router_refresh_ms > 0:

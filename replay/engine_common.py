@@ -33,19 +33,9 @@ REJECT_QUEUE_LIMIT, REJECT_RATE_LIMIT, REJECT_SHED, REJECT_SLO = 4, 5, 6, 7
 REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queue_limit", "rate_limit",
                 "shed_low_priority", "predicted_ttft_over_slo")
 
-# Admission policies at arrival, by numba id.
-ADMIT_ALWAYS, ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, ADMIT_PRIORITY_SHED, ADMIT_SLO_AWARE = 0, 1, 2, 3, 4
 
-# Routers within a pool are dispatched by `policies.registry.ROUTERS[name].numba_id`:
-ROUTER_LEAST_OUTSTANDING, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_VLLM_DP = 0, 1, 2, 3
-ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST = 4, 5, 6, 7
-# Queue orders (which waiting request is admitted next) and preemption victims, by numba id.
-QUEUE_FCFS, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, QUEUE_EDF, QUEUE_LONGEST_PREFIX = 0, 1, 2, 3, 4
-LPM_MAX_QUEUE = 128  # SGLang falls back from longest-prefix-match to FCFS above this queue length
-VICTIM_FCFS, VICTIM_PRIORITY, VICTIM_LEAST_PROGRESS, VICTIM_MOST_KV = 0, 1, 2, 3
-
-# Routers that read replica metrics through a view refreshed every `refresh_us` (stale signals).
-ROUTERS_WITH_VIEW = (ROUTER_VLLM_DP, ROUTER_LEAST_KV, ROUTER_POWER_OF_TWO, ROUTER_PREFIX_AWARE, ROUTER_KV_COST)
+# Routers, queue orders and preemption victims are policies/ plug-ins, chosen by ids that are
+# their kernels' positions in policies/registry.py.
 
 NO_EVENT = np.iinfo(np.int64).max
 
@@ -92,19 +82,21 @@ class EngineInputs:
     pool_long_prefill_token_threshold: np.ndarray  # int64[P]
     pool_enable_prefix_caching: np.ndarray  # int64[P] 0 or 1
     pool_max_model_len: np.ndarray  # int64[P]
-    pool_router: np.ndarray  # int64[P] router numba ids (policies.registry)
+    pool_router: np.ndarray  # int64[P] router kernel ids (policies.registry.router_columns)
     pool_step_params: np.ndarray  # float64[P, stepmodel.NUM_PARAMS]
     detailed_events: bool = False
     pool_refresh_us: np.ndarray | None = None  # int64[P] routers' view refresh (default 50 ms)
     pool_seed: np.ndarray | None = None  # int64[P] seeds of the random routers
-    pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (default FCFS)
+    # float64[P, W] each router's parameters (`Params.row()`; default zeros: no parameters)
+    pool_router_params: np.ndarray | None = None
+    pool_queue: np.ndarray | None = None  # int64[P] queue-order ids (policy_ids: default FCFS)
     pool_victim: np.ndarray | None = None  # int64[P] preemption-victim ids (default vLLM FCFS)
     pool_watermark_blocks: np.ndarray | None = None  # int64[P] (default 0)
     pool_whole_prompt: np.ndarray | None = None  # int64[P] 0/1 (default 0)
     pool_ttft_budget_us: np.ndarray | None = None  # int64[P] (default 2 s)
     tenant: np.ndarray | None = None  # int64[N] tenant index (default 0)
     num_tenants: int = 1
-    pool_admission: np.ndarray | None = None  # int64[P] admission ids (default always)
+    pool_admission: np.ndarray | None = None  # int64[P] admission ids (policy_ids: default always)
     # Admission parameters per pool (0 = that limit is off): queue-limit's caps, the token bucket
     # (capacity in tokens, refill in tokens/s), priority-shed's saturation point and first shed
     # priority, slo-aware's multiple of the TTFT target (in thousandths) and prefill tokens/s.
@@ -178,6 +170,47 @@ class EngineInputs:
         if self.pool_refresh_us is None:
             return np.full(len(self.pool_replicas), 50_000, np.int64)
         return self.pool_refresh_us
+
+    @property
+    def router_params(self) -> np.ndarray:
+        if self.pool_router_params is None:
+            from policies.registry import ROUTER_PARAMS_WIDTH
+
+            return np.zeros((len(self.pool_replicas), ROUTER_PARAMS_WIDTH), np.float64)
+        return np.ascontiguousarray(self.pool_router_params, dtype=np.float64)
+
+    def policy_ids(self, family: str) -> np.ndarray:
+        """Per pool, the id of its queue order, preemption victim or admission policy ("queue",
+        "victim", "admission"); a column left out is vLLM's default (fcfs, vllm-fcfs, always)."""
+        from policies.registry import ADMISSIONS, QUEUE_ORDERS, VICTIMS
+
+        default = {"queue": QUEUE_ORDERS["fcfs"], "victim": VICTIMS["vllm-fcfs"], "admission": ADMISSIONS["always"]}
+        return self.per_pool(family, default[family].numba_id)
+
+    def policy_reads(self, what: str) -> np.ndarray:
+        """Per pool, whether its router reads the scraped view ("view") or the request's
+        prefix-cache hits on each replica ("prefix"), its queue order each waiting request's
+        ("queue prefix"), its admission policy the pool's queue totals ("admission pool"); or the
+        reject reason of its admission policy ("admission reason"). 0 for an id with no policy
+        (the engine then stops with an error)."""
+        from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES
+
+        out = np.zeros(len(self.pool_replicas), np.int64)
+        if what in ("admission pool", "admission reason"):  # it reads the pool's queue totals; its reason
+            for p, aid in enumerate(self.policy_ids("admission")):
+                if 0 <= aid < len(ADMISSION_MODULES):
+                    module = ADMISSION_MODULES[aid]
+                    out[p] = module.READS_POOL if what == "admission pool" else REJECT_NAMES.index(module.REASON)
+            return out
+        if what == "queue prefix":  # the queue order reads each waiting request's cache hits
+            for p, qid in enumerate(self.policy_ids("queue")):
+                out[p] = 0 <= qid < len(QUEUE_MODULES) and QUEUE_MODULES[qid].READS_PREFIX
+            return out
+        for p, rid in enumerate(self.pool_router):
+            if 0 <= rid < len(ROUTER_MODULES):
+                module = ROUTER_MODULES[rid]
+                out[p] = module.READS_VIEW if what == "view" else module.reads_prefix(self.router_params[p])
+        return out
 
     @property
     def seeds(self) -> np.ndarray:

@@ -23,11 +23,6 @@ import numpy as np
 from numba import njit
 
 from replay.engine_common import (
-    ADMIT_ALWAYS,
-    ADMIT_PRIORITY_SHED,
-    ADMIT_QUEUE_LIMIT,
-    ADMIT_SLO_AWARE,
-    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -41,28 +36,8 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
-    REJECT_QUEUE_LIMIT,
-    REJECT_RATE_LIMIT,
-    REJECT_SHED,
-    REJECT_SLO,
     REJECTED,
     TRANSFERRING,
-    LPM_MAX_QUEUE,
-    QUEUE_EDF,
-    QUEUE_FCFS,
-    QUEUE_LONGEST_PREFIX,
-    QUEUE_PRIORITY,
-    QUEUE_SHORTEST_PROMPT,
-    ROUTER_KV_COST,
-    ROUTER_LEAST_KV,
-    ROUTER_POWER_OF_TWO,
-    ROUTER_PREFIX_AWARE,
-    ROUTER_RANDOM,
-    ROUTER_ROUND_ROBIN,
-    ROUTER_VLLM_DP,
-    VICTIM_FCFS,
-    VICTIM_LEAST_PROGRESS,
-    VICTIM_PRIORITY,
     RUNNING,
     SPEC_CREDIT_SCALE,
     WAITING,
@@ -80,6 +55,24 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.model.stepmodel import step_time_us_nb
+from policies.admission._view import AdmissionView
+from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
+from policies.queue_orders._view import QueueView
+from policies._dispatch import build_dispatch
+from policies.routers._view import RouterView
+from policies.victims._view import VictimView
+
+# Every registered router kernel behind one dispatch; -2: the pool's id has no router.
+ROUTE_UNKNOWN = -2
+route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
+victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1)
+admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0)
+queue_head_dispatch = build_dispatch([m.head_kernel for m in QUEUE_MODULES], True)
+queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0)
+# Constants frozen into the kernels. check_policy_ids stops a run whose ids are out of range
+# before any event, so the dispatches' markers for an unknown id (-1, True, 0.0) are never used.
+NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES), len(QUEUE_MODULES)
+NUM_ADMISSIONS = len(ADMISSION_MODULES)
 
 
 class Requests(NamedTuple):
@@ -154,6 +147,7 @@ class Replicas(NamedTuple):
     view_wait: np.ndarray
     view_run: np.ndarray
     view_kv: np.ndarray  # used KV blocks
+    hits: np.ndarray  # prefix-cache hit blocks of the request being routed (routers that read them)
     wait_tokens: np.ndarray  # tokens of the requests waiting (for slo-aware admission)
     host_free: np.ndarray  # blocks of CPU swap space left
     # Prefill/decode: blocks set aside for KV on its way in (already out of nfree), requests
@@ -182,7 +176,9 @@ class Pools(NamedTuple):
     long_prefill: np.ndarray
     prefix_caching: np.ndarray
     max_model_len: np.ndarray
-    router: np.ndarray
+    router: np.ndarray  # router kernel id (policies.registry.ROUTER_MODULES)
+    router_params: np.ndarray  # float64[P, W]: the router's parameter row
+    route_hits: np.ndarray  # 1: the router reads each replica's prefix-cache hits of the request
     rr_next: np.ndarray
     arrivals: np.ndarray
     rejected: np.ndarray
@@ -191,12 +187,15 @@ class Pools(NamedTuple):
     next_refresh: np.ndarray  # NO_EVENT when the pool's router reads no view
     rng: np.ndarray  # uint64 xorshift state per pool (random and power-of-two routers)
     queue: np.ndarray  # queue-order policy id
+    queue_hits: np.ndarray  # 1: the queue order reads each waiting request's prefix-cache hits
     victim: np.ndarray  # preemption-victim policy id
     watermark_blocks: np.ndarray  # blocks admission leaves free
     whole_prompt: np.ndarray  # 1: admit only when every remaining prompt token fits
     ttft_budget_us: np.ndarray  # TTFT target, for earliest-deadline-first
     admission: np.ndarray  # admission policy id
-    adm: np.ndarray  # int64[P, 8]: the admission parameters (EngineInputs.pool_max_waiting, ...)
+    adm: np.ndarray  # int64[P, 8]: the admission parameters (policies/admission/_view.py PARAM_COLUMNS)
+    adm_pool: np.ndarray  # 1: the admission policy reads the pool's queue totals
+    adm_reason: np.ndarray  # the reject reason its policy records (REJECT_*)
     bucket: np.ndarray  # int64[P * tenants] token bucket level, in millionths of a token
     bucket_at: np.ndarray  # int64[P * tenants] time of the last refill
     swap: np.ndarray  # 1: preempt by swapping to host memory while swap space lasts
@@ -225,7 +224,8 @@ class Events(NamedTuple):
     request: np.ndarray
     value: np.ndarray
     # clock[0] next arrival index, [1] events recorded, [2] detailed flag, [3] margin,
-    # [4] and [5] the replica and time of a STATUS_STUCK
+    # [4] and [5] the replica and time of a STATUS_STUCK (the pool and time of a
+    # STATUS_UNKNOWN_POLICY), [6] the family of a STATUS_UNKNOWN_POLICY (UNKNOWN_* below)
     clock: np.ndarray
 
 
@@ -237,7 +237,9 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
     )
 )
 
-STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK = 0, 1, 2
+STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
+# Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family whose id has no policy.
+UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
 
 
@@ -387,17 +389,6 @@ def routable(reps, r, t):
 
 
 @njit(cache=True, _nrt=False)
-def rand_below(pools, p, n):
-    """A uniform integer in [0, n) from the pool's xorshift64* stream (seeded, reproducible)."""
-    x = pools.rng[p]
-    x ^= x >> U64(12)
-    x ^= x << U64(25)
-    x ^= x >> U64(27)
-    pools.rng[p] = x
-    return np.int64((x * U64(0x2545F4914F6CDD1D)) >> U64(33)) % n
-
-
-@njit(cache=True, _nrt=False)
 def refresh_views(reps, pools, p, t):
     """The pool's routers see each replica as it is now, until the next refresh."""
     for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
@@ -422,82 +413,26 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 @njit(cache=True, _nrt=False)
 def route(rq, blocks, reps, pools, th, tbs, p, q, t):
-    """Pick an active replica of pool p for request q, -1 if none. Integer-id dispatch; the ids,
-    defaults and upstream sources are in policies.registry.ROUTERS. Lowest index wins ties."""
+    """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
+    router id has no kernel. The router (policies/routers/) sees a RouterView; the engine first
+    promotes the starting replicas whose loading has finished and, for a router that reads
+    them, finds the request's prefix-cache hits on each active replica."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
-    router = pools.router[p]
-    if router == ROUTER_ROUND_ROBIN:
-        for _ in range(n):
-            k = pools.rr_next[p]
-            pools.rr_next[p] = (k + 1) % n
-            if routable(reps, first + k, t):
-                return first + k
-        return -1
+    bs = pools.block_size[p]
+    hits = pools.route_hits[p] != 0
     active = 0
     for r in range(first, first + n):
         if routable(reps, r, t):
             active += 1
+            if hits:
+                reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     if active == 0:
         return -1
-    if router == ROUTER_RANDOM or router == ROUTER_POWER_OF_TWO:
-        i = rand_below(pools, p, active)
-        if router == ROUTER_RANDOM or active == 1:
-            return nth_routable(reps, first, n, i)
-        # Power of two choices: a second, distinct candidate; the less loaded (as last seen) wins.
-        j = rand_below(pools, p, active - 1)
-        if j >= i:
-            j += 1
-        a = nth_routable(reps, first, n, min(i, j))
-        b = nth_routable(reps, first, n, max(i, j))
-        if reps.view_wait[b] + reps.view_run[b] < reps.view_wait[a] + reps.view_run[a]:
-            return b
-        return a
-    bs = pools.block_size[p]
+    view = RouterView(reps.state, reps.view_wait, reps.view_run, reps.view_kv, reps.nblocks, reps.nwait, reps.nrun,
+                      reps.hits, pools.rng, pools.rr_next)
     need = (rq.prompt[q] + bs - 1) // bs
-    max_wait = 0
-    min_wait = -1
-    if router == ROUTER_PREFIX_AWARE:
-        for r in range(first, first + n):
-            if reps.state[r] == R_ACTIVE:
-                max_wait = max(max_wait, reps.view_wait[r])
-                min_wait = reps.view_wait[r] if min_wait < 0 else min(min_wait, reps.view_wait[r])
-    best = -1
-    best_score = 0.0
-    for r in range(first, first + n):
-        if reps.state[r] != R_ACTIVE:
-            continue
-        if router == ROUTER_VLLM_DP:  # lower is better
-            score = -float(reps.view_wait[r] * 4 + reps.view_run[r])
-        elif router == ROUTER_LEAST_KV:
-            score = -float(reps.view_kv[r]) / max(reps.nblocks[r], 1)
-        elif router == ROUTER_PREFIX_AWARE:
-            # llm-d scorers, each in [0, 1]: prefix-cache match, queue (min-max normalised), KV free.
-            prefix = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) / max(need, 1)
-            queue = 1.0 if max_wait == min_wait else (max_wait - reps.view_wait[r]) / (max_wait - min_wait)
-            kv = 1.0 - reps.view_kv[r] / max(reps.nblocks[r], 1)
-            score = 2.0 * prefix + 1.0 * queue + 1.0 * kv
-        elif router == ROUTER_KV_COST:
-            # Dynamo's KV router cost: blocks left to prefill after the cached overlap + blocks
-            # the replica is decoding; the cheapest wins.
-            score = -float(need - prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q) + reps.view_kv[r])
-        else:  # least-outstanding: the proxy's own count of requests in flight, never stale
-            score = -float(reps.nwait[r] + reps.nrun[r])
-        if best < 0 or score > best_score:
-            best = r
-            best_score = score
-    return best
-
-
-@njit(cache=True, _nrt=False)
-def nth_routable(reps, first, n, k):
-    """The k-th active replica of the range (active ones were promoted by `routable`)."""
-    for r in range(first, first + n):
-        if reps.state[r] == R_ACTIVE:
-            if k == 0:
-                return r
-            k -= 1
-    return -1
+    return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
 
 @njit(cache=True, _nrt=False)
@@ -511,45 +446,25 @@ def route_starting(pools, reps, p):
     return best
 
 
-A_MAX_WAITING, A_MAX_WAITING_TOKENS, A_BUCKET, A_REFILL, A_SHED_AT, A_SHED_FROM, A_SLO_MILLI, A_PREFILL = range(8)
-
-
 @njit(cache=True, _nrt=False)
 def admit(rq, reps, pools, p, r, q, t):
-    """The pool's admission policy on request q routed to replica r: 0 or a reject reason."""
-    policy = pools.admission[p]
-    if policy == ADMIT_ALWAYS:
-        return 0
-    first = pools.first_replica[p]
+    """The pool's admission policy (policies/admission/) on request q routed to replica r: 0 or
+    the policy's reject reason. The pool's queue totals are counted for a policy that reads them."""
     waiting = 0
     waiting_tokens = 0
     active = 0
-    for x in range(first, first + pools.num_replicas[p]):
-        waiting += reps.nwait[x]
-        waiting_tokens += reps.wait_tokens[x]
-        if reps.state[x] == R_ACTIVE:
-            active += 1
-    a = pools.adm[p]
-    if policy == ADMIT_QUEUE_LIMIT:  # caps on the pool's queue
-        if (a[A_MAX_WAITING] > 0 and waiting >= a[A_MAX_WAITING]) or (
-                a[A_MAX_WAITING_TOKENS] > 0 and waiting_tokens + rq.prompt[q] > a[A_MAX_WAITING_TOKENS]):
-            return REJECT_QUEUE_LIMIT
-    elif policy == ADMIT_TOKEN_BUCKET:  # per tenant; a request costs its prompt + output tokens
-        k = p * (pools.bucket.shape[0] // pools.admission.shape[0]) + rq.tenant[q]
-        full = a[A_BUCKET] * 1_000_000
-        pools.bucket[k] = min(full, pools.bucket[k] + (t - pools.bucket_at[k]) * a[A_REFILL])
-        pools.bucket_at[k] = t
-        cost = (rq.prompt[q] + rq.output[q]) * 1_000_000
-        if pools.bucket[k] < cost:
-            return REJECT_RATE_LIMIT
-        pools.bucket[k] -= cost
-    elif policy == ADMIT_PRIORITY_SHED:  # saturated pool: shed the low-priority classes
-        if waiting >= a[A_SHED_AT] * max(active, 1) and rq.priority[q] >= a[A_SHED_FROM]:
-            return REJECT_SHED
-    elif policy == ADMIT_SLO_AWARE:  # the replica's queue ahead, prefilled at the step model's rate
-        predicted_us = (reps.wait_tokens[r] + rq.prompt[q]) * 1_000_000 // max(a[A_PREFILL], 1)
-        if predicted_us > a[A_SLO_MILLI] * pools.ttft_budget_us[p] // 1000:
-            return REJECT_SLO
+    if pools.adm_pool[p] != 0:
+        first = pools.first_replica[p]
+        for x in range(first, first + pools.num_replicas[p]):
+            waiting += reps.nwait[x]
+            waiting_tokens += reps.wait_tokens[x]
+            if reps.state[x] == R_ACTIVE:
+                active += 1
+    view = AdmissionView(waiting, waiting_tokens, active, reps.wait_tokens, rq.prompt, rq.output, rq.priority,
+                         rq.tenant, pools.bucket, pools.bucket_at, pools.bucket.shape[0] // pools.admission.shape[0],
+                         pools.ttft_budget_us)
+    if admission_dispatch(pools.admission[p], view, p, r, q, t, pools.adm[p]) != 0:
+        return pools.adm_reason[p]
     return 0
 
 
@@ -595,6 +510,34 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
 
+@njit(cache=True, _nrt=False)
+def unknown_policy(ev, family, p, t):
+    """A pool's policy id has no kernel: stop the run (advance_nb returns STATUS_UNKNOWN_POLICY)."""
+    ev.clock[4] = p
+    ev.clock[5] = t
+    ev.clock[6] = family
+
+
+@njit(cache=True, _nrt=False)
+def check_policy_ids(pools, ev):
+    """Every pool's per-step policy ids name a registered kernel; else record the first pool
+    that has none (its family in ev.clock[6]) and return False: the run stops with an error."""
+    for p in range(pools.router.shape[0]):
+        if not 0 <= pools.router[p] < NUM_ROUTERS:
+            unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
+            return False
+        if not 0 <= pools.victim[p] < NUM_VICTIMS:
+            unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
+            return False
+        if not 0 <= pools.queue[p] < NUM_QUEUES:
+            unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
+            return False
+        if not 0 <= pools.admission[p] < NUM_ADMISSIONS:
+            unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
+            return False
+    return True
+
+
 @njit(cache=True, _nrt=False, inline="always")
 def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
@@ -602,6 +545,9 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     keeps it in its FIFO; any other rejects it as no_replica."""
     p = rq.pool[q]
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
+    if r == ROUTE_UNKNOWN:
+        unknown_policy(ev, UNKNOWN_ROUTER, p, t)
+        return
     if r < 0:
         r = route_starting(pools, reps, p)
     if r < 0:
@@ -614,6 +560,9 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
+        if rp == ROUTE_UNKNOWN:
+            unknown_policy(ev, UNKNOWN_ROUTER, pp, t)
+            return
         if rp < 0:
             rp = route_starting(pools, reps, pp)
         if rp >= 0:  # else no prefill replica at all: the decode replica prefills it itself
@@ -842,30 +791,10 @@ def is_decoding(rq, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def pick_victim(rq, reps, pools, p, off, nrun, i):
-    """Index in the running list of the request to preempt while scheduling index i (ids in
-    policies.registry). vLLM's priority victim is chosen among every running request, with the
-    request index as the last tie-break so the choice never flips between two equals. The
-    dynamic-key victims are chosen among the requests from i on (those not yet scheduled in this
-    step, as vLLM's FCFS tail is): the head of running then always makes progress, which keeps
-    two large requests from preempting each other forever."""
-    policy = pools.victim[p]
-    if policy == VICTIM_FCFS:
-        return nrun - 1  # vLLM FCFS: the tail of running
-    lo = 0 if policy == VICTIM_PRIORITY else i
-    best = lo
-    for k in range(lo + 1, nrun):
-        q = reps.run_list[off + k]
-        b = reps.run_list[off + best]
-        if policy == VICTIM_PRIORITY:  # max (priority, arrival, index)
-            worse = rq.priority[q] > rq.priority[b] or (rq.priority[q] == rq.priority[b] and (
-                rq.arrival[q] > rq.arrival[b] or (rq.arrival[q] == rq.arrival[b] and q > b)))
-        elif policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated; the newest on ties
-            worse = rq.generated[q] <= rq.generated[b]
-        else:  # VICTIM_MOST_KV: most blocks held; the newest on ties
-            worse = rq.nblocks[q] >= rq.nblocks[b]
-        if worse:
-            best = k
-    return best
+    """Index in the running list of the request to preempt while scheduling index i: the pool's
+    victim policy (policies/victims/) over a VictimView (ids are checked by check_policy_ids)."""
+    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks)
+    return victim_dispatch(pools.victim[p], view, off, nrun, i)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -883,7 +812,7 @@ def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
 
 @njit(cache=True, _nrt=False, inline="always")
 def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
-    """The waiting request to admit next under the pool's queue order (ids in policies.registry),
+    """The waiting request to admit next under the pool's queue order (policies/queue_orders/),
     among those queued by `cutoff` (-1: none is). Ties go to the earlier arrival, then the lower
     index. On a decode replica, a request whose KV has arrived goes first, the earliest arrived
     first: it holds its blocks already, and a request that cannot fit must not keep it waiting."""
@@ -895,26 +824,21 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
                 return q
             q = rq.qnext[q]
     q = reps.wait_head[r]
-    if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and reps.nwait[r] > LPM_MAX_QUEUE):
-        # FCFS (SGLang's longest-prefix falls back to it on long queues)
+    if queue_head_dispatch(policy, reps.nwait[r]):  # the queue's own order (FCFS)
         while q >= 0 and rq.queued[q] > cutoff:
             q = rq.qnext[q]
         return q
     bs = pools.block_size[p]
+    reads_prefix = pools.queue_hits[p] != 0
+    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us)
     best = -1
     best_key = 0.0
     while q >= 0:
         if rq.queued[q] > cutoff:
             q = rq.qnext[q]
             continue
-        if policy == QUEUE_PRIORITY:
-            key = float(rq.priority[q])
-        elif policy == QUEUE_SHORTEST_PROMPT:
-            key = float(rq.prompt[q])
-        elif policy == QUEUE_EDF:
-            key = float(rq.arrival[q] + pools.ttft_budget_us[p])
-        else:  # QUEUE_LONGEST_PREFIX: most cached prefix first
-            key = -float(prompt_hits(rq, blocks, reps, th, tbs, bs, r, q))
+        hits = prompt_hits(rq, blocks, reps, th, tbs, bs, r, q) if reads_prefix else 0
+        key = queue_key_dispatch(policy, view, p, q, hits)
         if best < 0 or key < best_key or (key == best_key and (
                 rq.arrival[q] < rq.arrival[best] or (rq.arrival[q] == rq.arrival[best] and q < best))):
             best = q
@@ -1182,6 +1106,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
+    if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
+        return STATUS_UNKNOWN_POLICY
     while True:
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
@@ -1222,6 +1148,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                 return STATUS_OK
             arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
             ev.clock[0] = a + 1
+            if ev.clock[6] != 0:
+                return STATUS_UNKNOWN_POLICY
             continue
         if best_r < 0 or best_t > until:
             return STATUS_OK

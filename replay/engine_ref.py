@@ -16,11 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replay.engine_common import (
-    ADMIT_ALWAYS,
-    ADMIT_PRIORITY_SHED,
-    ADMIT_QUEUE_LIMIT,
-    ADMIT_SLO_AWARE,
-    ADMIT_TOKEN_BUCKET,
     COUNTERS,
     EV_ARRIVE,
     EV_FINISH,
@@ -34,29 +29,8 @@ from replay.engine_common import (
     REJECT_CONTEXT,
     REJECT_KV,
     REJECT_NO_REPLICA,
-    REJECT_QUEUE_LIMIT,
-    REJECT_RATE_LIMIT,
-    REJECT_SHED,
-    REJECT_SLO,
     REJECTED,
     TRANSFERRING,
-    LPM_MAX_QUEUE,
-    QUEUE_EDF,
-    QUEUE_FCFS,
-    QUEUE_LONGEST_PREFIX,
-    QUEUE_PRIORITY,
-    QUEUE_SHORTEST_PROMPT,
-    ROUTER_KV_COST,
-    ROUTER_LEAST_KV,
-    ROUTER_POWER_OF_TWO,
-    ROUTER_PREFIX_AWARE,
-    ROUTER_RANDOM,
-    ROUTER_ROUND_ROBIN,
-    ROUTER_VLLM_DP,
-    ROUTERS_WITH_VIEW,
-    VICTIM_FCFS,
-    VICTIM_LEAST_PROGRESS,
-    VICTIM_PRIORITY,
     rng_seed,
     RUNNING,
     SNAPSHOT_COLUMNS,
@@ -72,11 +46,35 @@ from replay.engine_common import (
 )
 from replay.kvblocks import block_key_ref
 from replay.model.stepmodel import step_time_us_nb
+from policies._dispatch import UnknownPolicyId, build_reference
+from policies.admission._view import PARAM_COLUMNS, AdmissionView
+from policies.queue_orders._view import QueueView
+from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
+from policies.routers._view import RouterView
+from policies.victims._view import VictimView
+
+# The policies' plain-Python twins, by the same ids as the numba engine's kernels.
+FAMILIES = {"router": ROUTER_MODULES, "preemption victim": VICTIM_MODULES, "queue order": QUEUE_MODULES,
+            "admission": ADMISSION_MODULES}
+route_reference = build_reference([m.reference for m in ROUTER_MODULES], "router")
+victim_reference = build_reference([m.reference for m in VICTIM_MODULES], "preemption victim")
+admission_reference = build_reference([m.reference for m in ADMISSION_MODULES], "admission")
+queue_head_reference = build_reference([m.head for m in QUEUE_MODULES], "queue order")
+queue_key_reference = build_reference([m.key for m in QUEUE_MODULES], "queue order")
+
+
+class Column:
+    """A per-request attribute read by request id, as a policy's view reads a numpy column."""
+
+    def __init__(self, requests: list, get) -> None:
+        self.requests, self.get = requests, get
+
+    def __getitem__(self, q: int):
+        return self.get(self.requests[q])
 
 # Event kinds in tie-break order at equal times: a step ends, a KV transfer completes, routers
 # refresh their view of the replicas, requests arrive, idle replicas wake up to schedule.
 STEP_END, TRANSFER_DONE, REFRESH, ARRIVAL, WAKE = 0, 1, 2, 3, 4
-MASK64 = (1 << 64) - 1
 
 
 @dataclass(eq=False)
@@ -219,15 +217,46 @@ class ReferenceEngine:
                 self.replicas[r].state = R_OFF
         self.rr_next = [0] * len(self.pool_members)
         self.rng = [rng_seed(int(x)) for x in inputs.seeds]
-        self.buckets: dict[tuple[int, int], tuple[int, int]] = {}  # (pool, tenant) -> (level, last refill)
+        # Token buckets per (pool, tenant), at pool * tenants + tenant: level (millionths of a
+        # token) and last refill, owned by the admission policy.
+        self.buckets = [int(x) * 1_000_000 for x in inputs.per_pool("bucket_tokens", 0)
+                        for _ in range(inputs.num_tenants)]
+        self.buckets_at = [0] * len(self.buckets)
         self.arrivals = [0] * len(self.pool_members)
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
         self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
         for i, r in enumerate(self.requests):
             heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
-        for p, router in enumerate(inputs.pool_router):
-            if router in ROUTERS_WITH_VIEW:
+        self.router_params = [list(row) for row in inputs.router_params]
+        self.victims = inputs.policy_ids("victim")
+        reqs = self.requests
+        self.victim_view = VictimView(run=[], priority=Column(reqs, lambda r: r.priority),
+                                      arrival=Column(reqs, lambda r: r.arrival_us),
+                                      generated=Column(reqs, lambda r: r.generated),
+                                      blocks=Column(reqs, lambda r: len(r.blocks)))
+        self.admissions = inputs.policy_ids("admission")
+        self.adm_pool = inputs.policy_reads("admission pool")
+        self.adm_reason = inputs.policy_reads("admission reason")
+        self.adm_rows = [[int(inputs.per_pool(name, 0)[p]) for name in PARAM_COLUMNS]
+                         for p in range(len(self.pool_members))]
+        tenants = inputs.tenants
+        self.admission_view = AdmissionView(
+            waiting=0, waiting_tokens=0, active=0,
+            wait_tokens=Column(self.replicas, lambda rep: sum(x.num_tokens for x in rep.waiting)),
+            prompt=Column(reqs, lambda r: r.prompt_tokens), output=Column(reqs, lambda r: r.output_tokens),
+            priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
+            bucket=self.buckets, bucket_at=self.buckets_at, tenants=inputs.num_tenants,
+            ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+        self.queues = inputs.policy_ids("queue")
+        self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
+        self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
+                                    prompt=Column(reqs, lambda r: r.prompt_tokens),
+                                    arrival=Column(reqs, lambda r: r.arrival_us),
+                                    ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+        self.route_hits = [bool(x) for x in inputs.policy_reads("prefix")]
+        for p, reads_view in enumerate(inputs.policy_reads("view")):
+            if reads_view:
                 heapq.heappush(self.heap, (0, REFRESH, p))
         self.caching = [bool(c) for c in inputs.pool_enable_prefix_caching]
         self.async_scheduling = [bool(a) for a in inputs.per_pool("async_scheduling", 0)]
@@ -258,6 +287,7 @@ class ReferenceEngine:
 
     def advance(self, until_us: int) -> None:
         self.now = until_us
+        self._check_policy_ids()
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
             if kind == REFRESH:
@@ -271,6 +301,16 @@ class ReferenceEngine:
             else:
                 self.wake_pending[who] = False
                 self._start_step(self.replicas[who], t)
+
+    def _check_policy_ids(self) -> None:
+        """As engine_nb.check_policy_ids: an id without a policy stops the run, before any event."""
+        columns = {"router": self.inp.pool_router, "preemption victim": self.victims, "queue order": self.queues,
+                   "admission": self.admissions}
+        for family, ids in columns.items():
+            for p, pid in enumerate(ids):
+                if not 0 <= pid < len(FAMILIES[family]):
+                    raise UnknownPolicyId(f"pool {p}: {family} id {int(pid)} has no policy in policies.registry "
+                                          f"(stopped at t_us={self.now})")
 
     def _wake(self, rep: Replica, t: int) -> None:
         if not self.wake_pending[rep.index]:
@@ -406,40 +446,17 @@ class ReferenceEngine:
         self._wake_idle(decode, t)
 
     def _admit(self, p: int, rep: Replica, req: Request, t: int) -> int:
-        """The pool's admission policy on a request routed to `rep`: 0 or a reject reason."""
-        inp = self.inp
-        policy = inp.per_pool("admission", ADMIT_ALWAYS)[p]
-        if policy == ADMIT_ALWAYS:
-            return 0
-
-        def param(name: str) -> int:
-            return int(inp.per_pool(name, 0)[p])
-
-        members = [self.replicas[x] for x in self.pool_members[p]]
-        waiting = sum(len(m.waiting) for m in members)
-        waiting_tokens = sum(x.num_tokens for m in members for x in m.waiting)
-        active = sum(m.state == R_ACTIVE for m in members)
-        if policy == ADMIT_QUEUE_LIMIT:
-            if (param("max_waiting") and waiting >= param("max_waiting")) or (
-                    param("max_waiting_tokens") and waiting_tokens + req.prompt_tokens > param("max_waiting_tokens")):
-                return REJECT_QUEUE_LIMIT
-        elif policy == ADMIT_TOKEN_BUCKET:  # millionths of a token; a request costs prompt + output
-            k = (p, int(inp.tenants[req.index]))
-            level, at = self.buckets.get(k, (param("bucket_tokens") * 1_000_000, 0))
-            level = min(param("bucket_tokens") * 1_000_000, level + (t - at) * param("bucket_refill_per_s"))
-            cost = (req.prompt_tokens + req.output_tokens) * 1_000_000
-            if level < cost:
-                self.buckets[k] = (level, t)
-                return REJECT_RATE_LIMIT
-            self.buckets[k] = (level - cost, t)
-        elif policy == ADMIT_PRIORITY_SHED:
-            if waiting >= param("shed_waiting_per_replica") * max(active, 1) and req.priority >= param("shed_priority_from"):
-                return REJECT_SHED
-        elif policy == ADMIT_SLO_AWARE:
-            queued = sum(x.num_tokens for x in rep.waiting)
-            predicted_us = (queued + req.prompt_tokens) * 1_000_000 // max(param("prefill_tokens_per_s"), 1)
-            if predicted_us > param("slo_multiple_milli") * int(inp.per_pool("ttft_budget_us", 2_000_000)[p]) // 1000:
-                return REJECT_SLO
+        """The pool's admission policy's twin (policies/admission/) on a request routed to `rep`:
+        0 or its reject reason."""
+        waiting = waiting_tokens = active = 0
+        if self.adm_pool[p]:
+            members = [self.replicas[x] for x in self.pool_members[p]]
+            waiting = sum(len(m.waiting) for m in members)
+            waiting_tokens = sum(x.num_tokens for m in members for x in m.waiting)
+            active = sum(m.state == R_ACTIVE for m in members)
+        view = self.admission_view._replace(waiting=waiting, waiting_tokens=waiting_tokens, active=active)
+        if admission_reference(int(self.admissions[p]), view, p, rep.index, req.index, t, self.adm_rows[p]):
+            return int(self.adm_reason[p])
         return 0
 
     def _routable(self, rep: Replica, t: int) -> bool:
@@ -458,15 +475,6 @@ class ReferenceEngine:
             rep.view = (len(rep.waiting), len(rep.running), rep.kv.num_blocks - rep.num_free)
         heapq.heappush(self.heap, (t + int(self.inp.refresh_us[p]), REFRESH, p))
 
-    def _rand_below(self, p: int, n: int) -> int:
-        """xorshift64*, the same stream as engine_nb.rand_below."""
-        x = self.rng[p]
-        x ^= x >> 12
-        x ^= (x << 25) & MASK64
-        x ^= x >> 27
-        self.rng[p] = x
-        return (((x * 0x2545F4914F6CDD1D) & MASK64) >> 33) % n
-
     def _prefix_hits(self, rep: Replica, req: Request, bs: int) -> int:
         hits = 0
         for key in req.keys[: (req.prompt_tokens - 1) // bs]:
@@ -476,50 +484,27 @@ class ReferenceEngine:
         return hits
 
     def _route(self, p: int, req: Request, t: int) -> int | None:
+        """The pool's router (policies/routers/, the twin of its numba kernel) over a RouterView;
+        starting replicas whose loading has finished become active first, as in engine_nb.route."""
         members = self.pool_members[p]
-        router = self.inp.pool_router[p]
-        if router == ROUTER_ROUND_ROBIN:
-            for _ in members:
-                k = self.rr_next[p]
-                self.rr_next[p] = (k + 1) % len(members)
-                if self._routable(self.replicas[members[k]], t):
-                    return members[k]
-            return None
         active = [r for r in members if self._routable(self.replicas[r], t)]
         if not active:
             return None
-        if router in (ROUTER_RANDOM, ROUTER_POWER_OF_TWO):
-            i = self._rand_below(p, len(active))
-            if router == ROUTER_RANDOM or len(active) == 1:
-                return active[i]
-            # Power of two choices: a second, distinct candidate; the less loaded as last seen wins.
-            j = self._rand_below(p, len(active) - 1)
-            j += j >= i
-            a, b = active[min(i, j)], active[max(i, j)]
-            load = [sum(self.replicas[x].view[:2]) for x in (a, b)]
-            return b if load[1] < load[0] else a
         bs = int(self.inp.pool_block_size[p])
-        need = -(-req.prompt_tokens // bs)
-        waits = [self.replicas[r].view[0] for r in active]
-
-        def score(r: int) -> float:
-            rep = self.replicas[r]
-            wait, run, kv = rep.view
-            if router == ROUTER_VLLM_DP:  # vLLM's data-parallel balancer: waiting * 4 + running
-                return -float(wait * 4 + run)
-            if router == ROUTER_LEAST_KV:
-                return -float(kv) / max(rep.kv.num_blocks, 1)
-            if router == ROUTER_PREFIX_AWARE:  # llm-d scorers: prefix 2, queue 1, KV 1
-                prefix = self._prefix_hits(rep, req, bs) / max(need, 1)
-                hi, lo = max(waits), min(waits)
-                queue = 1.0 if hi == lo else (hi - wait) / (hi - lo)
-                return 2.0 * prefix + 1.0 * queue + 1.0 * (1.0 - kv / max(rep.kv.num_blocks, 1))
-            if router == ROUTER_KV_COST:  # Dynamo: blocks to prefill after the overlap + blocks held
-                return -float(need - self._prefix_hits(rep, req, bs) + kv)
-            # least-outstanding: the proxy's own count of requests in flight, never stale
-            return -float(len(rep.waiting) + len(rep.running))
-
-        return max(active, key=score)  # max() keeps the first (lowest index) on ties
+        hits = [0] * len(self.replicas)
+        if self.route_hits[p]:
+            for r in active:
+                hits[r] = self._prefix_hits(self.replicas[r], req, bs)
+        reps = self.replicas
+        view = RouterView(
+            state=[rep.state for rep in reps], wait=[rep.view[0] for rep in reps], run=[rep.view[1] for rep in reps],
+            kv=[rep.view[2] for rep in reps], blocks=[rep.kv.num_blocks for rep in reps],
+            live_wait=[len(rep.waiting) for rep in reps], live_run=[len(rep.running) for rep in reps],
+            hits=hits, rng=self.rng, rr=self.rr_next,
+        )
+        r = route_reference(int(self.inp.pool_router[p]), view, p, members[0], len(members), len(active),
+                            -(-req.prompt_tokens // bs), self.router_params[p])
+        return None if r < 0 else r
 
     # --- one scheduler step -----------------------------------------------------------------
 
@@ -679,17 +664,10 @@ class ReferenceEngine:
         rep.lora_id, rep.lora_used = [-1] * slots, [-1] * slots
 
     def _victim(self, rep: Replica, i: int) -> int:
-        """Index in the running list of the request to preempt while scheduling index i (see
-        engine_nb.pick_victim for why the dynamic-key victims are chosen from i on)."""
-        policy = self.inp.per_pool("victim", VICTIM_FCFS)[rep.pool]
-        run = rep.running
-        if policy == VICTIM_FCFS:  # vLLM FCFS: the tail of running
-            return len(run) - 1
-        if policy == VICTIM_PRIORITY:  # vLLM priority: max (priority, arrival), then the index
-            return max(range(len(run)), key=lambda k: (run[k].priority, run[k].arrival_us, run[k].index))
-        if policy == VICTIM_LEAST_PROGRESS:  # fewest tokens generated, the newest such
-            return min(range(i, len(run)), key=lambda k: (run[k].generated, -k))
-        return max(range(i, len(run)), key=lambda k: (len(run[k].blocks), k))  # most KV, the newest such
+        """Index in the running list of the request to preempt while scheduling index i: the
+        pool's victim policy's twin (policies/victims/) over a VictimView."""
+        view = self.victim_view._replace(run=[req.index for req in rep.running])
+        return victim_reference(int(self.victims[rep.pool]), view, 0, len(rep.running), i)
 
     def _cached_prefix(self, rep: Replica, req: Request, bs: int) -> list[int]:
         """Blocks of the request's leading full blocks found in the cache, capped at num_tokens - 1."""
@@ -704,27 +682,19 @@ class ReferenceEngine:
     def _next_waiting(self, rep: Replica, bs: int, cutoff: int) -> Request | None:
         """The queue order's pick among the requests queued by `cutoff` (None: no such request);
         ties go to the earlier arrival, then the lower index."""
-        policy = self.inp.per_pool("queue", QUEUE_FCFS)[rep.pool]
+        policy, p = int(self.queues[rep.pool]), rep.pool
         eligible = [req for req in rep.waiting if req.queued_us <= cutoff]
         received = [req for req in eligible if req.blocks]  # KV arrived: goes first (see engine_nb)
         if received:
             return received[0]
         if not eligible:
             return None
-        if policy == QUEUE_FCFS or (policy == QUEUE_LONGEST_PREFIX and len(rep.waiting) > LPM_MAX_QUEUE):
-            return eligible[0]  # (SGLang's longest-prefix falls back to FCFS on long queues)
-        budget = int(self.inp.per_pool("ttft_budget_us", 2_000_000)[rep.pool])
+        if queue_head_reference(policy, len(rep.waiting)):
+            return eligible[0]  # the queue's own order (FCFS)
 
         def key(req: Request) -> tuple:
-            if policy == QUEUE_PRIORITY:
-                k = float(req.priority)
-            elif policy == QUEUE_SHORTEST_PROMPT:
-                k = float(req.prompt_tokens)
-            elif policy == QUEUE_EDF:
-                k = float(req.arrival_us + budget)
-            else:  # longest prefix first
-                k = -float(len(self._cached_prefix(rep, req, bs)))
-            return (k, req.arrival_us, req.index)
+            hits = len(self._cached_prefix(rep, req, bs)) if self.queue_hits[p] else 0
+            return (queue_key_reference(policy, self.queue_view, p, req.index, hits), req.arrival_us, req.index)
 
         return min(eligible, key=key)
 

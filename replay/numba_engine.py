@@ -16,7 +16,6 @@ from replay.engine_common import (
     R_STARTING,
     REPLICA_STATE_NAMES,
     SNAPSHOT_COLUMNS,
-    ROUTERS_WITH_VIEW,
     EngineInputs,
     rng_seed,
     InvariantViolation,
@@ -25,6 +24,11 @@ from replay.engine_nb import (
     C_FINISHED,
     STATUS_EVENTS_FULL,
     STATUS_STUCK,
+    STATUS_UNKNOWN_POLICY,
+    UNKNOWN_ROUTER,
+    UNKNOWN_VICTIM,
+    UNKNOWN_QUEUE,
+    UNKNOWN_ADMISSION,
     Events,
     Pools,
     Replicas,
@@ -35,13 +39,13 @@ from replay.engine_nb import (
     snapshot_nb,
 )
 from replay.kvblocks import Blocks, table_size
+from policies._dispatch import UnknownPolicyId
+from policies.admission._view import PARAM_COLUMNS
 
 
 def admission_params(inputs: EngineInputs) -> np.ndarray:
-    """The admission parameters as one int64[P, 8] array, in engine_nb.A_* order."""
-    names = ("max_waiting", "max_waiting_tokens", "bucket_tokens", "bucket_refill_per_s",
-             "shed_waiting_per_replica", "shed_priority_from", "slo_multiple_milli", "prefill_tokens_per_s")
-    return np.stack([inputs.per_pool(name, 0) for name in names], axis=1).astype(np.int64)
+    """The admission parameters as one int64[P, 8] array, in policies/admission/_view.py's order."""
+    return np.stack([inputs.per_pool(name, 0) for name in PARAM_COLUMNS], axis=1).astype(np.int64)
 
 
 def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
@@ -160,6 +164,7 @@ class NumbaEngine:
             view_wait=full(nrep, 0),
             view_run=full(nrep, 0),
             view_kv=full(nrep, 0),
+            hits=full(nrep, 0),
             wait_tokens=full(nrep, 0),
             host_free=inputs.per_pool("host_blocks", 0)[rep_pool],
             reserved=full(nrep, 0),
@@ -183,20 +188,25 @@ class NumbaEngine:
             prefix_caching=inputs.pool_enable_prefix_caching.astype(i64),
             max_model_len=inputs.pool_max_model_len.astype(i64),
             router=inputs.pool_router.astype(i64),
+            router_params=inputs.router_params,
+            route_hits=inputs.policy_reads("prefix"),
             rr_next=full(npool, 0),
             arrivals=full(npool, 0),
             rejected=full(npool, 0),
             step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
             refresh_us=inputs.refresh_us.astype(i64),
-            next_refresh=np.where(np.isin(inputs.pool_router, ROUTERS_WITH_VIEW), 0, NO_EVENT).astype(i64),
+            next_refresh=np.where(inputs.policy_reads("view") != 0, 0, NO_EVENT).astype(i64),
             rng=np.array([rng_seed(int(x)) for x in inputs.seeds], dtype=np.uint64),
-            queue=inputs.per_pool("queue", 0),
-            victim=inputs.per_pool("victim", 0),
+            queue=inputs.policy_ids("queue"),
+            queue_hits=inputs.policy_reads("queue prefix"),
+            victim=inputs.policy_ids("victim"),
             watermark_blocks=inputs.per_pool("watermark_blocks", 0),
             whole_prompt=inputs.per_pool("whole_prompt", 0),
             ttft_budget_us=inputs.per_pool("ttft_budget_us", 2_000_000),
-            admission=inputs.per_pool("admission", 0),
+            admission=inputs.policy_ids("admission"),
             adm=admission_params(inputs),
+            adm_pool=inputs.policy_reads("admission pool"),
+            adm_reason=inputs.policy_reads("admission reason"),
             bucket=np.repeat(inputs.per_pool("bucket_tokens", 0) * 1_000_000, inputs.num_tenants).astype(i64),
             bucket_at=full(npool * inputs.num_tenants, 0),
             swap=inputs.per_pool("swap", 0),
@@ -224,7 +234,7 @@ class NumbaEngine:
             replica=np.zeros(cap, i64),
             request=np.zeros(cap, i64),
             value=np.zeros(cap, i64),
-            clock=np.array([0, 0, int(inputs.detailed_events), margin, -1, -1], dtype=i64),
+            clock=np.array([0, 0, int(inputs.detailed_events), margin, -1, -1, 0], dtype=i64),
         )
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
@@ -242,7 +252,21 @@ class NumbaEngine:
                 r, t = int(self.ev.clock[4]), int(self.ev.clock[5])
                 raise InvariantViolation(f"replica {r} has {int(self.reps.nwait[r])} waiting requests but cannot "
                                          f"schedule any at t_us={t}")
+            if status == STATUS_UNKNOWN_POLICY:
+                self._check_policies()
             return
+
+    def _check_policies(self) -> None:
+        """The kernel stopped at a pool whose policy id has no kernel: say which, never run a default."""
+        family = int(self.ev.clock[6])
+        if family != 0:
+            p = int(self.ev.clock[4])
+            name, ids = {UNKNOWN_ROUTER: ("router", self.pools.router),
+                         UNKNOWN_VICTIM: ("preemption victim", self.pools.victim),
+                         UNKNOWN_QUEUE: ("queue order", self.pools.queue),
+                         UNKNOWN_ADMISSION: ("admission", self.pools.admission)}[family]
+            raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
+                                  f"(stopped at t_us={int(self.ev.clock[5])})")
 
     def _drain(self) -> None:
         n = int(self.ev.clock[1])
@@ -306,6 +330,7 @@ class NumbaEngine:
                 continue
             left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, p,
                                         np.int64(self.now), np.int64(min(room, left))))
+            self._check_policies()
 
     def drain_replica(self, r: int) -> None:
         state = self.reps.state[r]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, VICTIMS, router_columns
+from policies.routers.weighted import SCORERS
 from replay.engine_common import EngineInputs
 from replay.model.stepmodel import DraftShape, StepShape, step_params
 from replay.model.stepterms import spec_credit_table
@@ -23,10 +25,16 @@ STEP_TERMS = step_params(SHAPE, draft=DraftShape(3, 2.5e9, 2.5e9, 32768.0), lora
                          lora_flops_per_token=1e8, mfu=0.5, knee_tokens=64, past_knee_mfu=0.2)
 
 
+def routers():
+    """Every registered router by name, or the weighted router over drawn scorer weights."""
+    weights = st.dictionaries(st.sampled_from(SCORERS), st.sampled_from([0.5, 1, 2, 3]), min_size=1, max_size=4)
+    return st.one_of(st.sampled_from(sorted(ROUTERS)), weights.map(lambda w: {"policy": "weighted", "scorers": w}))
+
+
 def make_inputs(
     arrival_us, prompt, output, *, families=None, trace_block_tokens=32, replicas=(1,), kv_blocks=(64,),
     block_size=(16,), max_num_seqs=(8,), max_batched=(256,), long_prefill=(0,), prefix_caching=(1,),
-    max_model_len=(4096,), router=(0,), pool=None, priority=None, detailed_events=True,
+    max_model_len=(4096,), router=("least-outstanding",), pool=None, priority=None, detailed_events=True,
     queue=None, victim=None, watermark_blocks=None, whole_prompt=None, tenant=None, admission=None,
     adm=None, swap=None, host_blocks=None, pd=None, adapter=None, lora_slots=None, lora_load_us=None,
     spec=None, async_scheduling=None,
@@ -44,6 +52,7 @@ def make_inputs(
             hashes += [families[i] * 1000 + k if k < 3 else 10**6 + i * 1000 + k for k in range(blocks)]
             hash_len[i] = blocks
     npool = len(replicas)
+    router_ids, router_params = router_columns(list(router))  # names, or {policy: ..., <params>}
     return EngineInputs(
         arrival_us=np.asarray(arrival_us, np.int64),
         prompt_tokens=prompt,
@@ -62,7 +71,8 @@ def make_inputs(
         pool_long_prefill_token_threshold=np.asarray(long_prefill, np.int64),
         pool_enable_prefix_caching=np.asarray(prefix_caching, np.int64),
         pool_max_model_len=np.asarray(max_model_len, np.int64),
-        pool_router=np.asarray(router, np.int64),
+        pool_router=router_ids,
+        pool_router_params=router_params,
         pool_step_params=np.stack([STEP if spec is None and lora_slots is None else STEP_TERMS] * npool),
         detailed_events=detailed_events,
         pool_queue=None if queue is None else np.asarray(queue, np.int64),
@@ -151,17 +161,17 @@ def engine_inputs(draw, max_requests: int = 40, pd: bool | None = None) -> Engin
         long_prefill=per_pool(st.sampled_from([0, 0, 16, 100])),
         prefix_caching=per_pool(st.sampled_from([0, 1, 1])),
         max_model_len=per_pool(st.sampled_from([300, 4096])),
-        router=per_pool(st.integers(0, 7)),
+        router=per_pool(routers()),
         pool=pool,
         priority=priority,
-        queue=per_pool(st.integers(0, 4)),
-        victim=per_pool(st.integers(0, 3)),
+        queue=per_pool(st.sampled_from([spec.numba_id for spec in QUEUE_ORDERS.values()])),
+        victim=per_pool(st.sampled_from([spec.numba_id for spec in VICTIMS.values()])),
         watermark_blocks=per_pool(st.sampled_from([0, 0, 1, 3])),
         whole_prompt=per_pool(st.sampled_from([0, 0, 1])),
         swap=per_pool(st.sampled_from([0, 1])),
         host_blocks=per_pool(st.sampled_from([0, 10, 1000])),
         tenant=tenant,
-        admission=per_pool(st.integers(0, 4)),
+        admission=per_pool(st.sampled_from([spec.numba_id for spec in ADMISSIONS.values()])),
         adm={
             "max_waiting": per_pool(st.integers(0, 6)),
             "max_waiting_tokens": per_pool(st.sampled_from([0, 300, 2000])),

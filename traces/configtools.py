@@ -51,7 +51,7 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
         # A message that starts with one of the section's field names is about that key.
         text = str(exc)
         field, sep, rest = text.partition(":")
-        if sep and field in fields:
+        if sep and field.split(".")[0] in fields:  # "router.scorers: ..." is under field `router`
             where = f"{path}.{field}" if path else field
             raise ConfigError(f"{source}: {where}:{rest}") from None
         raise ConfigError(f"{source}: {path or 'top level'}: {text}") from None

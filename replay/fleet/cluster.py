@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from policies.admission import PriorityShedParams, QueueLimitParams, SloAwareParams, TokenBucketParams
 from policies.api import ReplicaModel
-from policies.registry import admission_spec, queue_order_id, router_id, split_function, victim_id
+from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
@@ -305,6 +304,7 @@ def build_inputs(
     if len(flat) != int(hash_len.sum()):
         raise ValueError("prefix_hashes contain null entries")
     engines = [p.config.engine for p in plans]
+    routers = router_columns([p.config.router for p in plans])
     return EngineInputs(
         arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
                                    [p.serving for p in plans]),
@@ -327,7 +327,8 @@ def build_inputs(
         pool_long_prefill_token_threshold=np.array([e.long_prefill_token_threshold for e in engines], np.int64),
         pool_enable_prefix_caching=np.array([int(e.enable_prefix_caching) for e in engines], np.int64),
         pool_max_model_len=np.array([p.max_model_len for p in plans], np.int64),
-        pool_router=np.array([router_id(p.config.router) for p in plans], np.int64),
+        pool_router=routers[0],
+        pool_router_params=routers[1],
         pool_step_params=np.stack([p.step_params for p in plans]),
         detailed_events=detailed_events,
         pool_refresh_us=np.array([max(1, round(p.config.router_refresh_ms * 1000)) for p in plans], np.int64),
@@ -407,17 +408,11 @@ def admission_inputs(plans: list[PoolPlan]) -> dict[str, np.ndarray]:
         "pool_bucket_refill_per_s", "pool_shed_waiting_per_replica", "pool_shed_priority_from",
         "pool_slo_multiple_milli", "pool_prefill_tokens_per_s")}
     for plan in plans:
-        i, a = plan.index, plan.admission
-        cols["pool_admission"][i] = admission_spec(plan.config.admission.policy).numba_id
-        if isinstance(a, QueueLimitParams):
-            cols["pool_max_waiting"][i], cols["pool_max_waiting_tokens"][i] = a.max_waiting, a.max_waiting_tokens
-        elif isinstance(a, TokenBucketParams):
-            cols["pool_bucket_tokens"][i], cols["pool_bucket_refill_per_s"][i] = a.capacity_tokens, a.refill_tokens_per_s
-        elif isinstance(a, PriorityShedParams):
-            cols["pool_shed_waiting_per_replica"][i] = a.waiting_per_replica
-            cols["pool_shed_priority_from"][i] = a.shed_priority_from
-        elif isinstance(a, SloAwareParams):
-            cols["pool_slo_multiple_milli"][i] = round(a.ttft_multiple * 1000)
+        i, spec = plan.index, admission_spec(plan.config.admission.policy)
+        cols["pool_admission"][i] = spec.numba_id
+        for name, value in plan.admission.columns().items():
+            cols[f"pool_{name}"][i] = value
+        if getattr(spec.module, "NEEDS_PREFILL_RATE", False):
             cols["pool_prefill_tokens_per_s"][i] = round(replica_model(plan).prefill_tokens_per_s)
     return cols
 

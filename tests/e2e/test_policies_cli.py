@@ -40,6 +40,11 @@ def test_policies_run_by_name(cli, write, tmp_path, router, queue, victim):
     ("preemption: {victim: oldest}", ["pools[0].preemption.victim", "'oldest'", "most-kv"]),
     ("preemption: {mode: teleport}", ["pools[0].preemption.mode", "'teleport'", "recompute or swap"]),
     ("router_refresh_ms: 0", ["pools[0].router_refresh_ms", "got 0"]),
+    ("router: {policy: weighted, scorers: {prefx: 2}}",
+     ["pools[0].router.scorers", "'prefx'", "did you mean 'prefix'", "kv_cost"]),
+    ("router: {policy: weighted, weights: {prefix: 2}}", ["pools[0].router", "'weights'", "known: policy, scorers"]),
+    ("router: {policy: least-kv, scorers: {queue: -1}}", ["pools[0].router.scorers.queue", "got -1", ">= 0"]),
+    ("router: {policy: fastest}", ["pools[0].router", "'fastest'", "weighted"]),
 ])
 def test_unknown_policy_names_list_the_known_ones(cli, write, tmp_path, pool_extra, fragments):
     write("f.yaml", f"model: llama-3.1-8b\npools:\n  - name: a\n    {pool_extra}\n")
@@ -57,6 +62,24 @@ def test_policies_lists_every_family(cli):
     assert {"router", "queue order", "preemption victim", "autoscaler"} <= {r["family"] for r in rows}
     text = cli("policies")
     assert "prefix-aware" in text.out and "kpa" in text.out
+    weighted = next(r for r in rows if r["family"] == "router" and r["name"] == "weighted")
+    assert weighted["params"] == {"scorers": {"prefix": 2.0, "queue": 1.0, "kv_free": 1.0}}
+    assert "weighted" in text.out and "scorers" in text.out
+
+
+def test_weighted_router_from_the_config_and_its_presets(cli, write, tmp_path):
+    """`router: {policy: weighted, scorers: ...}` runs; with llm-d's weights it is prefix-aware
+    exactly, and other weights route differently."""
+    runs = {"preset": "prefix-aware", "spelled": "{policy: weighted, scorers: {prefix: 2, queue: 1, kv_free: 1}}",
+            "running": "{policy: weighted, scorers: {running: 1}}"}
+    replicas = {}
+    for name, router in runs.items():
+        write(f"{name}.yaml", FLEET.format(router=router, queue="fcfs", victim="auto"))
+        res = cli("run", "--config", f"{name}.yaml", "--out", name, "-q")
+        assert res.code == 0, res.err
+        replicas[name] = read_run(tmp_path / name).requests["replica"].to_list()
+    assert replicas["spelled"] == replicas["preset"]
+    assert replicas["running"] != replicas["preset"]
 
 
 @pytest.mark.parametrize("admission, fragments", [

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay.engine_common import (
-    ADMIT_QUEUE_LIMIT, ADMIT_TOKEN_BUCKET, EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECT_NAMES,
+    EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECT_NAMES,
     REJECTED,
 )
+from policies.registry import ADMISSIONS
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
@@ -25,7 +26,7 @@ def _run(inputs):
 @given(engine_inputs(), st.integers(1, 4))
 def test_queue_limit_never_admits_into_a_full_queue(inputs, limit):
     npool = len(inputs.pool_replicas)
-    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMIT_QUEUE_LIMIT),
+    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMISSIONS["queue-limit"].numba_id),
                                  pool_max_waiting=np.full(npool, limit), pool_max_waiting_tokens=np.zeros(npool))
     ev, cols = _run(inputs)
     waiting = np.zeros(npool, np.int64)
@@ -47,7 +48,7 @@ def test_queue_limit_never_admits_into_a_full_queue(inputs, limit):
 @given(engine_inputs(), st.sampled_from([300, 1000, 5000]), st.sampled_from([10, 200, 1000]))
 def test_token_bucket_admits_at_most_capacity_plus_refill(inputs, capacity, refill):
     npool = len(inputs.pool_replicas)
-    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMIT_TOKEN_BUCKET),
+    inputs = dataclasses.replace(inputs, pool_admission=np.full(npool, ADMISSIONS["token-bucket"].numba_id),
                                  pool_bucket_tokens=np.full(npool, capacity),
                                  pool_bucket_refill_per_s=np.full(npool, refill))
     ev, cols = _run(inputs)

@@ -18,7 +18,7 @@ from tests.strategies import engine_inputs, make_inputs, run_to_end
 def _pd_fleet(arrival, prompt, output, *, pd, replicas=(1, 1), kv_blocks=(64, 64), **kw):
     """Pool 0 prefills, pool 1 decodes; every request arrives at the decode pool."""
     two = {"block_size": (16, 16), "max_num_seqs": (8, 8), "max_batched": (512, 512), "long_prefill": (0, 0),
-           "prefix_caching": (1, 1), "max_model_len": (4096, 4096), "router": (0, 0)}
+           "prefix_caching": (1, 1), "max_model_len": (4096, 4096), "router": ("least-outstanding",) * 2}
     pd = {"pd_prefill_pool": 0, "pd_decode_pool": 1, **pd}
     return make_inputs(arrival, prompt, output, replicas=replicas, kv_blocks=kv_blocks, pool=[1] * len(arrival),
                        pd=pd, **{**two, **kw})

@@ -10,23 +10,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay.engine_common import (
-    EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT, REJECTED,
+    EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECTED,
 )
+from policies.registry import QUEUE_ORDERS
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
 
-@given(engine_inputs(), st.sampled_from([QUEUE_PRIORITY, QUEUE_SHORTEST_PROMPT]))
+@given(engine_inputs(), st.sampled_from(["priority", "shortest-prompt"]))
 def test_admission_follows_the_queue_order(inputs, order):
     # Without LoRA: a request whose adapter would exceed max_loras is skipped, not admitted in order.
     # Without async scheduling: there a request queued after the step was scheduled waits for the
     # next one whatever its rank (the differential test and test_serving_terms hold that part).
-    inputs = dataclasses.replace(inputs, pool_queue=np.full(len(inputs.pool_replicas), order), pool_lora_slots=None,
+    inputs = dataclasses.replace(inputs, pool_queue=np.full(len(inputs.pool_replicas), QUEUE_ORDERS[order].numba_id),
+                                 pool_lora_slots=None,
                                  pool_async_scheduling=None)
     engine = NumbaEngine(inputs)
     run_to_end(engine, limit_us=10**10)
     ev = engine.take_events()
-    key = inputs.priority if order == QUEUE_PRIORITY else inputs.prompt_tokens
+    key = inputs.priority if order == "priority" else inputs.prompt_tokens
     waiting: dict[int, set[int]] = {}
     received: set[int] = set()  # prefill/decode: KV landed, blocks held; these go first
     for kind, replica, q, value in zip(ev["kind"].tolist(), ev["replica"].tolist(), ev["request"].tolist(),

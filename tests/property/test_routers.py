@@ -7,17 +7,16 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.registry import ROUTERS
 from replay.engine_common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING
 from replay.engine_nb import route
 from replay.numba_engine import NumbaEngine
-from tests.strategies import make_inputs
+from tests.strategies import make_inputs, routers
 
 STATES = st.sampled_from([R_OFF, R_STARTING, R_ACTIVE, R_DRAINING])
 
 
 @given(
-    router=st.sampled_from(sorted(spec.numba_id for spec in ROUTERS.values())),
+    router=routers(),
     pools=st.integers(1, 3),
     data=st.data(),
 )

@@ -81,9 +81,9 @@ def test_kv_pressure_preempts_the_newest_running_request(cls):
 
 @pytest.mark.parametrize("cls", ENGINES)
 def test_round_robin_and_least_outstanding_routing(cls):
-    rr = finish(cls, make_inputs([0, 0, 0, 0], [10] * 4, [50] * 4, replicas=(2,), router=(1,)))
+    rr = finish(cls, make_inputs([0, 0, 0, 0], [10] * 4, [50] * 4, replicas=(2,), router=("round-robin",)))
     assert rr["replica"].tolist() == [0, 1, 0, 1]
-    lo = finish(cls, make_inputs([0, 0, 0], [10] * 3, [50] * 3, replicas=(3,), router=(0,)))
+    lo = finish(cls, make_inputs([0, 0, 0], [10] * 3, [50] * 3, replicas=(3,), router=("least-outstanding",)))
     assert sorted(lo["replica"].tolist()) == [0, 1, 2]
 
 
@@ -117,8 +117,8 @@ def test_prefix_aware_and_kv_cost_routing_find_the_cache(cls):
     args = (np.arange(n) * 2_000_000, rng.integers(200, 400, n), rng.integers(1, 5, n))
     kwargs = dict(families=rng.integers(0, 3, n), replicas=(3,), kv_blocks=(200,))
     hits = {}
-    for name, router in (("round-robin", 1), ("prefix-aware", 6), ("kv-cost", 7)):
-        hits[name] = finish(cls, make_inputs(*args, router=(router,), **kwargs))["cached_tokens"].sum()
+    for name in ("round-robin", "prefix-aware", "kv-cost"):
+        hits[name] = finish(cls, make_inputs(*args, router=(name,), **kwargs))["cached_tokens"].sum()
     assert hits["prefix-aware"] > hits["round-robin"] and hits["kv-cost"] > hits["round-robin"]
 
 
@@ -127,7 +127,7 @@ def test_vllm_dp_sees_load_only_at_refreshes(cls):
     """A burst inside one refresh interval all lands on the replica that looked idlest."""
     import dataclasses
 
-    inputs = make_inputs([0, 1, 2, 3], [50] * 4, [20] * 4, replicas=(2,), router=(3,))
+    inputs = make_inputs([0, 1, 2, 3], [50] * 4, [20] * 4, replicas=(2,), router=("vllm-dp",))
     stale = finish(cls, dataclasses.replace(inputs, pool_refresh_us=np.array([50_000])))
     assert stale["replica"].tolist() == [0, 0, 0, 0]
     live = finish(cls, dataclasses.replace(inputs, pool_refresh_us=np.array([1])))

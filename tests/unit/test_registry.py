@@ -9,15 +9,21 @@ from replay import engine_common
 from traces.errors import ConfigError
 
 
-def test_router_ids_are_unique_and_match_the_engine_dispatch():
-    ids = [spec.numba_id for spec in ROUTERS.values()]
-    assert len(set(ids)) == len(ids)
-    assert router_id("least-outstanding") == engine_common.ROUTER_LEAST_OUTSTANDING
-    assert router_id("round-robin") == engine_common.ROUTER_ROUND_ROBIN
-    for name, constant in (("random", "ROUTER_RANDOM"), ("vllm-dp", "ROUTER_VLLM_DP"), ("least-kv", "ROUTER_LEAST_KV"),
-                           ("power-of-two", "ROUTER_POWER_OF_TWO"), ("prefix-aware", "ROUTER_PREFIX_AWARE"),
-                           ("kv-cost", "ROUTER_KV_COST")):
-        assert router_id(name) == getattr(engine_common, constant)
+def test_router_ids_are_the_kernels_positions_in_the_registry():
+    """One name in one place: a router's id is its kernel module's position in ROUTER_MODULES,
+    every module has its numba kernel and its reference twin, and presets share a kernel."""
+    from policies.registry import ROUTER_MODULES
+    from policies.routers import _view, weighted
+
+    assert [ROUTER_MODULES.index(spec.module) for spec in ROUTERS.values()] == [
+        spec.numba_id for spec in ROUTERS.values()]
+    for module in ROUTER_MODULES:
+        assert callable(module.kernel.py_func) and callable(module.reference)
+        assert module.SPECS and all(name in ROUTERS for name, *_ in module.SPECS)
+    for name in ("prefix-aware", "least-kv", "vllm-dp", "kv-cost"):
+        assert ROUTERS[name].module is weighted
+    assert router_id("prefix-aware") == router_id("weighted") != router_id("round-robin")
+    assert _view.R_ACTIVE == engine_common.R_ACTIVE
 
 
 def test_every_router_documents_what_it_does_and_where_it_comes_from():
@@ -52,3 +58,32 @@ def test_pool_split_parameters_listed_are_the_configs_keys_and_defaults():
     for spec in SPLITS.values():
         for key, value in (spec.params or {}).items():
             assert defaults[key] == value, (spec.name, key)
+
+
+def test_router_parameters_from_a_mapping():
+    from policies.registry import router_columns, router_params
+    from policies.routers.weighted import SCORERS
+
+    spec, params = router_params({"policy": "weighted", "scorers": {"prefix": 2, "queue": 1, "kv_free": 1}})
+    assert spec.name == "weighted" and params == ROUTERS["prefix-aware"].defaults
+    ids, rows = router_columns(["least-kv", {"policy": "weighted", "scorers": {"running": 3}}, "random"])
+    assert ids.tolist() == [router_id("weighted"), router_id("weighted"), router_id("random")]
+    assert rows[0, SCORERS.index("kv_use")] == 1.0 and rows[1, SCORERS.index("running")] == 3.0
+    assert not rows[2].any()
+
+
+@pytest.mark.parametrize("value, fragments", [
+    ({"policy": "weighted", "scorers": {"prefx": 1}}, ["router.scorers", "'prefx'", "did you mean 'prefix'", "kv_cost"]),
+    ({"policy": "weighted", "weights": {"prefix": 1}}, ["router", "'weights'", "'weighted'", "scorers"]),
+    ({"policy": "round-robin", "scorers": {"prefix": 1}}, ["router", "'scorers'", "'round-robin'", "known: policy"]),
+    ({"policy": "weighted", "scorers": {"queue": -1}}, ["router.scorers.queue", "-1", ">= 0"]),
+    ({"policy": "weighted", "scorers": {"queue": 0}}, ["router.scorers", "at least one"]),
+    ({"scorers": {"queue": 1}}, ["router", "'policy'"]),
+])
+def test_bad_router_parameters_name_the_key(value, fragments):
+    from policies.registry import router_params
+
+    with pytest.raises(ValueError) as err:
+        router_params(value)
+    for fragment in fragments:
+        assert fragment in str(err.value), (fragment, str(err.value))

@@ -1,0 +1,69 @@
+"""One numba dispatch per policy family, built from the registry's ordered list of kernels.
+
+A family's integer id is the position of its kernel in that list (policies/registry.py), so
+no id is written anywhere by hand. `build_dispatch(kernels, unknown)` returns a jitted
+`dispatch(id, *args)` that calls `kernels[id](*args)`, or returns `unknown` for an id with no
+kernel, which the engine turns into an error status (never a fallback to a default policy).
+
+How: a chain of links, `if id == i: return kernel_i(...)` else the next link, each compiled
+with `inline="always"`, so the engine kernel that calls the dispatch holds every policy's code
+inline, as its hand-written if-chain did (a call that passes the engine's state as arguments
+costs hundreds of scalar copies; see replay/engine_nb.py). numba cannot iterate a tuple of
+functions without its experimental first-class function types, whose addresses cannot be
+cached, and its inliner refuses a closure called with *args; so each link's source is written
+out for the family's number of arguments and compiled here. A link is never cached itself:
+it is inlined into the engine kernel, and that kernel is loaded from numba's cache by the next
+process (tests/unit/test_policy_dispatch.py checks both).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+from numba import njit
+
+_LINK = """
+def link(pid, {args}):
+    if pid == i:
+        return kernel({args})
+    return rest(pid, {args})
+"""
+_NONE_LEFT = """
+def none_left(pid, {args}):
+    return unknown
+"""
+
+
+def build_dispatch(kernels: Sequence[Callable[..., Any]], unknown: Any) -> Callable[..., Any]:
+    arities = {len(inspect.signature(k.py_func).parameters) for k in kernels}
+    if len(arities) != 1:
+        raise TypeError(f"a family's kernels must take the same arguments; got {sorted(arities)} of them")
+    args = ", ".join(f"a{k}" for k in range(arities.pop()))
+    dispatch = _compile(_NONE_LEFT.format(args=args), "none_left", unknown=unknown)
+    for i in reversed(range(len(kernels))):  # id 0 is tested first
+        dispatch = _compile(_LINK.format(args=args), "link", i=i, kernel=kernels[i], rest=dispatch)
+    return dispatch
+
+
+def _compile(source: str, name: str, **names: Any) -> Callable[..., Any]:
+    scope = dict(names)
+    exec(compile(source, f"<policies._dispatch {name}>", "exec"), scope)  # noqa: S102 - our own template
+    return njit(_nrt=False, inline="always")(scope[name])
+
+
+def build_reference(twins: Sequence[Callable[..., Any]], family: str) -> Callable[..., Any]:
+    """The reference engine's dispatch: the same ids, the plain-Python twins, and an error (not a
+    default) for an id with no policy."""
+
+    def dispatch(pid: int, *args: Any) -> Any:
+        if not 0 <= pid < len(twins):
+            raise UnknownPolicyId(f"{family} id {pid} has no policy in policies.registry "
+                                  f"(known ids 0..{len(twins) - 1})")
+        return twins[pid](*args)
+
+    return dispatch
+
+
+class UnknownPolicyId(RuntimeError):
+    """An engine was given a policy id the registry does not have: a bug in the tool."""
