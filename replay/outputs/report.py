@@ -330,6 +330,17 @@ def print_comparison(console: Console, table_rows, out: Path, configs: list[Path
                   + ", ".join(str(c) for c in configs), soft_wrap=True)
 
 
+def _param(value: object) -> str:
+    """A parameter's default as a config would write it: {prefix: 2, queue: 1}, not a Python repr."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_param(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_param(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def print_policies(console: Console, rows: list[dict]) -> None:
     """One short block per policy: it reads at 80 columns, where a table of long cells does not."""
     family = None
@@ -340,5 +351,5 @@ def print_policies(console: Console, rows: list[dict]) -> None:
         # a plugin's name and docstring are the user's text, never rich markup
         console.print(f"[bold]{escape(row['name'])}[/]: {escape(row['summary'])}", soft_wrap=False)
         if row["params"]:
-            console.print("  [cyan]" + escape(", ".join(f"{k}={v}" for k, v in row["params"].items())) + "[/]")
+            console.print("  [cyan]" + escape(", ".join(f"{k}={_param(v)}" for k, v in row["params"].items())) + "[/]")
         console.print(f"  [dim]{escape(row['source'])}[/]")

@@ -138,3 +138,10 @@ def test_swap_preemption_from_the_config(cli, write, tmp_path):
     swap, recompute = read_run(tmp_path / "s").events, read_run(tmp_path / "r").events
     assert (swap["kind"] == "preempt_swap").sum() > 0 and (swap["kind"] == "preempt").sum() == 0
     assert (recompute["kind"] == "preempt").sum() > 0
+
+
+def test_defaults_read_as_a_config_writes_them(cli):
+    res = cli("policies")
+    assert res.code == 0
+    assert "scorers={prefix: 2, queue: 1, kv_free: 1}" in res.out
+    assert "{'" not in res.out and "=None" not in res.out and "=True" not in res.out
