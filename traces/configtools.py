@@ -79,7 +79,13 @@ def coerce(hint: Any, value: Any, path: str, source: str) -> Any:
                 return coerce(arg, value, path, source)
             except ConfigError as exc:
                 errors.append(exc)
-        raise errors[-1]
+        # A value of none of the kinds: name them all ("a string or a mapping"); one that is of a
+        # kind but wrong inside: that error, which names the inner key.
+        deeper = [e for e in errors if getattr(e, "expected_at", None) != path]
+        if deeper:
+            raise deeper[-1]
+        kinds = [e.expected for e in errors] + (["null"] if type(None) in args else [])
+        raise _expected(path, value, " or ".join(dict.fromkeys(kinds)), source)
     if hint is Any:
         return value
     if dataclasses.is_dataclass(hint):
@@ -124,7 +130,9 @@ def suggest(name: Any, known: Any) -> str:
 
 
 def _expected(path: str, value: Any, what: str, source: str) -> ConfigError:
-    return ConfigError(f"{source}: {path}: got {_show(value)}, expected {what}")
+    error = ConfigError(f"{source}: {path}: got {_show(value)}, expected {what}")
+    error.expected_at, error.expected = path, what  # what a union's message combines
+    return error
 
 
 # repr() of a large value costs as much as the value; reprlib stops after a few items and levels.

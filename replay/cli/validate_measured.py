@@ -102,7 +102,7 @@ def print_table(console: Any, results: list, rows: list, errors: dict) -> None:
         t.add_column("replay", justify="right")
         t.add_column("err", justify="right")
     t.add_column("class", justify="left")
-    t.add_column("", justify="left")
+    t.add_column("notes", justify="left")
     differs = []
     for result in results:
         exp = result.experiment

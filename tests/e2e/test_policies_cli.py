@@ -145,3 +145,10 @@ def test_defaults_read_as_a_config_writes_them(cli):
     assert res.code == 0
     assert "scorers={prefix: 2, queue: 1, kv_free: 1}" in res.out
     assert "{'" not in res.out and "=None" not in res.out and "=True" not in res.out
+
+
+def test_a_router_of_neither_kind_says_both_kinds(cli, write, tmp_path):
+    write("f.yaml", "model: llama-3.1-8b\npools:\n  - {name: a, replicas: 1, router: [1]}\n")
+    res = cli("run", "azure-conv-2023", "-c", "f.yaml", "--out", "o")
+    assert res.code == 2 and "pools[0].router: got [1], expected a string or a mapping" in res.err
+    assert not (tmp_path / "o").exists()

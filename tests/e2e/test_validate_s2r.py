@@ -33,6 +33,8 @@ def test_one_experiment_prints_measured_vs_replayed_per_stage_and_the_mape(cli, 
     assert all(r[6].endswith("%") and r[9].endswith("%") and r[12].endswith("%") for r in stages)
     assert [r[13] for r in stages] == ["stable"] * 3  # the replay's class per stage, as measured
     assert "CPU KV offload (8 GiB): not modelled" in stages[0][14]
+    header = next(line for line in got.out.splitlines() if "┃" in line and "experiment" in line)
+    assert header.split("┃")[-2].strip() == "notes"
     assert "saturation: 1 of 1 runs replay in their measured class" in got.out
     mape = {(r[0], r[1]): r for r in rows if r[1] in ("whole runs", "stages")}
     assert set(mape) == {("trainval", "whole runs"), ("trainval", "stages"), ("all", "whole runs"),
