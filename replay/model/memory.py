@@ -252,11 +252,9 @@ def _check_sizes(util: float, block_size: int, num_gpu_blocks_override: int | No
         _positive_int("max_model_len", max_model_len)
 
 
-def _shortfall(util: float, total: float, weights: int, extra: int, activation: int, overhead: int,
-               block_bytes: int, larger_tp: int | None) -> str:
+def _shortfall(util: float, total: float, usable: int, available: int, weights: int, extra: int, activation: int,
+               overhead: int, block_bytes: int, larger_tp: int | None) -> str:
     """What does not fit, by how much, and what to try: the tail of kv_capacity's error."""
-    usable = math.floor(total * util)
-    available = usable - weights - extra - activation - overhead
     hint = (f"try tensor_parallel_size >= {larger_tp} or a smaller weight dtype" if larger_tp
             else "try a smaller weight dtype or a GPU with more memory")
     drafts = f" + {_gb(extra)} of draft model / LoRA buffers" if extra else ""
@@ -335,7 +333,8 @@ def kv_capacity(
         larger_tp = _smallest_tp_that_fits(model, usable, block_bytes, tp, weight_dtype, max_num_batched_tokens,
                                            max_num_seqs)
         raise ConfigError(f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
-                          + _shortfall(util, total, weights, extra, activation, overhead, block_bytes, larger_tp))
+                          + _shortfall(util, total, usable, available, weights, extra, activation, overhead, block_bytes,
+                                       larger_tp))
     blocks = available // block_bytes if num_gpu_blocks_override is None else num_gpu_blocks_override
     if max_model_len is not None and blocks * block_size < max_model_len:
         raise ConfigError(
