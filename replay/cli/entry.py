@@ -7,23 +7,32 @@ from __future__ import annotations
 import signal
 import sys
 
+# The signal that arrived during the imports, if any.
+_received: list[int] = []
 
-def _terminated(signum, _frame):
+
+def _interrupted(signum, _frame):
+    _received.append(signum)
     raise KeyboardInterrupt(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM's default action kills the process silently: until replay.cli.app installs its own
-    # handler, it ends the imports as Ctrl-C does (one line, exit 143).
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # Until replay.cli.app installs its own handlers, SIGINT and SIGTERM end the imports (SIGTERM's
+    # default would kill the process silently) and are remembered: a signal inside a C extension's
+    # initialisation (numpy's) can surface as an ImportError that no longer carries it.
+    previous = {s: signal.signal(s, _interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         from replay.cli.app import main as cli_main
-    except KeyboardInterrupt as exc:
-        term = bool(exc.args) and exc.args[0] == signal.SIGTERM
+    except (KeyboardInterrupt, ImportError) as exc:
+        if isinstance(exc, ImportError) and not _received:
+            raise
+        signum = _received[0] if _received else (exc.args[0] if exc.args else signal.SIGINT)
+        term = signum == signal.SIGTERM
         print(f"llm-replay: {'terminated' if term else 'interrupted'}; nothing written", file=sys.stderr)
         return 143 if term else 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return cli_main(argv)
 
 
