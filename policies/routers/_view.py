@@ -28,7 +28,7 @@ from numba import njit
 
 U64 = np.uint64
 
-R_ACTIVE = 2  # replay.engine_common.R_ACTIVE (policies sit below replay; a test checks they agree)
+R_ACTIVE = 2  # replay.engine.common.R_ACTIVE (policies sit below replay; a test checks they agree)
 MASK64 = (1 << 64) - 1
 
 

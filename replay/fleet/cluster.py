@@ -21,7 +21,7 @@ from policies.registry import admission_spec, queue_order_id, router_columns, sp
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.engine.common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
@@ -139,7 +139,7 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
     return plans
 
 
-# The engines keep a few int64 arrays per KV block of every replica slot (replay/numba_engine.py):
+# The engines keep a few int64 arrays per KV block of every replica slot (replay/engine/numba_engine.py):
 # about 100 bytes a block, so this is about 3 GB, past any fleet the reference lesson needs.
 MAX_FLEET_KV_BLOCKS = 1 << 25
 
@@ -457,11 +457,11 @@ def replica_slots(pool: PoolConfig) -> int:
 
 def make_engine(name: str, inputs: EngineInputs) -> Engine:
     if name == "numba":
-        from replay.numba_engine import NumbaEngine
+        from replay.engine.numba_engine import NumbaEngine
 
         return NumbaEngine(inputs)
     if name == "reference":
-        from replay.engine_ref import ReferenceEngine
+        from replay.engine.reference.engine import ReferenceEngine
 
         return ReferenceEngine(inputs)
     raise ConfigError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")

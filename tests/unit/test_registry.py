@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.registry import ROUTERS, router_id
-from replay import engine_common
+from replay.engine import common as engine_common
 from traces.errors import ConfigError
 
 
@@ -41,7 +41,7 @@ def test_core_packages_import_without_a_terminal_ui():
     import sys
 
     code = (
-        "import sys, replay.run, replay.fleet.cluster, replay.engine_nb, replay.engine_ref, policies.registry, traces;"
+        "import sys, replay.run, replay.fleet.cluster, replay.engine.loop, replay.engine.reference.engine, policies.registry, traces;"
         "bad = [m for m in ('textual', 'rich') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

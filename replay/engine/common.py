@@ -1,6 +1,7 @@
 """What both engines share: the inputs they are built from, state codes, event kinds, reasons.
 
-Both engines (numba `engine_nb`, pure-Python `engine_ref`) take an `EngineInputs` and expose the
+Both engines (the numba kernels of this package behind `numba_engine.NumbaEngine`, and the
+pure-Python `reference.engine.ReferenceEngine`) take an `EngineInputs` and expose the
 same `Engine` methods, so the cluster loop and the differential test do not care which runs.
 """
 
@@ -233,7 +234,7 @@ class EngineInputs:
 
 def rng_seed(seed: int) -> int:
     """A pool's xorshift64* state from the run's seed: never 0 (xorshift would stay at 0)."""
-    from replay.kvblocks import mix64_ref
+    from replay.engine.kvblocks import mix64_ref
 
     return mix64_ref(seed, 0x5EED)
 
