@@ -44,10 +44,10 @@ class SchedulingMixin:
             swap_blocks += self._schedule_waiting(rep, t, budget, cutoff)
         self._run_step(rep, t, preempted, swap_blocks)
 
-    def _chunk(self, p: int, new: int, budget: int) -> int:
+    @staticmethod
+    def _chunk(threshold: int, new: int, budget: int) -> int:
         """The tokens a request computes in this step: capped by long_prefill_token_threshold
         and by the budget left."""
-        threshold = int(self.inp.pool_long_prefill_token_threshold[p])
         if 0 < threshold < new:
             new = threshold
         return min(new, budget)
@@ -57,13 +57,14 @@ class SchedulingMixin:
         Returns the token budget left, whether it preempted, and the blocks swapped out."""
         p = rep.pool
         bs = int(self.inp.pool_block_size[p])
+        threshold = int(self.inp.pool_long_prefill_token_threshold[p])
         budget = int(self.inp.pool_max_num_batched_tokens[p])
         preempted = False
         swap_blocks = 0  # copied to or from host memory in this step
         i = 0
         while i < len(rep.running) and budget > 0:
             req = rep.running[i]
-            new = self._chunk(p, self._wanted(req), budget)
+            new = self._chunk(threshold, self._wanted(req), budget)
             while self._blocks_needed(req, req.computed + new, bs) > rep.num_free:
                 vi = self._victim(rep, i)
                 victim = rep.running.pop(vi)
@@ -119,7 +120,7 @@ class SchedulingMixin:
         resumed = req.swapped  # KV tokens coming back from host memory
         hits = [] if resumed or received else self._cached_prefix(rep, req, bs)
         computed = req.computed if received else (resumed or len(hits) * bs)
-        new = self._chunk(p, req.num_tokens - computed, budget)
+        new = self._chunk(int(inp.pool_long_prefill_token_threshold[p]), req.num_tokens - computed, budget)
         evictable = sum(1 for b in hits if rep.kv.ref[b] == 0)
         # The chunk must fit; with the whole-prompt gate, everything still to compute must; the
         # watermark keeps blocks free for running requests to grow into.
