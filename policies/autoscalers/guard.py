@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 from policies.api import Decision, ScalingContext
 from policies.autoscalers._util import check_number, from_zero, us
-from traces.errors import UserError
+from common.errors import UserError
 
 S = TypeVar("S")
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from replay.model import serving
-from traces.errors import UserError
+from common.errors import UserError
 
 METRICS = ("ttft_mean", "itl_mean", "e2e_mean")
 

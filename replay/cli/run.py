@@ -1,5 +1,5 @@
 """`llm-replay run`: replay a trace on a fleet and write a run directory (with --tui, watched in
-the dashboard while it runs: replay/cli/tui.py)."""
+the dashboard while it runs: replay/cli/live_run.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from replay.cli.parsing import add_plugin_option
 from replay.cli.trace_options import add_trace_options
-from traces.errors import UserError
+from common.errors import UserError
 
 
 def add_parser(sub: Any) -> None:
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.tui:
-        from replay.cli.tui import cmd_run_tui
+        from replay.cli.live_run import cmd_run_tui
 
         return cmd_run_tui(args)
     return _replay(args)

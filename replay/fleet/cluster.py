@@ -29,9 +29,9 @@ from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
                                     step_time_us_nb, table_points, with_table)
 from replay.model.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
-from traces.bounds import BY_NAME
-from traces.configtools import from_dict
-from traces.errors import ConfigError, UserError
+from common.bounds import BY_NAME
+from common.configtools import from_dict
+from common.errors import ConfigError, UserError
 
 ENGINES = ("numba", "reference")
 # Each tick runs a Python control step and keeps a row per pool; measured, a run costs about

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from replay.model.specs import (
     GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits,
 )
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 GiB = 1 << 30
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -356,7 +356,7 @@ def kv_capacity(
     )
 
 
-# A GPU's memory as `gpu_memory_bytes` accepts it: 1 GB to 10 TB (traces/bounds.py holds the same).
+# A GPU's memory as `gpu_memory_bytes` accepts it: 1 GB to 10 TB (common/bounds.py holds the same).
 GPU_MEMORY_MIN, GPU_MEMORY_MAX = 1e9, 1e13
 
 

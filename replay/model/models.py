@@ -12,7 +12,7 @@ from typing import Any
 
 from replay.model.hf.arch_moe import fields_from_config
 from replay.model.hf.quant import unquantized_params, weight_formats
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from replay.model.gpus import GPUS, GpuSpec
 from replay.model.models import MODELS, ModelSpec
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 __all__ = [
     "GPUS", "KV_DTYPE_BYTES", "MODELS", "QUANTIZATION_DTYPES", "WEIGHT_DTYPE_BITS", "GpuSpec", "ModelSpec", "catalog_rows",

@@ -15,7 +15,7 @@ from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_dept
 from policies.autoscalers._ratio import RatioState
 from policies.autoscalers.guard import GuardParams, GuardState, guard_step, guarded
 from policies.registry import AUTOSCALERS, autoscaler_spec
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 S = 1_000_000
 REPLICA = ReplicaModel(

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from replay.config import EngineArgs, FleetConfig, PoolConfig, SloConfig, StepModelArgs, load_config
-from traces import ConfigError, UserError
+from common.errors import ConfigError, UserError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "e2e"
 

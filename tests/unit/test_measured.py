@@ -17,7 +17,7 @@ from replay.measured import STAGE_GAP_S, WHOLE_RUN, experiment_fleet, experiment
 from replay.measured.run import measure
 from replay.measured.workload import prompt_lengths, stage_of
 from replay.model.specs import get_model
-from traces.errors import ConfigError, UserError
+from common.errors import ConfigError, UserError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 DATA = SHARED / "measurements" / "vllm-s2r"

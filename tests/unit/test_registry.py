@@ -6,7 +6,7 @@ import pytest
 
 from policies.registry import ROUTERS, router_id
 from replay import engine_common
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 
 def test_router_ids_are_the_kernels_positions_in_the_registry():

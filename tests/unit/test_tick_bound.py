@@ -7,7 +7,7 @@ from replay.fleet import cluster
 from replay.fleet.cluster import simulate
 from replay.config import FleetConfig, PoolConfig
 from traces import cast_to_schema
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 
 def frame(*arrival_s: float, output_tokens: int = 10) -> pl.DataFrame:

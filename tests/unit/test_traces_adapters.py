@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 import traces
-from traces import TRACE_SCHEMA, TraceError, detect_format, load_trace
+from common.errors import TraceError
+from traces import TRACE_SCHEMA, detect_format, load_trace
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.model.models import ModelSpec, spec_from_config
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
