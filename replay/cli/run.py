@@ -59,7 +59,8 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     """The config, the fleet (one that cannot start fails before the trace is read), --out, then
     the trace: every user mistake is a UserError before anything is replayed or written."""
     from replay.cli.trace_options import effective_trace, trace_limits
-    from replay.fleet.cluster import check_tick_count, plan_pools
+    from replay.fleet.cluster import plan_pools
+    from replay.fleet.ticks import check_tick_count
     from replay.config import load_config
     from replay.outputs.write import check_out_dir
     from traces import load_from_config
