@@ -13,12 +13,12 @@ from typing import Any, Sequence
 
 import yaml
 
-from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params
-from traces import TraceConfig
-from policies.plugins import is_entry_point, load_plugins
 from common.configtools import from_dict, suggest
 from common.errors import ConfigError
 from common.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params
+from traces import TraceConfig
+from policies.plugins import is_entry_point, load_plugins
 
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from replay.model import serving
 from common.errors import UserError
+from replay.model import serving
 
 METRICS = ("ttft_mean", "itl_mean", "e2e_mean")
 

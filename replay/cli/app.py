@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 
-from typing import Callable
-
+from common.errors import UserError
 from replay.cli import calibrate, capacity, catalog, demo, policies, profile, run, trace, validate
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
-from common.errors import UserError
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
 # imports are light: what a command needs is imported when it runs.

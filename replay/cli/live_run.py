@@ -16,6 +16,7 @@ from pathlib import Path
 
 from common.errors import UserError
 
+
 def cmd_run_tui(args: argparse.Namespace) -> int:
     """Check the input before the dashboard starts (config, fleet, --out, the trace itself and
     its split over the pools: a bad one is one line and exit 2, as without --tui), start the
@@ -31,9 +32,9 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     from replay.fleet.live import LIVE_DIR, STATUS_FILE
     from replay.outputs.write import claimed
 
+    show = dashboard()
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
-    show = dashboard()
     began = time.perf_counter()
     checked = prepare_run(args)
     resolved, source, plans, out, trace = checked.cfg, checked.source, checked.plans, checked.out, checked.trace

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.errors import UserError
 from replay.cli.parsing import add_plugin_option
 from replay.cli.trace_options import add_trace_options
-from common.errors import UserError
 
 
 def add_parser(sub: Any) -> None:

@@ -10,8 +10,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
 from common.errors import UserError
+from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
 from traces.transforms import RATE_SCALE_RANGE
 from traces.limits import (
     BYTES_CEILING, DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S,

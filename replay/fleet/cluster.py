@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from common.configtools import from_dict
+from common.errors import ConfigError, UserError
 from policies.api import ReplicaModel
 from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
 from replay.calibration.profiles import default_source, step_coefficients
@@ -30,8 +32,6 @@ from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
                                     step_time_us_nb, table_points, with_table)
 from replay.model.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
-from common.configtools import from_dict
-from common.errors import ConfigError, UserError
 
 ENGINES = ("numba", "reference")
 

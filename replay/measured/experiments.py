@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from replay.measured.models import resolve_model
 from common.errors import UserError
 from common.files import read_text_file
+from replay.measured.models import resolve_model
 
 MAX_TABLE_BYTES = 16 << 20  # the shipped pair is about 100 kB; a campaign of thousands fits
 WHOLE_RUN = -1  # ground_truth.csv's stage for figures over every request of the run

@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from common.configtools import from_dict
+from common.errors import ConfigError
 from replay.config import FleetConfig, _resolve_profiles
 from replay.measured.experiments import Experiment
 from replay.validate import DRAIN_S
-from common.configtools import from_dict
-from common.errors import ConfigError
 
 POOL = "vllm"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from common.errors import ConfigError
 from replay.model.specs import (
     GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits,
 )
-from common.errors import ConfigError
 
 GiB = 1 << 30
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -13,12 +13,12 @@ import typing
 
 import pytest
 
-from policies.autoscalers.guard import GuardParams
-from policies.registry import ADMISSIONS, AUTOSCALERS
-from replay.config import FleetConfig, load_config
 from common.bounds import bound_for, first_out_of_bounds
 from common.configtools import from_dict
 from common.errors import ConfigError
+from policies.autoscalers.guard import GuardParams
+from policies.registry import ADMISSIONS, AUTOSCALERS
+from replay.config import FleetConfig, load_config
 
 # What a section needs besides the key under test, so its own checks reach that key.
 REQUIRED = {"MergeSource": {"path": "x.csv"}, "SampleConfig": {"n": 10},

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from common.errors import ConfigError
 from replay.engine_common import FINISHED
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
-from common.errors import ConfigError
 
 
 def _run(cls, inputs):

@@ -3,11 +3,11 @@
 import polars as pl
 import pytest
 
+from common.errors import ConfigError
 from replay.fleet import ticks
 from replay.fleet.cluster import simulate
 from replay.config import FleetConfig, PoolConfig
 from traces import cast_to_schema
-from common.errors import ConfigError
 
 
 def frame(*arrival_s: float, output_tokens: int = 10) -> pl.DataFrame:

@@ -13,8 +13,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from replay.model.models import ModelSpec, spec_from_config
 from common.errors import ConfigError
+from replay.model.models import ModelSpec, spec_from_config
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
