@@ -20,6 +20,7 @@ from traces.observed.samples import Counter, RawSeries, check_labels, number, se
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*([,}])')
+_LINE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+(\S+)")  # a sample: name, labels, value
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _UNESCAPE = re.compile(r"\\[\\\"n]")
 _DESCRIPTORS = ("# TYPE ", "# HELP ", "# UNIT ")
@@ -37,8 +38,9 @@ def looks_like(text: str) -> bool:
             return True
         if line.startswith("#"):
             continue
-        match = _NAME.match(line)
-        return bool(match) and line[match.end():match.end() + 1] in ("{", " ", "\t")
+        match = _LINE.match(line)
+        # labels in braces say OpenMetrics; a bare name needs a numeric value ("hello world" is prose)
+        return bool(match) and (match.group(1) is not None or number(match.group(2)) is not None)
     return False
 
 

@@ -1,0 +1,115 @@
+"""Observed series to pools and replicas by their labels, then onto the tick grid: gauges
+summed or averaged, counters as rates, histograms as quantiles, renamed metrics once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.observed_files import write_json
+from traces.observed import Grid, ObservedConfig, align, read_observed, select
+from traces.observed.mapping import pod_owners
+
+T0 = 1_700_000_000.0
+TIMES = np.arange(0.0, 601.0, 15.0)
+
+
+def _series(name, labels, values):
+    return (name, labels, [(T0 + t, float(v)) for t, v in zip(TIMES, values)])
+
+
+def _read(tmp_path, series, pools=("chat", "batch"), config=None, **kw):
+    observed = read_observed([write_json(tmp_path / "obs.json", series)])
+    config = config or ObservedConfig()
+    return select(observed, config, list(pools), (0.0, 600.0), T0, **kw), config
+
+
+def test_pods_map_to_their_deployment_and_the_pool_of_that_name(tmp_path):
+    mapped, _ = _read(tmp_path, [
+        _series("vllm:num_requests_waiting", {"pod": "chat-7f9c6d5b4-abcde"}, TIMES * 0),
+        _series("vllm:num_requests_waiting", {"pod": "batch-0"}, TIMES * 0),
+        _series("kube_deployment_status_replicas", {"deployment": "chat", "pod": "kube-state-metrics-6d4-x"}, TIMES * 0),
+        _series("vllm:num_requests_running", {"model_name": "llama", "pod": "x-1"}, TIMES * 0),
+    ], config=ObservedConfig(pools={"llama": "batch"}))
+    assert mapped.series.select("metric", "pool", "replica").rows() == [
+        ("vllm:num_requests_waiting", "chat", "chat-7f9c6d5b4-abcde"),
+        ("vllm:num_requests_waiting", "batch", "batch-0"),
+        ("kube_deployment_status_replicas", "chat", "kube-state-metrics-6d4-x"),
+        ("vllm:num_requests_running", "batch", "x-1"),
+    ]
+    assert pod_owners("chat-7f9c6d5b4-abcde") == ["chat"]
+
+
+def test_gauges_sum_or_average_over_the_pool(tmp_path):
+    mapped, config = _read(tmp_path, [
+        _series("vllm:num_requests_waiting", {"pool": "chat", "replica": "0"}, np.full(len(TIMES), 2)),
+        _series("vllm:num_requests_waiting", {"pool": "chat", "replica": "1"}, np.full(len(TIMES), 5)),
+        _series("vllm:kv_cache_usage_perc", {"pool": "chat", "replica": "0"}, np.full(len(TIMES), 0.2)),
+        _series("vllm:kv_cache_usage_perc", {"pool": "chat", "replica": "1"}, np.full(len(TIMES), 0.6)),
+        _series("DCGM_FI_DEV_GPU_UTIL", {"pool": "chat", "gpu": "0", "Hostname": "h"}, np.full(len(TIMES), 80)),
+    ])
+    aligned = align(mapped, Grid(15.0, 15.0, 40), config)
+    np.testing.assert_allclose(aligned.values[("waiting", "chat")], 7.0)
+    np.testing.assert_allclose(aligned.values[("kv_usage", "chat")], 0.4)
+    np.testing.assert_allclose(aligned.values[("gpu_busy", "chat")], 0.8)
+    per_replica = align(mapped, Grid(15.0, 15.0, 40), config, by_replica=True)
+    np.testing.assert_allclose(per_replica.values[("waiting", "chat", "1")], 5.0)
+
+
+def test_counters_become_rates_and_histograms_quantiles(tmp_path):
+    series = [_series("vllm:generation_tokens_total", {"pool": "chat"}, 1000 + 40 * TIMES)]
+    for le, share in (("0.1", 0.5), ("1", 0.9), ("+Inf", 1.0)):
+        series.append(_series("vllm:time_to_first_token_seconds_bucket", {"pool": "chat", "le": le}, share * 2 * TIMES))
+    series.append(_series("vllm:time_to_first_token_seconds_count", {"pool": "chat"}, 2 * TIMES))
+    mapped, config = _read(tmp_path, series)
+    assert mapped.unused == ("vllm:time_to_first_token_seconds_count",)
+    aligned = align(mapped, Grid(60.0, 15.0, 37), config)
+    np.testing.assert_allclose(aligned.values[("output_tokens_per_s", "chat")], 40.0)
+    np.testing.assert_allclose(aligned.values[("ttft_s_p50", "chat")], 0.1)    # rank 0.5 of 1: the top of le=0.1
+    np.testing.assert_allclose(aligned.values[("ttft_s_p90", "chat")], 1.0)
+    np.testing.assert_allclose(aligned.values[("ttft_s_p99", "chat")], 1.0)    # +Inf bucket: the bound below it
+    frame = aligned.frame()
+    assert set(frame["signal"]) == {"output_tokens_per_s", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99"}
+    assert frame.columns == ["t", "signal", "pool", "value"]
+
+
+def test_the_new_name_wins_over_the_deprecated_one(tmp_path):
+    mapped, config = _read(tmp_path, [
+        _series("vllm:kv_cache_usage_perc", {"pool": "chat"}, np.full(len(TIMES), 0.5)),
+        _series("vllm:gpu_cache_usage_perc", {"pool": "chat"}, np.full(len(TIMES), 0.5)),
+        _series("vllm:gpu_cache_usage_perc", {"pool": "batch"}, np.full(len(TIMES), 0.25)),
+    ])
+    assert sorted(mapped.series.select("metric", "pool").rows()) == [
+        ("vllm:gpu_cache_usage_perc", "batch"), ("vllm:kv_cache_usage_perc", "chat")]
+    aligned = align(mapped, Grid(15.0, 15.0, 40), config)
+    np.testing.assert_allclose(aligned.values[("kv_usage", "batch")], 0.25)
+
+
+def test_cache_config_info_gives_each_pools_block_count(tmp_path):
+    mapped, _ = _read(tmp_path, [
+        _series("vllm:num_requests_waiting", {"pool": "chat"}, TIMES * 0),
+        ("vllm:cache_config_info", {"pool": "chat", "num_gpu_blocks": "31022", "block_size": "16"}, [(T0, 1.0)]),
+        ("vllm:cache_config_info", {"pool": "batch", "num_gpu_blocks": "4096"}, [(T0 - 86_400, 1.0)]),
+    ])
+    assert mapped.gpu_blocks == {"batch": (4096,), "chat": (31022,)}
+
+
+def test_samples_far_outside_the_window_are_dropped_and_counted(tmp_path):
+    series = [("vllm:num_requests_waiting", {"pool": "chat"}, [(T0 - 3600, 9.0), (T0 + 10, 1.0), (T0 + 5000, 9.0)])]
+    mapped, _ = _read(tmp_path, series)
+    assert mapped.dropped == 2
+    assert mapped.samples["t"].to_list() == [10.0]
+
+
+def test_a_gauge_without_a_recent_sample_is_absent(tmp_path):
+    series = [("vllm:num_requests_waiting", {"pool": "chat"}, [(T0 + 10, 4.0)])]
+    mapped, config = _read(tmp_path, series, config=ObservedConfig(lookback_s=30))
+    got = align(mapped, Grid(0.0, 20.0, 4), config).values[("waiting", "chat")]
+    # at 40 the sample is exactly the lookback old: out, the window being (40 - 30, 40]
+    np.testing.assert_equal(got, [np.nan, 4.0, np.nan, np.nan])
+
+
+def test_config_offset_wins_over_the_traces_own(tmp_path):
+    observed = read_observed([write_json(tmp_path / "o.json", [_series("vllm:num_requests_waiting", {"pool": "chat"}, TIMES)])])
+    mapped = select(observed, ObservedConfig(offset_s=T0 - 100), ["chat"], (0.0, 800.0), trace_offset_s=0.0)
+    assert mapped.samples["t"][0] == pytest.approx(100.0)
