@@ -34,7 +34,7 @@ def test_pods_map_to_their_deployment_and_the_pool_of_that_name(tmp_path):
     assert mapped.series.select("metric", "pool", "replica").rows() == [
         ("vllm:num_requests_waiting", "chat", "chat-7f9c6d5b4-abcde"),
         ("vllm:num_requests_waiting", "batch", "batch-0"),
-        ("kube_deployment_status_replicas", "chat", "kube-state-metrics-6d4-x"),
+        ("kube_deployment_status_replicas", "chat", ""),
         ("vllm:num_requests_running", "batch", "x-1"),
     ]
     assert pod_owners("chat-7f9c6d5b4-abcde") == ["chat"]

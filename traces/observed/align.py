@@ -22,8 +22,9 @@ from traces.observed.mapping import Mapped
 from traces.observed.metrics import QUANTILES
 from traces.observed.promql import bucket_quantile, instant, rate
 
-# (series x ticks) queries evaluated at once: bounds the temporaries to a few hundred MB.
-CHUNK_QUERIES = 2_000_000
+# (series x ticks) values evaluated at once: a day of 1 s ticks is one series a chunk, whose
+# temporaries (about 700 KB each) stay in cache; 16 series at once measured 2-3x slower.
+CHUNK_QUERIES = 131_072
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +107,12 @@ def _accumulate(rows, offsets, t_all, v_all, ticks, config, slot, slots):
         else:
             m = rate(t, v, starts, ticks, config.rate_window_s)
         m *= np.array([r["scale"] for r in chunk])[:, None]
+        seen = ~np.isnan(m)
+        np.nan_to_num(m, copy=False, nan=0.0)
         # rows come sorted by slot: sum each run of equal slots at once
         where = slot[first:first + step]
         runs = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])
-        seen = ~np.isnan(m)
-        total[where[runs]] += np.add.reduceat(np.where(seen, m, 0.0), runs, axis=0)
-        present[where[runs]] += np.add.reduceat(seen, runs, axis=0)
+        for a, b in zip(runs, np.r_[runs[1:], len(where)]):
+            total[where[a]] += m[a] if b - a == 1 else m[a:b].sum(axis=0)
+            present[where[a]] += seen[a] if b - a == 1 else seen[a:b].sum(axis=0)
     return total, present

@@ -101,7 +101,8 @@ def select(observed: Observed, config: ObservedConfig, pools: Sequence[str], win
             if value is not None and value.is_integer():
                 blocks.setdefault(pool, set()).add(int(value))
             continue
-        replica = next((labels[k] for k in config.replica_label if k in labels), "")
+        # kube-state-metrics' own pod is no replica of the pool it reports on
+        replica = next((labels[k] for k in config.replica_label if k in labels), "") if metric.per_replica else ""
         le = number(labels["le"]) if metric.kind == "histogram" else None
         rows.append((sid, name, metric.signal, metric.kind, metric.combine, metric.scale, metric.rank,
                      pool, replica, le, file))

@@ -34,6 +34,7 @@ class Metric:
     replayed: str      # the ticks.parquet column it compares with
     scale: float = 1.0  # observed value x scale = the signal's unit
     rank: int = 0      # of two names for one signal (a rename), the lower rank is used
+    per_replica: bool = True  # False: a pool-level series, whatever labels its exporter adds
 
 
 KNOWN: dict[str, Metric] = {m.name: m for m in (
@@ -43,7 +44,7 @@ KNOWN: dict[str, Metric] = {m.name: m for m in (
     Metric("vllm:gpu_cache_usage_perc", "kv_usage", "gauge", "mean", "kv_usage", rank=1),
     Metric("DCGM_FI_DEV_GPU_UTIL", "gpu_busy", "gauge", "mean", "gpu_busy", scale=0.01),
     Metric("kube_deployment_status_replicas", "replicas", "gauge", "sum",
-           "replicas_active + replicas_loading + replicas_draining"),
+           "replicas_active + replicas_loading + replicas_draining", per_replica=False),
     Metric("vllm:num_preemptions_total", "preemptions_per_s", "counter", "sum", "preemptions / tick_s"),
     Metric("vllm:prompt_tokens_total", "prompt_tokens_per_s", "counter", "sum", "prompt_tokens_per_s"),
     Metric("vllm:generation_tokens_total", "output_tokens_per_s", "counter", "sum", "output_tokens_per_s"),

@@ -35,6 +35,21 @@ def _upto(t: np.ndarray, starts: np.ndarray, ticks: np.ndarray) -> np.ndarray:
     return np.cumsum(counts, axis=1)
 
 
+def _window_ends(t: np.ndarray, starts: np.ndarray, ticks: np.ndarray, window: float):
+    """(the last sample <= tick, the first sample > tick - window) of each series at each tick.
+    A window of whole ticks is the same count shifted, so one pass over a longer grid gives both."""
+    n = len(ticks)
+    step = (ticks[-1] - ticks[0]) / (n - 1) if n > 1 else window
+    shift = window / step
+    if n > 1 and abs(shift - round(shift)) < 1e-9 and 0 < round(shift) <= 10 * n:
+        m = int(round(shift))
+        upto = _upto(t, starts, np.concatenate((ticks[0] + step * np.arange(-m, 0), ticks)))
+        below, upto = upto[:, :n], upto[:, m:]
+    else:
+        upto, below = _upto(t, starts, ticks), _upto(t, starts, ticks - window)
+    return starts[:-1, None] + upto - 1, starts[:-1, None] + below
+
+
 def instant(t: np.ndarray, v: np.ndarray, starts: np.ndarray, ticks: np.ndarray, lookback: float) -> np.ndarray:
     k = len(starts) - 1
     if len(t) == 0:
@@ -59,8 +74,7 @@ def increase(t: np.ndarray, v: np.ndarray, starts: np.ndarray, ticks: np.ndarray
     k = len(starts) - 1
     if len(t) == 0:
         return np.full((k, len(ticks)), np.nan)
-    hi = starts[:-1, None] + _upto(t, starts, ticks) - 1      # the last sample <= tick
-    lo = starts[:-1, None] + _upto(t, starts, ticks - window)  # the first sample > tick - window
+    hi, lo = _window_ends(t, starts, ticks, window)
     count = hi - lo + 1
     ok = count >= 2
     hi, lo = np.maximum(hi, 0), np.minimum(lo, len(t) - 1)
