@@ -43,38 +43,41 @@ PER_REPLICA = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:k
 
 
 def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: int = 0) -> Mapped:
-    """Series rows and their samples: each replica scraped every second with its own phase."""
+    """Series rows and their samples: each target (a replica; the pool's kube-state-metrics)
+    scraped every second at its own phase, all its series at the same instants."""
     rng = np.random.default_rng(seed)
     rows, ids, ts, vs = [], [], [], []
     base = np.arange(seconds, dtype=np.float64)
 
-    def add(name: str, pool: str, replica: str, values: np.ndarray, le: float | None = None) -> None:
+    def add(name: str, pool: str, replica: str, values: np.ndarray, scrape: np.ndarray,
+            le: float | None = None) -> None:
         metric = KNOWN[name]
         sid = len(rows)
         rows.append((sid, name, metric.signal, metric.kind, metric.combine, metric.scale, pool, replica, le, "bench"))
         ids.append(np.full(seconds, sid, dtype=np.uint32))
-        ts.append(base + rng.uniform(0, 1))
+        ts.append(scrape)
         vs.append(values)
 
     load = 0.5 + 0.5 * np.sin(base / 3600.0) ** 2
     for p in range(pools):
         pool = f"pool{p}"
-        add("kube_deployment_status_replicas", pool, "", np.full(seconds, float(replicas)))
+        add("kube_deployment_status_replicas", pool, "", np.full(seconds, float(replicas)), base + rng.uniform(0, 1))
         for r in range(replicas):
             replica = f"{pool}-r{r}"
+            scrape = base + rng.uniform(0, 1)
             noise = rng.uniform(0.8, 1.2, seconds)
             for name in PER_REPLICA:
                 metric = KNOWN[name]
                 if metric.kind == "counter":
-                    add(name, pool, replica, np.cumsum(load * noise * 100.0))
+                    add(name, pool, replica, np.cumsum(load * noise * 100.0), scrape)
                 else:
-                    add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0))
+                    add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0), scrape)
             if histograms:
                 for name, bounds in BUCKETS.items():
                     shares = np.linspace(0.05, 1.0, len(bounds) + 1)
                     arrivals = np.cumsum(load * noise)
                     for le, share in zip([*bounds, float("inf")], shares):
-                        add(name, pool, replica, arrivals * share, le)
+                        add(name, pool, replica, arrivals * share, scrape, le)
     series = pl.DataFrame(rows, orient="row", schema={
         "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
         "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})

@@ -20,12 +20,7 @@ import polars as pl
 from traces.observed.config import ObservedConfig
 from traces.observed.mapping import Mapped
 from traces.observed.metrics import QUANTILES
-from traces.observed.promql import bucket_quantile, instant, rate
-
-# (series x ticks) values evaluated at once: a day of 1 s ticks is one series a chunk, whose
-# temporaries (about 700 KB each) stay in cache; 16 series at once measured 2-3x slower.
-CHUNK_QUERIES = 131_072
-
+from traces.observed.promql import bucket_quantile, increase_at, instant_at, latest, windows
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
@@ -91,28 +86,24 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
 
 
 def _accumulate(rows, offsets, t_all, v_all, ticks, config, slot, slots):
-    """Sum (NaN as absent) and count of present values per slot (a histogram's le, else one)."""
+    """Sum (NaN as absent) and count of present values per slot (a histogram's le, else one).
+    Rows come grouped by replica, so the series one target exposes at one scrape (a
+    histogram's buckets) follow each other and share where their samples fall."""
     total = np.zeros((slots, len(ticks)))
     present = np.zeros((slots, len(ticks)), dtype=np.int64)
-    step = max(1, CHUNK_QUERIES // len(ticks))
-    for first in range(0, len(rows), step):
-        chunk = rows[first:first + step]
-        sids = np.array([r["series"] for r in chunk])
-        lo, hi = offsets[sids], offsets[sids + 1]
-        t = np.concatenate([t_all[a:b] for a, b in zip(lo, hi)])
-        v = np.concatenate([v_all[a:b] for a, b in zip(lo, hi)])
-        starts = np.concatenate(([0], np.cumsum(hi - lo)))
-        if chunk[0]["kind"] == "gauge":
-            m = instant(t, v, starts, ticks, config.lookback_s)
+    shared_t, shared = None, None
+    for row, where in sorted(zip(rows, slot), key=lambda rs: (rs[0]["replica"], rs[0]["series"])):
+        a, b = offsets[row["series"]], offsets[row["series"] + 1]
+        t, v = t_all[a:b], v_all[a:b]
+        if shared_t is None or len(t) != len(shared_t) or not np.array_equal(t, shared_t):
+            shared_t = t
+            shared = latest(t, ticks, config.lookback_s) if row["kind"] == "gauge" else \
+                windows(t, ticks, config.rate_window_s)
+        if row["kind"] == "gauge":
+            values, factor = instant_at(shared, v), row["scale"]
         else:
-            m = rate(t, v, starts, ticks, config.rate_window_s)
-        m *= np.array([r["scale"] for r in chunk])[:, None]
-        seen = ~np.isnan(m)
-        np.nan_to_num(m, copy=False, nan=0.0)
-        # rows come sorted by slot: sum each run of equal slots at once
-        where = slot[first:first + step]
-        runs = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])
-        for a, b in zip(runs, np.r_[runs[1:], len(where)]):
-            total[where[a]] += m[a] if b - a == 1 else m[a:b].sum(axis=0)
-            present[where[a]] += seen[a] if b - a == 1 else seen[a:b].sum(axis=0)
+            values, factor = increase_at(shared, v), row["scale"] / config.rate_window_s
+        seen = ~np.isnan(values)
+        total[where] += np.nan_to_num(values, copy=False) * factor
+        present[where] += seen
     return total, present
