@@ -113,3 +113,18 @@ def test_config_offset_wins_over_the_traces_own(tmp_path):
     observed = read_observed([write_json(tmp_path / "o.json", [_series("vllm:num_requests_waiting", {"pool": "chat"}, TIMES)])])
     mapped = select(observed, ObservedConfig(offset_s=T0 - 100), ["chat"], (0.0, 800.0), trace_offset_s=0.0)
     assert mapped.samples["t"][0] == pytest.approx(100.0)
+
+
+def test_histogram_quantiles_are_one_per_rate_window_ending_at_the_last_tick(tmp_path):
+    # TTFTs of 0.05 s until t=300, then of 0.7 s: each 60 s window's p50 says which it saw
+    times = np.arange(0.0, 601.0, 5.0)
+    fast = np.minimum(times, 300.0)
+    total = times
+    series = [("vllm:time_to_first_token_seconds_bucket", {"pool": "chat", "le": le}, [(T0 + t, float(c)) for t, c in zip(times, counts)])
+              for le, counts in (("0.1", fast), ("1", total), ("+Inf", total))]
+    mapped, config = _read(tmp_path, series)
+    got = align(mapped, Grid(30.0, 15.0, 39), config).values[("ttft_s_p50", "chat")]  # ticks 30..600
+    # windows of 4 ticks end at 600, 540, ..., 60: ticks 30-60 are the first, 75-120 the next
+    assert len(set(got[0:3])) == 1 and len(set(got[3:7])) == 1 and len(set(got[-4:])) == 1
+    assert got[18] == pytest.approx(0.05)  # (240, 300]: all fast, the middle of le=0.1
+    assert got[19] == pytest.approx(0.55)  # (300, 360]: all slow, the middle of (0.1, 1]

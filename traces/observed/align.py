@@ -2,9 +2,11 @@
 replica), as a Prometheus range query with the grid's step would return them.
 
 Gauges: the latest sample within the lookback at each tick, summed or averaged over the pool's
-series (`sum by (pool)` / `avg by (pool)`). Counters: `sum by (pool) (rate(x[w]))`. Histograms:
-`histogram_quantile(q, sum by (pool, le) (rate(x_bucket[w])))` for q in 0.5, 0.9, 0.99, as
-`<signal>_p50`, `_p90`, `_p99`. Values in the signal's unit (metrics.py), NaN where the query
+series (`sum by (pool)` / `avg by (pool)`). Counters: `sum by (pool) (rate(x[w]))` at every
+tick. Histograms: `histogram_quantile(q, sum by (pool, le) (rate(x_bucket[w])))` for q in 0.5,
+0.9, 0.99, as `<signal>_p50`, `_p90`, `_p99`, once per window of w (a query whose step is w,
+the last window ending at the last tick), each tick carrying its window's value; per tick they would cost 60 times as much for a 60 s window, to say again what
+the overlapping windows already said. Values in the signal's unit (metrics.py), NaN where the query
 would return nothing (no sample in the lookback, fewer than two in the rate window, no request
 observed in the window).
 """
@@ -73,10 +75,16 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
         if kind == "histogram":
             rows.sort(key=lambda r: r["le"])
             bounds = np.unique([r["le"] for r in rows])
-            per_le = _accumulate(rows, offsets, t_all, v_all, ticks, config, np.searchsorted(bounds, [r["le"] for r in rows]),
-                                 len(bounds))[0]
+            # one quantile per window: the query's step is the rate window, the last window ends
+            # at the last tick, and every tick carries the quantile of the window it is in
+            per = max(1, round(config.rate_window_s / grid.tick_s))
+            count = -(-grid.n // per)
+            ends = ticks[-1] - per * grid.tick_s * np.arange(count)[::-1]
+            window_of = count - 1 - (grid.n - 1 - np.arange(grid.n)) // per
+            per_le = _accumulate(rows, offsets, t_all, v_all, ends, config,
+                                 np.searchsorted(bounds, [r["le"] for r in rows]), len(bounds))[0]
             for name, q in QUANTILES:
-                out[(f"{key[0]}_{name}", *key[1:])] = bucket_quantile(q, bounds, per_le.T)
+                out[(f"{key[0]}_{name}", *key[1:])] = bucket_quantile(q, bounds, per_le.T)[window_of]
         else:
             total, present = _accumulate(rows, offsets, t_all, v_all, ticks, config, np.zeros(len(rows), int), 1)
             with np.errstate(invalid="ignore", divide="ignore"):
