@@ -46,7 +46,11 @@ def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: i
     """Series rows and their samples: each target (a replica; the pool's kube-state-metrics)
     scraped every second at its own phase, all its series at the same instants."""
     rng = np.random.default_rng(seed)
-    rows, ids, ts, vs = [], [], [], []
+    per_replica = len(PER_REPLICA) + (sum(len(b) + 1 for b in BUCKETS.values()) if histograms else 0)
+    total = pools * (1 + replicas * per_replica) * seconds
+    # filled in place: lists of arrays and a concatenation would hold every sample twice
+    ids, ts, vs = np.empty(total, np.uint32), np.empty(total), np.empty(total)
+    rows: list[tuple] = []
     base = np.arange(seconds, dtype=np.float64)
 
     def add(name: str, pool: str, replica: str, values: np.ndarray, scrape: np.ndarray,
@@ -54,9 +58,8 @@ def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: i
         metric = KNOWN[name]
         sid = len(rows)
         rows.append((sid, name, metric.signal, metric.kind, metric.combine, metric.scale, pool, replica, le, "bench"))
-        ids.append(np.full(seconds, sid, dtype=np.uint32))
-        ts.append(scrape)
-        vs.append(values)
+        at = slice(sid * seconds, (sid + 1) * seconds)
+        ids[at], ts[at], vs[at] = sid, scrape, values
 
     load = 0.5 + 0.5 * np.sin(base / 3600.0) ** 2
     for p in range(pools):
@@ -73,15 +76,15 @@ def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: i
                 else:
                     add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0), scrape)
             if histograms:
+                arrivals = np.cumsum(load * noise)
                 for name, bounds in BUCKETS.items():
                     shares = np.linspace(0.05, 1.0, len(bounds) + 1)
-                    arrivals = np.cumsum(load * noise)
                     for le, share in zip([*bounds, float("inf")], shares):
                         add(name, pool, replica, arrivals * share, scrape, le)
     series = pl.DataFrame(rows, orient="row", schema={
         "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
         "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})
-    samples = pl.DataFrame({"series": np.concatenate(ids), "t": np.concatenate(ts), "value": np.concatenate(vs)})
+    samples = pl.DataFrame({"series": ids, "t": ts, "value": vs})
     return Mapped(series, samples, {}, 0, (), ())
 
 

@@ -14,7 +14,6 @@ observed in the window).
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 
 import numpy as np
 import polars as pl
@@ -65,53 +64,66 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
     # would cast the whole column on every call)
     top = int(mapped.series["series"].max() or 0) + 2 if mapped.series.height else 1
     offsets = np.searchsorted(ids, np.arange(top, dtype=ids.dtype))
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for row in mapped.series.iter_rows(named=True):
+    # Histograms: one quantile per window, a query whose step is the rate window, the last
+    # window ending at the last tick; each tick carries the quantile of the window it is in.
+    per = max(1, round(config.rate_window_s / grid.tick_s))
+    count = -(-grid.n // per)
+    ends = ticks[-1] - per * grid.tick_s * np.arange(count)[::-1]
+    window_of = count - 1 - (grid.n - 1 - np.arange(grid.n)) // per
+    rows = list(mapped.series.iter_rows(named=True))
+    groups: dict[tuple, _Group] = {}
+    for row in rows:
         key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
-        groups[key].append(row)
-    out: dict[tuple[str, ...], np.ndarray] = {}
-    for key, rows in sorted(groups.items()):
-        kind = rows[0]["kind"]
-        if kind == "histogram":
-            rows.sort(key=lambda r: r["le"])
-            bounds = np.unique([r["le"] for r in rows])
-            # one quantile per window: the query's step is the rate window, the last window ends
-            # at the last tick, and every tick carries the quantile of the window it is in
-            per = max(1, round(config.rate_window_s / grid.tick_s))
-            count = -(-grid.n // per)
-            ends = ticks[-1] - per * grid.tick_s * np.arange(count)[::-1]
-            window_of = count - 1 - (grid.n - 1 - np.arange(grid.n)) // per
-            per_le = _accumulate(rows, offsets, t_all, v_all, ends, config,
-                                 np.searchsorted(bounds, [r["le"] for r in rows]), len(bounds))[0]
-            for name, q in QUANTILES:
-                out[(f"{key[0]}_{name}", *key[1:])] = bucket_quantile(q, bounds, per_le.T)[window_of]
+        groups.setdefault(key, _Group(row["kind"], row["combine"])).bounds.add(row["le"])
+    for group in groups.values():
+        group.start(len(ends) if group.kind == "histogram" else grid.n)
+    # A target's series (one scrape: a replica's gauges, counters and buckets) share their
+    # sample times, and so where those fall among the ticks: computed once per target.
+    lengths = np.diff(offsets)
+    first_t = t_all[np.minimum(offsets[:-1], len(t_all) - 1)] if len(t_all) else np.zeros(top - 1)
+    rows.sort(key=lambda r: (r["replica"], int(lengths[r["series"]]), float(first_t[r["series"]]), r["series"]))
+    cache: dict[tuple, tuple[np.ndarray, object]] = {}
+    for row in rows:
+        key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
+        group = groups[key]
+        t = t_all[offsets[row["series"]]:offsets[row["series"] + 1]]
+        v = v_all[offsets[row["series"]]:offsets[row["series"] + 1]]
+        on = ends if group.kind == "histogram" else ticks
+        how = ("gauge" if group.kind == "gauge" else "rate", group.kind == "histogram")
+        hit = cache.get(how)
+        if hit is None or len(hit[0]) != len(t) or not np.array_equal(hit[0], t):
+            shared = latest(t, on, config.lookback_s) if group.kind == "gauge" else windows(t, on, config.rate_window_s)
+            cache[how] = hit = (t, shared)
+        if group.kind == "gauge":
+            values, factor = instant_at(hit[1], v), row["scale"]
         else:
-            total, present = _accumulate(rows, offsets, t_all, v_all, ticks, config, np.zeros(len(rows), int), 1)
+            values, factor = increase_at(hit[1], v), row["scale"] / config.rate_window_s
+        group.add(row["le"], values, factor)
+    out: dict[tuple[str, ...], np.ndarray] = {}
+    for key, group in sorted(groups.items()):
+        if group.kind == "histogram":
+            for name, q in QUANTILES:
+                out[(f"{key[0]}_{name}", *key[1:])] = bucket_quantile(q, group.les, group.total.T)[window_of]
+        else:
             with np.errstate(invalid="ignore", divide="ignore"):
-                value = total[0] if rows[0]["combine"] == "sum" else total[0] / present[0]
-            out[key] = np.where(present[0] > 0, value, np.nan)
+                value = group.total[0] if group.combine == "sum" else group.total[0] / group.present[0]
+            out[key] = np.where(group.present[0] > 0, value, np.nan)
     return Aligned(grid, out)
 
 
-def _accumulate(rows, offsets, t_all, v_all, ticks, config, slot, slots):
-    """Sum (NaN as absent) and count of present values per slot (a histogram's le, else one).
-    Rows come grouped by replica, so the series one target exposes at one scrape (a
-    histogram's buckets) follow each other and share where their samples fall."""
-    total = np.zeros((slots, len(ticks)))
-    present = np.zeros((slots, len(ticks)), dtype=np.int64)
-    shared_t, shared = None, None
-    for row, where in sorted(zip(rows, slot), key=lambda rs: (rs[0]["replica"], rs[0]["series"])):
-        a, b = offsets[row["series"]], offsets[row["series"] + 1]
-        t, v = t_all[a:b], v_all[a:b]
-        if shared_t is None or len(t) != len(shared_t) or not np.array_equal(t, shared_t):
-            shared_t = t
-            shared = latest(t, ticks, config.lookback_s) if row["kind"] == "gauge" else \
-                windows(t, ticks, config.rate_window_s)
-        if row["kind"] == "gauge":
-            values, factor = instant_at(shared, v), row["scale"]
-        else:
-            values, factor = increase_at(shared, v), row["scale"] / config.rate_window_s
-        seen = ~np.isnan(values)
-        total[where] += np.nan_to_num(values, copy=False) * factor
-        present[where] += seen
-    return total, present
+class _Group:
+    """The running sum (NaN as absent) and count of present values of one output, per slot
+    (a histogram's le, else the one)."""
+
+    def __init__(self, kind: str, combine: str) -> None:
+        self.kind, self.combine, self.bounds = kind, combine, set()
+
+    def start(self, width: int) -> None:
+        self.les = np.array(sorted(self.bounds)) if self.kind == "histogram" else np.zeros(1)
+        self.total = np.zeros((len(self.les), width))
+        self.present = np.zeros((len(self.les), width), dtype=np.int64)
+
+    def add(self, le: float | None, values: np.ndarray, factor: float) -> None:
+        slot = int(np.searchsorted(self.les, le)) if self.kind == "histogram" else 0
+        self.present[slot] += ~np.isnan(values)
+        self.total[slot] += np.nan_to_num(values, copy=False) * factor
