@@ -128,3 +128,13 @@ def test_histogram_quantiles_are_one_per_rate_window_ending_at_the_last_tick(tmp
     assert len(set(got[0:3])) == 1 and len(set(got[3:7])) == 1 and len(set(got[-4:])) == 1
     assert got[18] == pytest.approx(0.05)  # (240, 300]: all fast, the middle of le=0.1
     assert got[19] == pytest.approx(0.55)  # (300, 360]: all slow, the middle of (0.1, 1]
+
+
+def test_series_of_one_replica_scraped_at_other_instants_are_placed_on_their_own(tmp_path):
+    # same replica, same sample count and first time, other instants: no sharing of positions
+    series = [("vllm:num_requests_waiting", {"pool": "chat", "replica": "0"}, [(T0, 1.0), (T0 + 10, 2.0)]),
+              ("vllm:num_requests_running", {"pool": "chat", "replica": "0"}, [(T0, 5.0), (T0 + 30, 6.0)])]
+    mapped, config = _read(tmp_path, series)
+    aligned = align(mapped, Grid(0.0, 10.0, 4), config)
+    np.testing.assert_equal(aligned.values[("waiting", "chat")], [1.0, 2.0, 2.0, 2.0])
+    np.testing.assert_equal(aligned.values[("running", "chat")], [5.0, 5.0, 5.0, 6.0])
