@@ -67,7 +67,7 @@ def _bucket_quantile_twin(q, bounds, counts):
     start, end, count = 0.0, bounds[b], counts[b]
     if b > 0:
         start, count, rank = bounds[b - 1], counts[b] - counts[b - 1], rank - counts[b - 1]
-    return start + (end - start) * (rank / count)
+    return math.nan if count == 0 else start + (end - start) * (rank / count)  # Go: 0/0 is NaN
 
 
 @st.composite

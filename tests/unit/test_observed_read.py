@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.observed_files import write_csv_long, write_csv_wide, write_json, write_openmetrics
-from traces.errors import UserError
 from traces.observed import detect, read_observed, read_one
 
 T0 = 1_700_000_000.0

@@ -5,10 +5,10 @@ Gauges: the latest sample within the lookback at each tick, summed or averaged o
 series (`sum by (pool)` / `avg by (pool)`). Counters: `sum by (pool) (rate(x[w]))` at every
 tick. Histograms: `histogram_quantile(q, sum by (pool, le) (rate(x_bucket[w])))` for q in 0.5,
 0.9, 0.99, as `<signal>_p50`, `_p90`, `_p99`, once per window of w (a query whose step is w,
-the last window ending at the last tick), each tick carrying its window's value; per tick they would cost 60 times as much for a 60 s window, to say again what
-the overlapping windows already said. Values in the signal's unit (metrics.py), NaN where the query
-would return nothing (no sample in the lookback, fewer than two in the rate window, no request
-observed in the window).
+the last window ending at the last tick), each tick carrying its window's value: per tick they
+would cost w / tick_s times as much to repeat what overlapping windows already said. Values in
+the signal's unit (metrics.py); NaN where the query would return nothing (no sample in the
+lookback, fewer than two in the rate window, no request observed in the window).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from traces.observed.config import ObservedConfig
 from traces.observed.mapping import Mapped
 from traces.observed.metrics import QUANTILES
 from traces.observed.promql import bucket_quantile, increase_at, instant_at, latest, windows
+
 
 @dataclasses.dataclass(frozen=True)
 class Grid:

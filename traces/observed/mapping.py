@@ -14,7 +14,6 @@ import datetime as dt
 import re
 from typing import Sequence
 
-import numpy as np
 import polars as pl
 
 from traces.errors import ConfigError, UserError
