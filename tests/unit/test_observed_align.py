@@ -138,3 +138,16 @@ def test_series_of_one_replica_scraped_at_other_instants_are_placed_on_their_own
     aligned = align(mapped, Grid(0.0, 10.0, 4), config)
     np.testing.assert_equal(aligned.values[("waiting", "chat")], [1.0, 2.0, 2.0, 2.0])
     np.testing.assert_equal(aligned.values[("running", "chat")], [5.0, 5.0, 5.0, 6.0])
+
+
+def test_observe_reads_maps_and_aligns_and_says_what_it_left_out(tmp_path):
+    from traces.observed import observe
+    series = [_series("vllm:num_requests_waiting", {"pool": "chat"}, np.full(len(TIMES), 3)),
+              _series("vllm:e2e_request_latency_seconds_sum", {"pool": "chat"}, TIMES),
+              _series("process_cpu_seconds_total", {"pool": "chat"}, TIMES),
+              ("vllm:num_requests_running", {"pool": "chat"}, [(T0 - 3600, 1.0), (T0, 2.0)])]
+    got = observe([write_json(tmp_path / "o.json", series)], ObservedConfig(), ["chat"], Grid(15.0, 15.0, 40), T0)
+    np.testing.assert_allclose(got.aligned.values[("waiting", "chat")], 3.0)
+    assert got.notes() == ["observed: not a metric this tool knows, left out: process_cpu_seconds_total",
+                           "observed: known, not compared: vllm:e2e_request_latency_seconds_sum",
+                           "observed: 1 sample outside the trace's window left out"]
