@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import ConfigError
 from policies.registry import ROUTERS, router_id
 from replay.engine import common as engine_common
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 
 def test_router_ids_are_the_kernels_positions_in_the_registry():

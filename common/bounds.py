@@ -94,6 +94,8 @@ BY_NAME: dict[str, Bound] = {
     "start_s": SECONDS,
     "end_s": SECONDS,
     "offset_s": SECONDS,
+    # observed metrics: the wall time of trace time 0, Unix seconds to 2099
+    "ObservedConfig.offset_s": Bound(0, 4.1e9, "Unix seconds"),
     "prefix_block_tokens": Bound(1, 1_048_576, "tokens per hashed block"),
     # admission and autoscaler parameters
     "max_waiting": COUNT,

@@ -1,0 +1,116 @@
+"""Aligning and scoring a day of observed metrics: 1 s scrapes of 8 pools x 16 replicas, every
+metric traces/observed knows (gauges, counters, histograms with vLLM's buckets, replica counts),
+synthetic and built in memory (no file is parsed), then `align` onto a 1 s grid and `score_all`
+against a replayed copy. Prints the wall time of each of `--repeat` runs, their median, and the
+process's peak RSS.
+
+    python bench/bench_observed.py [--pools 8] [--replicas 16] [--seconds 86400] [--no-histograms]
+
+The histograms are most of the data (65 bucket series per replica against 8 other series), so
+`--no-histograms` times the rest alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from traces.observed import Grid, ObservedConfig, align, score_all  # noqa: E402
+from traces.observed.mapping import Mapped  # noqa: E402
+from traces.observed.metrics import KNOWN  # noqa: E402
+
+# vLLM's bucket bounds (vllm/v1/metrics/loggers.py), +Inf added as Prometheus exposes it.
+BUCKETS = {
+    "vllm:time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                                         2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "vllm:inter_token_latency_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                                         2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+    "vllm:e2e_request_latency_seconds": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                                         50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}
+PER_REPLICA = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+               "DCGM_FI_DEV_GPU_UTIL", "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
+               "vllm:generation_tokens_total", "vllm:request_success_total")
+
+
+def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: int = 0) -> Mapped:
+    """Series rows and their samples: each target (a replica; the pool's kube-state-metrics)
+    scraped every second at its own phase, all its series at the same instants."""
+    rng = np.random.default_rng(seed)
+    per_replica = len(PER_REPLICA) + (sum(len(b) + 1 for b in BUCKETS.values()) if histograms else 0)
+    total = pools * (1 + replicas * per_replica) * seconds
+    # filled in place: lists of arrays and a concatenation would hold every sample twice
+    ids, ts, vs = np.empty(total, np.uint32), np.empty(total), np.empty(total)
+    rows: list[tuple] = []
+    base = np.arange(seconds, dtype=np.float64)
+
+    def add(name: str, pool: str, replica: str, values: np.ndarray, scrape: np.ndarray,
+            le: float | None = None) -> None:
+        metric = KNOWN[name]
+        sid = len(rows)
+        rows.append((sid, name, metric.signal, metric.kind, metric.combine, metric.scale, pool, replica, le, "bench"))
+        at = slice(sid * seconds, (sid + 1) * seconds)
+        ids[at], ts[at], vs[at] = sid, scrape, values
+
+    load = 0.5 + 0.5 * np.sin(base / 3600.0) ** 2
+    for p in range(pools):
+        pool = f"pool{p}"
+        add("kube_deployment_status_replicas", pool, "", np.full(seconds, float(replicas)), base + rng.uniform(0, 1))
+        for r in range(replicas):
+            replica = f"{pool}-r{r}"
+            scrape = base + rng.uniform(0, 1)
+            noise = rng.uniform(0.8, 1.2, seconds)
+            for name in PER_REPLICA:
+                metric = KNOWN[name]
+                if metric.kind == "counter":
+                    add(name, pool, replica, np.cumsum(load * noise * 100.0), scrape)
+                else:
+                    add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0), scrape)
+            if histograms:
+                arrivals = np.cumsum(load * noise)
+                for name, bounds in BUCKETS.items():
+                    shares = np.linspace(0.05, 1.0, len(bounds) + 1)
+                    for le, share in zip([*bounds, float("inf")], shares):
+                        add(name, pool, replica, arrivals * share, scrape, le)
+    series = pl.DataFrame(rows, orient="row", schema={
+        "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
+        "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})
+    samples = pl.DataFrame({"series": ids, "t": ts, "value": vs})
+    return Mapped(series, samples, {}, 0, (), ())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=16)
+    parser.add_argument("--seconds", type=int, default=86_400)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-histograms", action="store_true")
+    args = parser.parse_args()
+    mapped = synthetic(args.pools, args.replicas, args.seconds, not args.no_histograms)
+    config = ObservedConfig()
+    grid = Grid(60.0, 1.0, args.seconds - 60)
+    print(f"{mapped.series.height:,} series, {mapped.samples.height:,} samples; grid of {grid.n:,} ticks")
+    walls = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        aligned = align(mapped, grid, config)
+        replayed = {k: v * 1.05 for k, v in aligned.values.items()}
+        scores = score_all(aligned.values, replayed, grid, config.window_s)
+        walls.append(time.perf_counter() - start)
+        print(f"align + score: {walls[-1]:.2f} s ({len(scores)} signal-pool pairs)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"median of {len(walls)}: {statistics.median(walls):.2f} s; peak RSS {peak:,.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
