@@ -1,0 +1,146 @@
+"""The export, for real: replay a minute of the bundled Azure trace, export it as OpenMetrics,
+backfill it with `promtool tsdb create-blocks-from openmetrics`, start Prometheus on that TSDB and
+read the series back through /api/v1/query_range. What comes back must be the run's own ticks
+(and, for the histograms, what the run's requests put in vLLM's buckets), sample for sample: a
+replay exported and read back diverges from itself by zero.
+
+Needs Debian's `prometheus` package (promtool and prometheus on PATH; .ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+
+from replay.outputs.openmetrics import E2E_BUCKETS, TTFT_BUCKETS
+from tests.e2e.conftest import read_run, small_fleet
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("promtool") and shutil.which("prometheus")),
+    reason="promtool/prometheus not on PATH (apt-get install prometheus)")
+
+START = "2025-01-01T00:00:00Z"
+START_S = 1735689600  # START in Unix seconds
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(base: str, path: str, **params) -> dict:
+    url = f"{base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _wait_ready(base: str, proc: subprocess.Popen, log) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"prometheus exited: {log.read_text()[-2000:]}"
+        try:
+            with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"prometheus not ready within 30 s: {log.read_text()[-2000:]}")
+
+
+def _range(base: str, query: str, first_s: int, last_s: int) -> dict[int, float]:
+    """{t_us in trace time: value} of a query_range with one point per second (the run's tick)."""
+    body = _get(base, "/api/v1/query_range", query=query, start=first_s, end=last_s, step="1s")
+    assert body["status"] == "success", body
+    (series,) = body["data"]["result"]
+    return {(int(t) - START_S) * 1_000_000: float(v) for t, v in series["values"]}
+
+
+def _bucket_quantile(q: float, bounds: tuple[float, ...], cumulative: list[int]) -> float:
+    """PromQL's histogram_quantile over cumulative bucket counts (promql/quantile.go
+    bucketQuantile, Prometheus 2.x): the rank's bucket, interpolated linearly inside it."""
+    total = cumulative[-1]
+    if total == 0:
+        return math.nan
+    rank = q * total
+    b = next(i for i, c in enumerate(cumulative) if c >= rank)
+    if b == len(bounds):  # the +Inf bucket: the highest finite bound
+        return bounds[-1]
+    lo, below = (0.0, 0) if b == 0 else (bounds[b - 1], cumulative[b - 1])
+    return lo + (bounds[b] - lo) * ((rank - below) / (cumulative[b] - below))
+
+
+def _expected_quantiles(q: float, at_us: np.ndarray, values_s: np.ndarray, bounds, ticks: list[int]) -> dict:
+    out = {}
+    for t in ticks:
+        seen = values_s[at_us <= t]
+        cumulative = [int((seen <= b).sum()) for b in bounds] + [len(seen)]
+        out[t] = _bucket_quantile(q, bounds, cumulative)
+    return out
+
+
+def test_an_exported_run_backfilled_into_prometheus_reads_back_as_its_ticks(cli, write, tmp_path):
+    cfg = write("fleet.yaml", small_fleet("{path: azure-conv-2023, window: {end_s: 60}}", replicas=2))
+    assert cli("run", "-c", cfg, "--out", "r", "--quiet").code == 0
+    res = cli("export", "r", "--format", "openmetrics", "-o", "run.om", "--start", START)
+    assert res.code == 0, res.err
+    done = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "run.om", "tsdb"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    run = read_run(tmp_path / "r")
+    ticks = run.ticks.sort("t_us")
+    first_s, last_s = START_S + ticks["t_us"][0] // 1_000_000, START_S + ticks["t_us"][-1] // 1_000_000
+
+    write("prometheus.yml", "global: {scrape_interval: 15s}\n")
+    port, log = _free_port(), tmp_path / "prometheus.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(["prometheus", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", f"--config.file={tmp_path / 'prometheus.yml'}"],
+                                stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(base, proc, log)
+        sel = '{run="r",pool="default"}'
+        for metric, column in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running"),
+                               ("vllm:kv_cache_usage_perc", "kv_usage")):
+            got = _range(base, metric + sel, first_s, last_s)
+            assert got == dict(zip(ticks["t_us"].to_list(), map(float, ticks[column].to_list()))), metric
+        replicas = _range(base, 'kube_deployment_status_replicas{run="r",deployment="default"}', first_s, last_s)
+        assert replicas == {t: float(a + b) for t, a, b in
+                            ticks.select("t_us", "replicas_active", "replicas_loading").iter_rows()}
+        util = _range(base, f"DCGM_FI_DEV_GPU_UTIL{sel}", first_s, last_s)
+        assert util == pytest.approx(dict(zip(ticks["t_us"].to_list(), (ticks["gpu_busy"] * 100).to_list())),
+                                     rel=1e-12)
+
+        finished = run.requests.filter(run.requests["status"] == "finished")
+        success = _range(base, f"sum by (pool) (vllm:request_success_total{sel})", first_s, last_s)
+        done_us = np.sort(finished["finished_us"].to_numpy())
+        assert success == {t: float(np.searchsorted(done_us, t, side="right")) for t in ticks["t_us"].to_list()}
+        assert success[ticks["t_us"][-1]] == finished.height > 100
+
+        grid = ticks["t_us"].to_list()
+        for family, bounds, at, value in (
+                ("vllm:e2e_request_latency_seconds", E2E_BUCKETS, finished["finished_us"], finished["e2e_us"]),
+                ("vllm:time_to_first_token_seconds", TTFT_BUCKETS, run.requests["first_token_us"],
+                 run.requests["ttft_us"])):
+            for q in (0.5, 0.99):
+                got = _range(base, f"histogram_quantile({q}, sum by (le, pool) ({family}_bucket{sel}))",
+                             first_s, last_s)
+                want = _expected_quantiles(q, at.to_numpy(), value.to_numpy() / 1e6, bounds, grid)
+                assert set(got) == set(grid)
+                for t in grid:
+                    assert (math.isnan(got[t]) and math.isnan(want[t])) or got[t] == pytest.approx(want[t], rel=1e-9), \
+                        (family, q, t)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
