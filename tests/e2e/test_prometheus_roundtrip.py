@@ -21,6 +21,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from replay.outputs.grafana import shipped_dashboard
 from replay.outputs.openmetrics import E2E_BUCKETS, TTFT_BUCKETS
 from tests.e2e.conftest import read_run, small_fleet
 
@@ -89,6 +90,19 @@ def _expected_quantiles(q: float, at_us: np.ndarray, values_s: np.ndarray, bound
     return out
 
 
+def _dashboard_queries_answer(base: str, first_s: int, last_s: int) -> None:
+    """Every query of the shipped dashboard, with its variables at All, finds the exported run
+    (a PromQL typo or a name the export does not write would come back empty)."""
+    dash = shipped_dashboard()
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"].replace("$run", ".*").replace("$pool", ".*").replace("$__rate_interval", "1m")
+            body = _get(base, "/api/v1/query_range", query=expr, start=first_s, end=last_s, step="5s")
+            assert body["status"] == "success", (panel["title"], body)
+            values = [float(v) for series in body["data"]["result"] for _, v in series["values"]]
+            assert any(not math.isnan(v) for v in values), (panel["title"], expr)
+
+
 def test_an_exported_run_backfilled_into_prometheus_reads_back_as_its_ticks(cli, write, tmp_path):
     cfg = write("fleet.yaml", small_fleet("{path: azure-conv-2023, window: {end_s: 60}}", replicas=2))
     assert cli("run", "-c", cfg, "--out", "r", "--quiet").code == 0
@@ -141,6 +155,7 @@ def test_an_exported_run_backfilled_into_prometheus_reads_back_as_its_ticks(cli,
                 for t in grid:
                     assert (math.isnan(got[t]) and math.isnan(want[t])) or got[t] == pytest.approx(want[t], rel=1e-9), \
                         (family, q, t)
+        _dashboard_queries_answer(base, first_s, last_s)
     finally:
         proc.kill()
         proc.wait(timeout=10)
