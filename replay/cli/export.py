@@ -77,6 +77,8 @@ def _start_us(text: str) -> int:
     if at.tzinfo is None:
         at = at.replace(tzinfo=timezone.utc)
     delta = at - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    if delta.days < 0:  # Prometheus' timestamps are milliseconds since the Unix epoch
+        raise UserError(f"--start {text!r}: before 1970-01-01; expected a time after the Unix epoch")
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 

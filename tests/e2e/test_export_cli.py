@@ -144,6 +144,7 @@ def test_grafana_dashboard_opens_on_the_run(cli, run_dir, tmp_path):
      "ticks.parquet: cannot be read as Parquet"),
     (None, ("{run}", "-f", "prom", "-o", "x.om"), "export: argument --format/-f: invalid choice: 'prom'"),
     (None, ("{run}", "-f", "openmetrics", "-o", "x.om", "--start", "yesterday"), "--start 'yesterday': not an ISO"),
+    (None, ("{run}", "-f", "openmetrics", "-o", "x.om", "--start", "1969-12-31T23:00:00Z"), "before 1970-01-01"),
     (None, ("{run}", "-f", "openmetrics", "-o", "x.om", "--step", "1.5"), "--step 1.5: expected a positive multiple"),
     (None, ("{run}", "-f", "openmetrics", "-o", "no/x.om"), "--out no/x.om: no folder no"),
 ])
