@@ -136,5 +136,7 @@ def _write_atomically(out: Path, write) -> None:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             write(fh)
         os.replace(tmp, out)
+    except OSError as exc:  # a full disk, a read-only folder: one line, and no partial file
+        raise UserError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     finally:
         tmp.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ nothing written). The run is a small hand-written run directory, so every value 
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from collections import defaultdict
@@ -166,3 +167,17 @@ def test_an_existing_out_is_kept_without_force_and_replaced_with_it(cli, run_dir
     assert cli("export", run_dir, "-f", "openmetrics", "-o", "run.om", "--force").code == 0
     assert (tmp_path / "run.om").read_text().endswith("# EOF\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["incident", "run.om"]
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_file(cli, run_dir, tmp_path, monkeypatch):
+    import replay.outputs.openmetrics as om
+
+    def half_then_full(out, *args):
+        out.write("# TYPE vllm:num_requests_waiting gauge\n")
+        out.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(om, "write_openmetrics", half_then_full)
+    res = cli("export", run_dir, "-f", "openmetrics", "-o", "run.om")
+    assert res.code == 2 and res.err == "llm-replay: error: --out run.om: cannot write (No space left on device)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["incident"]
