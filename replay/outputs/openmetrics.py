@@ -162,8 +162,9 @@ def write_openmetrics(out: TextIO, tables: RunTables, start_us: int, keep: np.nd
     _header(out, REPLICAS, "gauge", "The number of replicas per deployment.")
     for p in pools:
         # kube-state-metrics reports the Deployment's status.replicas: its pods that are not being
-        # deleted (the ReplicaSet controller's FilterActivePods), so starting ones count and
-        # draining ones (terminating, in Kubernetes) do not.
+        # deleted (kubernetes pkg/controller/controller_utils.go IsPodActive, which the ReplicaSet
+        # controller's syncReplicaSet filters with), so starting ones count and draining ones
+        # (terminating, with a deletionTimestamp) do not.
         frame = per_pool[p].select("t_us", (pl.col("replicas_active") + pl.col("replicas_loading")).alias("v"))
         _series(out, REPLICAS, _labels(deployment=p, pool=p, run=tables.run), frame, rows, start_us)
     _header(out, GPU_UTIL, "gauge", "GPU utilization (in %), the pool's mean over its serving replicas.")
