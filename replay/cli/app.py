@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from common.errors import UserError
-from replay.cli import calibrate, capacity, catalog, demo, policies, profile, run, trace, validate
+from replay.cli import calibrate, capacity, catalog, demo, export, policies, profile, run, trace, validate
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
@@ -31,6 +31,7 @@ COMMANDS = {
     "calibrate": calibrate,
     "validate": validate,
     "profile": profile,
+    "export": export,
 }
 
 # What `run --tui` shows while the replay runs: show(run_dir) returns when the user quits.
