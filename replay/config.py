@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params
+from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params, user_policy_or_none
+from policies.user_config import not_found
 from traces import TraceConfig
 from policies.plugins import is_entry_point, load_plugins
 from traces.configtools import from_dict, suggest
@@ -128,10 +129,20 @@ class EngineArgs:
         if self.max_lora_rank not in LORA_RANKS:
             raise ValueError(f"max_lora_rank: got {self.max_lora_rank}, expected one of "
                              f"{', '.join(map(str, LORA_RANKS))}")
-        if self.scheduling_policy not in QUEUE_ORDERS:
+        if self.scheduling_policy not in QUEUE_ORDERS and _user("scheduling_policy", self.scheduling_policy,
+                                                                 "queue order") is None:
             raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}"
                              f"{suggest(self.scheduling_policy, QUEUE_ORDERS)}; "
-                             f"known: {', '.join(sorted(QUEUE_ORDERS))}")
+                             f"{not_found('queue order', sorted(QUEUE_ORDERS))}")
+
+
+def _user(key: str, name: str, family: str, params: dict[str, Any] | None = None) -> Any:
+    """The user policy `name` names (checked and compiled), None if it names none; ValueError
+    prefixed with `key` for one that is wrong (no twin, a signature that does not compile)."""
+    try:
+        return user_policy_or_none(name, family, params)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -150,10 +161,11 @@ class PreemptionConfig:
     whole_prompt_gate: bool = False  # admit only if every remaining prompt token fits, not the chunk
 
     def __post_init__(self) -> None:
-        if self.victim != "auto" and self.victim not in VICTIMS:
+        if self.victim != "auto" and self.victim not in VICTIMS and _user("victim", self.victim,
+                                                                          "preemption victim") is None:
             raise ValueError(f"victim: unknown preemption victim {self.victim!r}"
-                             f"{suggest(self.victim, ['auto', *VICTIMS])}; known: auto, "
-                             f"{', '.join(sorted(VICTIMS))}")
+                             f"{suggest(self.victim, ['auto', *VICTIMS])}; "
+                             f"{not_found('preemption victim', ['auto', *sorted(VICTIMS)])}")
         if self.mode not in ("recompute", "swap"):
             raise ValueError(f"mode: got {self.mode!r}, expected recompute or swap")
         if self.swap_space_gib < 0:
@@ -297,9 +309,13 @@ class AdmissionConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.policy not in ADMISSIONS:
+        if self.policy in ADMISSIONS:
+            return
+        if not isinstance(self.params, dict):
+            raise ValueError(f"params: got {self.params!r}, expected a mapping of the policy's parameters")
+        if _user("policy", self.policy, "admission", self.params) is None:
             raise ValueError(f"policy: unknown admission policy {self.policy!r}{suggest(self.policy, ADMISSIONS)}; "
-                             f"known: {', '.join(sorted(ADMISSIONS))}")
+                             f"{not_found('admission policy', sorted(ADMISSIONS))}")
 
 
 @dataclass(frozen=True)

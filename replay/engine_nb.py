@@ -55,6 +55,7 @@ from replay.kvblocks import (
     touch_block,
 )
 from replay.model.stepmodel import step_time_us_nb
+from policies._userview import E_STATUS, RequestColumns, UserCall
 from policies.admission._view import AdmissionView
 from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
 from policies.queue_orders._view import QueueView
@@ -215,6 +216,12 @@ class Pools(NamedTuple):
     held_tail: np.ndarray
     nheld: np.ndarray
     async_sched: np.ndarray  # 1: vLLM's async scheduling (step k + 1 is scheduled as step k starts)
+    # The pools' user-written policies, one UserCall per family (policies/_userview.py); every
+    # family's shares one err array, which advance_nb checks after each event.
+    u_router: UserCall
+    u_queue: UserCall
+    u_victim: UserCall
+    u_admission: UserCall
 
 
 class Events(NamedTuple):
@@ -237,7 +244,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
     )
 )
 
-STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
+STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY, STATUS_USER_POLICY = 0, 1, 2, 3, 4
 # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family whose id has no policy.
 UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)
@@ -411,6 +418,13 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     return hits
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def request_columns(rq, pools):
+    """The request columns a user's policy reads (policies/_userview.py)."""
+    return RequestColumns(rq.prompt, rq.output, rq.priority, rq.tenant, rq.arrival, rq.generated, rq.nblocks,
+                          pools.ttft_budget_us)
+
+
 @njit(cache=True, _nrt=False)
 def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
@@ -430,7 +444,7 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     if active == 0:
         return -1
     view = RouterView(reps.state, reps.view_wait, reps.view_run, reps.view_kv, reps.nblocks, reps.nwait, reps.nrun,
-                      reps.hits, pools.rng, pools.rr_next)
+                      reps.wait_tokens, reps.hits, pools.rng, pools.rr_next, request_columns(rq, pools), q, pools.u_router)
     need = (rq.prompt[q] + bs - 1) // bs
     return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
@@ -462,7 +476,7 @@ def admit(rq, reps, pools, p, r, q, t):
                 active += 1
     view = AdmissionView(waiting, waiting_tokens, active, reps.wait_tokens, rq.prompt, rq.output, rq.priority,
                          rq.tenant, pools.bucket, pools.bucket_at, pools.bucket.shape[0] // pools.admission.shape[0],
-                         pools.ttft_budget_us)
+                         pools.ttft_budget_us, request_columns(rq, pools), pools.u_admission)
     if admission_dispatch(pools.admission[p], view, p, r, q, t, pools.adm[p]) != 0:
         return pools.adm_reason[p]
     return 0
@@ -523,16 +537,20 @@ def check_policy_ids(pools, ev):
     """Every pool's per-step policy ids name a registered kernel; else record the first pool
     that has none (its family in ev.clock[6]) and return False: the run stops with an error."""
     for p in range(pools.router.shape[0]):
-        if not 0 <= pools.router[p] < NUM_ROUTERS:
+        # The last id of each family is its user link: it needs the pool's compiled policy.
+        if not 0 <= pools.router[p] < NUM_ROUTERS or (
+                pools.router[p] == NUM_ROUTERS - 1 and pools.u_router.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
             return False
-        if not 0 <= pools.victim[p] < NUM_VICTIMS:
+        if not 0 <= pools.victim[p] < NUM_VICTIMS or (
+                pools.victim[p] == NUM_VICTIMS - 1 and pools.u_victim.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
             return False
-        if not 0 <= pools.queue[p] < NUM_QUEUES:
+        if not 0 <= pools.queue[p] < NUM_QUEUES or (pools.queue[p] == NUM_QUEUES - 1 and pools.u_queue.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
             return False
-        if not 0 <= pools.admission[p] < NUM_ADMISSIONS:
+        if not 0 <= pools.admission[p] < NUM_ADMISSIONS or (
+                pools.admission[p] == NUM_ADMISSIONS - 1 and pools.u_admission.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
             return False
     return True
@@ -793,7 +811,8 @@ def is_decoding(rq, q):
 def pick_victim(rq, reps, pools, p, off, nrun, i):
     """Index in the running list of the request to preempt while scheduling index i: the pool's
     victim policy (policies/victims/) over a VictimView (ids are checked by check_policy_ids)."""
-    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks)
+    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks, request_columns(rq, pools), p,
+                      pools.u_victim)
     return victim_dispatch(pools.victim[p], view, off, nrun, i)
 
 
@@ -830,7 +849,8 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
         return q
     bs = pools.block_size[p]
     reads_prefix = pools.queue_hits[p] != 0
-    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us)
+    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us, request_columns(rq, pools),
+                     pools.u_queue)
     best = -1
     best_key = 0.0
     while q >= 0:
@@ -1109,6 +1129,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
     while True:
+        if pools.u_router.err[E_STATUS] != 0:  # a user's policy made an invalid choice (its link says which)
+            return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
         # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).

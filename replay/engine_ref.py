@@ -8,6 +8,7 @@ differential test can hold the fast engine to it. Scheduling follows
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from collections import OrderedDict, deque
@@ -47,6 +48,7 @@ from replay.engine_common import (
 from replay.kvblocks import block_key_ref
 from replay.model.stepmodel import step_time_us_nb
 from policies._dispatch import UnknownPolicyId, build_reference
+from policies._userview import RequestColumns, UserCall, UserPolicyFailed
 from policies.admission._view import PARAM_COLUMNS, AdmissionView
 from policies.queue_orders._view import QueueView
 from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
@@ -61,6 +63,20 @@ victim_reference = build_reference([m.reference for m in VICTIM_MODULES], "preem
 admission_reference = build_reference([m.reference for m in ADMISSION_MODULES], "admission")
 queue_head_reference = build_reference([m.head for m in QUEUE_MODULES], "queue order")
 queue_key_reference = build_reference([m.key for m in QUEUE_MODULES], "queue order")
+
+
+USER_FAMILIES = ("router", "queue order", "preemption victim", "admission")
+
+
+def user_call(inputs: EngineInputs, family: str) -> UserCall:
+    """A family's UserCall for the twins (policies/*/user.py `reference`): per pool its
+    UserPolicy (None: none), parameters and state (numpy, as the numba engine's)."""
+    table = inputs.user
+    npool = len(inputs.pool_replicas)
+    first = [int(x) for x in inputs.pool_first_replica]
+    if table is None:
+        return UserCall([None] * npool, np.zeros((npool, 1)), np.zeros((npool, 1), np.int64), None, None, None, first)
+    return UserCall(table.policies(family), table.params(family), table.state(family), None, None, None, first)
 
 
 class Column:
@@ -231,29 +247,37 @@ class ReferenceEngine:
         self.router_params = [list(row) for row in inputs.router_params]
         self.victims = inputs.policy_ids("victim")
         reqs = self.requests
+        tenants = inputs.tenants
+        budgets = [int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)]
+        self.user_columns = RequestColumns(
+            prompt=Column(reqs, lambda r: r.prompt_tokens), output=Column(reqs, lambda r: r.output_tokens),
+            priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
+            arrival=Column(reqs, lambda r: r.arrival_us), generated=Column(reqs, lambda r: r.generated),
+            nblocks=Column(reqs, lambda r: len(r.blocks)), ttft_budget=budgets)
+        self.user = {family: user_call(inputs, family) for family in USER_FAMILIES}
         self.victim_view = VictimView(run=[], priority=Column(reqs, lambda r: r.priority),
                                       arrival=Column(reqs, lambda r: r.arrival_us),
                                       generated=Column(reqs, lambda r: r.generated),
-                                      blocks=Column(reqs, lambda r: len(r.blocks)))
+                                      blocks=Column(reqs, lambda r: len(r.blocks)), req=self.user_columns,
+                                      pool=-1, user=self.user["preemption victim"])
         self.admissions = inputs.policy_ids("admission")
         self.adm_pool = inputs.policy_reads("admission pool")
         self.adm_reason = inputs.policy_reads("admission reason")
         self.adm_rows = [[int(inputs.per_pool(name, 0)[p]) for name in PARAM_COLUMNS]
                          for p in range(len(self.pool_members))]
-        tenants = inputs.tenants
         self.admission_view = AdmissionView(
             waiting=0, waiting_tokens=0, active=0,
             wait_tokens=Column(self.replicas, lambda rep: sum(x.num_tokens for x in rep.waiting)),
             prompt=Column(reqs, lambda r: r.prompt_tokens), output=Column(reqs, lambda r: r.output_tokens),
             priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
             bucket=self.buckets, bucket_at=self.buckets_at, tenants=inputs.num_tenants,
-            ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+            ttft_budget=budgets, req=self.user_columns, user=self.user["admission"])
         self.queues = inputs.policy_ids("queue")
         self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
         self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
                                     prompt=Column(reqs, lambda r: r.prompt_tokens),
                                     arrival=Column(reqs, lambda r: r.arrival_us),
-                                    ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+                                    ttft_budget=budgets, req=self.user_columns, user=self.user["queue order"])
         self.route_hits = [bool(x) for x in inputs.policy_reads("prefix")]
         for p, reads_view in enumerate(inputs.policy_reads("view")):
             if reads_view:
@@ -288,6 +312,18 @@ class ReferenceEngine:
     def advance(self, until_us: int) -> None:
         self.now = until_us
         self._check_policy_ids()
+        with self._user_code():
+            self._advance(until_us)
+
+    @contextlib.contextmanager
+    def _user_code(self):
+        """A user's policy that raised or chose badly ends the run with an error naming it."""
+        try:
+            yield
+        except UserPolicyFailed as exc:
+            raise self.inp.user.error(exc.family, exc.pool, str(exc)) from None
+
+    def _advance(self, until_us: int) -> None:
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
             if kind == REFRESH:
@@ -308,7 +344,8 @@ class ReferenceEngine:
                    "admission": self.admissions}
         for family, ids in columns.items():
             for p, pid in enumerate(ids):
-                if not 0 <= pid < len(FAMILIES[family]):
+                user_link = pid == len(FAMILIES[family]) - 1  # needs the pool's user policy
+                if not 0 <= pid < len(FAMILIES[family]) or (user_link and self.user[family].addr[p] is None):
                     raise UnknownPolicyId(f"pool {p}: {family} id {int(pid)} has no policy in policies.registry "
                                           f"(stopped at t_us={self.now})")
 
@@ -500,7 +537,7 @@ class ReferenceEngine:
             state=[rep.state for rep in reps], wait=[rep.view[0] for rep in reps], run=[rep.view[1] for rep in reps],
             kv=[rep.view[2] for rep in reps], blocks=[rep.kv.num_blocks for rep in reps],
             live_wait=[len(rep.waiting) for rep in reps], live_run=[len(rep.running) for rep in reps],
-            hits=hits, rng=self.rng, rr=self.rr_next,
+            wait_tokens=[sum(x.num_tokens for x in rep.waiting) for rep in reps], hits=hits, rng=self.rng, rr=self.rr_next, req=self.user_columns, q=req.index, user=self.user["router"],
         )
         r = route_reference(int(self.inp.pool_router[p]), view, p, members[0], len(members), len(active),
                             -(-req.prompt_tokens // bs), self.router_params[p])
@@ -666,7 +703,7 @@ class ReferenceEngine:
     def _victim(self, rep: Replica, i: int) -> int:
         """Index in the running list of the request to preempt while scheduling index i: the
         pool's victim policy's twin (policies/victims/) over a VictimView."""
-        view = self.victim_view._replace(run=[req.index for req in rep.running])
+        view = self.victim_view._replace(run=[req.index for req in rep.running], pool=rep.pool)
         return victim_reference(int(self.victims[rep.pool]), view, 0, len(rep.running), i)
 
     def _cached_prefix(self, rep: Replica, req: Request, bs: int) -> list[int]:
@@ -825,8 +862,9 @@ class ReferenceEngine:
         rep.busy_until = -1
         rep.state, rep.active_at = R_STARTING, active_at_us
         held = self.held[rep.pool]
-        for req in [held.popleft() for _ in range(len(held))]:  # oldest first: they wait on it now
-            self._place(req, self.now)
+        with self._user_code():
+            for req in [held.popleft() for _ in range(len(held))]:  # oldest first: they wait on it now
+                self._place(req, self.now)
 
     def drain_replica(self, r: int) -> None:
         rep = self.replicas[r]

@@ -17,7 +17,10 @@ import numpy as np
 import polars as pl
 
 from policies.api import ReplicaModel
-from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
+from policies.registry import (
+    admission_spec, queue_order_id, router_columns, router_params, split_function, user_policy_or_none, victim_id,
+)
+from policies.user_config import UserChoice, UserTable
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
@@ -130,7 +133,10 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
         spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
-        adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
+        if spec.is_user:  # checked when the config was read
+            adm = user_policy_or_none(pool.admission.policy, "admission", pool.admission.params)
+        else:
+            adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
         resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
                     "async_scheduling": eng.async_scheduling}
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
@@ -347,10 +353,34 @@ def build_inputs(
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
         tenant=tenant_ids,
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
+        user=user_table(plans),
         **admission_inputs(plans),
         **(pd or {}),
         **lora_spec_inputs(frame, plans),
     )
+
+
+def user_table(plans: list[PoolPlan]) -> UserTable | None:
+    """The pools' user-written per-step policies (policies/user.py), None when every pool runs
+    built-ins; each with the config key it came from, for the errors that name it."""
+    choices: dict[str, list[UserChoice | None]] = {f: [] for f in ("router", "queue order", "preemption victim",
+                                                                  "admission")}
+    keys: dict[str, list[str]] = {f: [] for f in choices}
+    for plan in plans:
+        cfg, key = plan.config, f"pools[{plan.index}]"
+        router = router_params(cfg.router)[1]
+        rows = {
+            "router": (router if isinstance(router, UserChoice) else None, "router"),
+            "queue order": (user_policy_or_none(cfg.engine.scheduling_policy, "queue order"),
+                            "engine.scheduling_policy"),
+            "preemption victim": (user_policy_or_none(_victim(cfg), "preemption victim"), "preemption.victim"),
+            "admission": (plan.admission if isinstance(plan.admission, UserChoice) else None, "admission.policy"),
+        }
+        for family, (choice, sub) in rows.items():
+            choices[family].append(choice)
+            keys[family].append(f"{key}.{sub}")
+    table = UserTable({f: tuple(c) for f, c in choices.items()}, {f: tuple(k) for f, k in keys.items()})
+    return table if table.any() else None
 
 
 def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, Any]:
