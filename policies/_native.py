@@ -85,6 +85,9 @@ def compile_policy(policy: UserPolicy) -> int:
     if not isinstance(kernel, Dispatcher):
         what = "a numba cfunc (its exceptions are lost)" if hasattr(kernel, "address") else type(kernel).__name__
         raise ValueError(f"its kernel is {what}, expected an @njit function")
+    declared = kernel.overloads.get(sig.args)
+    if declared is not None and declared.signature.return_type != sig.return_type:
+        raise ValueError(f"its kernel returns {declared.signature.return_type}, expected {sig.return_type}")
     try:
         cres = kernel.get_compile_result(sig)
     except Exception as exc:  # noqa: BLE001 - numba's TypingError / TypeError, said in one line

@@ -115,7 +115,7 @@ class UserPolicy:
     @property
     def summary(self) -> str:
         doc = inspect.getdoc(getattr(self.kernel, "py_func", None)) or inspect.getdoc(self.reference) or ""
-        return doc.splitlines()[0] if doc else f"a user's {self.family}"
+        return " ".join(doc.split("\n\n")[0].split()) if doc else f"a user's {self.family}"
 
 
 def _decorator(family: str) -> Callable[..., Callable[[Any], UserPolicy]]:

@@ -300,7 +300,7 @@ def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
-    pd: dict[str, Any] | None = None,
+    pd: dict[str, Any] | None = None, source: str = "config",
 ) -> EngineInputs:
     tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
     hashes = frame["prefix_hashes"]
@@ -353,21 +353,21 @@ def build_inputs(
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
         tenant=tenant_ids,
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
-        user=user_table(plans),
+        user=user_table(plans, source),
         **admission_inputs(plans),
         **(pd or {}),
         **lora_spec_inputs(frame, plans),
     )
 
 
-def user_table(plans: list[PoolPlan]) -> UserTable | None:
+def user_table(plans: list[PoolPlan], source: str = "config") -> UserTable | None:
     """The pools' user-written per-step policies (policies/user.py), None when every pool runs
     built-ins; each with the config key it came from, for the errors that name it."""
     choices: dict[str, list[UserChoice | None]] = {f: [] for f in ("router", "queue order", "preemption victim",
                                                                   "admission")}
     keys: dict[str, list[str]] = {f: [] for f in choices}
     for plan in plans:
-        cfg, key = plan.config, f"pools[{plan.index}]"
+        cfg, key = plan.config, f"{source}: pools[{plan.index}]"
         router = router_params(cfg.router)[1]
         rows = {
             "router": (router if isinstance(router, UserChoice) else None, "router"),
@@ -531,7 +531,7 @@ def simulate(
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
-                          pd_inputs(cfg, plans))
+                          pd_inputs(cfg, plans), config_source)
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))
