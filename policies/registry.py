@@ -220,6 +220,13 @@ def admission_spec(name: str, key: str | None = None) -> AdmissionSpec:
                           f"{', '.join(sorted(ADMISSIONS))}") from None
 
 
+# Each family's line ends with its `user` link (a user's policy, called by address): the engines
+# and the config read "the last id" as it, so a new built-in goes before it.
+for _line in (ROUTER_MODULES, QUEUE_MODULES, VICTIM_MODULES, ADMISSION_MODULES):
+    if _line[-1].__name__.rpartition(".")[2] != "user":
+        raise RuntimeError(f"policies/registry.py: {_line[-1].__name__} is after its family's 'user' link; "
+                           "put a new built-in policy before 'user'")
+
 _FAMILY_MODULES = {"queue order": QUEUE_MODULES, "preemption victim": VICTIM_MODULES, "admission": ADMISSION_MODULES,
                    "router": ROUTER_MODULES}
 
