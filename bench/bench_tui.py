@@ -236,7 +236,7 @@ def main() -> None:
         cold = []
         for _ in range(3):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "replay.cli", "tui", str(run), "--screenshot", str(tmp / "s.svg"),
+            subprocess.run([sys.executable, "-m", "llm_replay", "tui", str(run), "--screenshot", str(tmp / "s.svg"),
                             "--size", "200x60"], check=True, capture_output=True, cwd=ROOT)
             cold.append(time.perf_counter() - t0)
         print(f"open, fresh process (`llm-replay tui --screenshot`, imports and SVG included): {median_ms(cold)}")

@@ -18,8 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
-from traces.errors import ConfigError, UserError
-from traces.files import kind_of
+from common.errors import ConfigError, UserError
+from common.files import kind_of
 
 ENTRY_POINT_GROUP = "llm_replay.policies"
 

@@ -18,14 +18,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from common.configtools import suggest
+from common.errors import ConfigError
 from policies.api import Decision, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import ratio_state
 from policies.autoscalers.guard import GuardParams, GuardState, guard_step
 from policies.plugins import ENTRY_POINT_GROUP, check_signature, plugin_rows, user_object
 from policies.user_config import UserChoice, is_user_name, user_policy
-from traces.configtools import suggest
-from traces.errors import ConfigError
 
 
 def _modules(family: str, names: tuple[str, ...]) -> tuple[Any, ...]:

@@ -21,7 +21,7 @@ from policies._native import compile_policy
 from policies._userview import FAMILY_OF, F_ADMISSION, F_QUEUE, F_ROUTER, F_VICTIM
 from policies.plugins import ENTRY_POINT_GROUP, user_object
 from policies.user import FAMILIES, MAX_PARAMS, MAX_STATE, UserPolicy
-from traces.errors import UserError
+from common.errors import UserError
 
 FAMILY_CODE = {name: code for code, name in FAMILY_OF.items()}
 _DECORATOR = {"router": "router", "queue order": "queue_order", "preemption victim": "victim",

@@ -1,4 +1,4 @@
-"""Fleet config: YAML through the bounded loader (traces/yamlfile.py) into frozen dataclasses; unknown keys are errors.
+"""Fleet config: YAML through the bounded loader (common/yamlfile.py) into frozen dataclasses; unknown keys are errors.
 
 Engine arguments use vLLM's names and defaults (`vllm/engine/arg_utils.py`, `vllm/config`).
 Times in config are in the unit their key names (`_ms`, `_s`, `_us`).
@@ -13,13 +13,13 @@ from typing import Any, Sequence
 
 import yaml
 
+from common.configtools import from_dict, suggest
+from common.errors import ConfigError
+from common.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
 from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params, user_policy_or_none
 from policies.user_config import not_found
 from traces import TraceConfig
 from policies.plugins import is_entry_point, load_plugins
-from traces.configtools import from_dict, suggest
-from traces.errors import ConfigError
-from traces.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
 
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
-from traces.errors import UserError
-from traces.files import kind_of
+from common.errors import UserError
+from common.files import kind_of
 
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
     """One file under two names (a hard link, a symlink, a relative and an absolute path)."""

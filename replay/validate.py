@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from common.configtools import from_dict
+from common.errors import ConfigError, UserError
 from replay.config import FleetConfig, load_config, read_yaml
-from traces.configtools import from_dict
-from traces.errors import ConfigError, UserError
 
 # metric -> (group in the error summary, what it is)
 METRICS: dict[str, tuple[str, str]] = {

@@ -69,7 +69,7 @@ def run_digests(run_dir: Path) -> dict[str, str]:
 
 def replay(name: str, out: Path) -> dict[str, str]:
     """Write run `name` under `out` with the CLI and return the digests of its files."""
-    from replay.cli import main
+    from llm_replay.app import main
 
     target = out / name
     code = main([*RUNS[name], "--out", str(target)])

@@ -4,7 +4,6 @@ transforms over it, bundled sample traces, and summary statistics. Times are int
 
 from traces.bundled import BUNDLED, DEFAULT_TRACE, bundled_trace_path
 from traces.config import MergeSource, TraceConfig, load_from_config
-from traces.errors import ConfigError, TraceError, UserError
 from traces.inspect import inspect_trace
 from traces.loader import LoadedTrace, load_trace
 from traces.schema import TRACE_SCHEMA, cast_to_schema
@@ -18,14 +17,11 @@ __all__ = [
     "DEFAULT_TRACE",
     "FORMATS",
     "TRACE_SCHEMA",
-    "ConfigError",
     "FilterConfig",
     "LoadedTrace",
     "MergeSource",
     "SampleConfig",
     "TraceConfig",
-    "TraceError",
-    "UserError",
     "WindowConfig",
     "bundled_trace_path",
     "cast_to_schema",

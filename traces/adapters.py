@@ -11,7 +11,7 @@ import re
 
 import polars as pl
 
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.fields import Checker
 from traces.schema import finish
 from traces.source import AZURE_COLUMNS, BURSTGPT_COLUMNS, VIDUR_COLUMNS, Source

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.resources
 import pathlib
 
-from traces.errors import TraceError
+from common.errors import TraceError
 
 BUNDLED: dict[str, str] = {
     "azure-conv-2023": "AzureLLMInferenceTrace_conv.csv",

@@ -14,9 +14,9 @@ import pathlib
 
 import numpy as np
 
-from traces.bounds import first_out_of_bounds
+from common.bounds import first_out_of_bounds
 from traces.bundled import BUNDLED, DEFAULT_TRACE
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_span
 from traces.loader import MAX_BLOCK_TOKENS, LoadedTrace, load_trace
@@ -28,7 +28,7 @@ from traces.transforms import (
 
 
 def _check_ranges(obj) -> None:
-    """After a section's own checks: the range of every number (traces/bounds.py), here too
+    """After a section's own checks: the range of every number (common/bounds.py), here too
     because CLI flags build these sections without from_dict."""
     for prefix, section in (("", obj), ("window.", obj.window), ("sample.", obj.sample),
                             ("filter.", getattr(obj, "filter", None))):

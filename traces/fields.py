@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from traces.errors import TraceError
+from common.errors import TraceError
 
 INT32_MAX = 2**31 - 1
 _US_LIMIT = 2**62

@@ -11,7 +11,7 @@ import dataclasses
 import polars as pl
 
 from traces.adapters import Options, Parsed, conclude
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.fields import Checker
 from traces.source import Source
 from traces.tables import HASH_LIST, read_csv, read_jsonl, read_parquet

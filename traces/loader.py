@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import polars as pl
 
+from common.errors import TraceError
 from traces import adapters
 from traces.adapters import Options, Parsed
-from traces.errors import TraceError
 from traces.generic import check_column_map, check_time_unit, generic
 from traces.limits import DEFAULT_LIMITS, TraceLimits
 from traces.source import FORMATS, GENERIC_FORMATS, Source, detect, open_source

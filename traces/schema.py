@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.limits import human_span
 
 TRACE_SCHEMA: dict[str, pl.DataType] = {

@@ -16,9 +16,9 @@ import zlib
 
 import polars as pl
 
+from common.errors import TraceError
+from common.files import file_size, open_regular
 from traces.bundled import BUNDLED, bundled_trace_path
-from traces.errors import TraceError
-from traces.files import file_size, open_regular
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_bytes
 
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")

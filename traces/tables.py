@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.fields import show
 from traces.source import Source, header_names
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import polars as pl
 
-from traces.errors import TraceError
+from common.errors import TraceError
 from traces.schema import TRACE_SCHEMA
 
 RATE_SCALE_RANGE = (1e-6, 1e6)

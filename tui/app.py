@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 
-from traces.errors import UserError
+from common.errors import UserError
 from tui.data import LiveFollower, RunData, load_run, run_source
 from tui.model import Model
 from tui.panels import METRICS, max_metric_offset

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from traces.errors import UserError
-from traces.files import kind_of
-from traces.yamlfile import read_yaml
+from common.errors import UserError
+from common.files import kind_of
+from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,

@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
-from traces.errors import UserError
+from common.errors import UserError
 from tui.requests import columns_of, request_life, request_rows, sorts_of, worst_requests
 from tui.timefmt import fmt_time, parse_time
 

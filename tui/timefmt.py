@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from traces.errors import UserError
+from common.errors import UserError
 
 _TIME = re.compile(r"^(?:(?:(\d+):)?(\d+):)?(\d+(?:\.\d+)?)s?$")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import polars as pl
 
+from common.errors import UserError
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import SATURATION_CLASSES, STATUSES, Table
-from traces.errors import UserError
 
 INT, FLOAT, STR, BOOL = "int", "float", "str", "bool"
 EXPECTED = {INT: "an integer type (int64)", FLOAT: "a numeric type (float64)", STR: "a string type",

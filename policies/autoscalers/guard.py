@@ -16,9 +16,9 @@ import reprlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, TypeVar
 
+from common.errors import UserError
 from policies.api import Decision, ScalingContext
 from policies.autoscalers._util import check_number, from_zero, us
-from traces.errors import UserError
 
 S = TypeVar("S")
 

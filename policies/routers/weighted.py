@@ -46,7 +46,7 @@ class WeightedParams:
             raise ValueError(f"scorers: got {self.scorers!r}, expected a mapping of scorer name to weight")
         for name, weight in self.scorers.items():
             if name not in SCORERS:
-                from traces.configtools import suggest
+                from common.configtools import suggest
 
                 raise ValueError(f"scorers: unknown scorer {name!r}{suggest(name, SCORERS)}; known: "
                                  f"{', '.join(SCORERS)}")

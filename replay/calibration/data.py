@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from traces.errors import UserError
-from traces.files import read_text_file
+from common.errors import UserError
+from common.files import read_text_file
 
 FORMATS = ("splitwise", "generic")
 # A table of measured steps is a few MB (Splitwise's profile: 1.3 MB); 1 GiB is a mistake.

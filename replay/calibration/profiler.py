@@ -81,7 +81,7 @@ def shapes_for(model: ModelSpec, tp: int, tiny: bool = False) -> Shapes:
 
 
 def check_model(model: ModelSpec, tp: int) -> None:
-    from traces.errors import UserError
+    from common.errors import UserError
 
     if model.is_mla or model.is_moe:
         raise UserError(f"--model {model.id}: profile times dense attention models only (this one is "

@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
+from common.bounds import MIN_EFFICIENCY
+from common.errors import ConfigError
+from common.yamlfile import read_yaml
 from replay.calibration.steps import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
 from replay.model.specs import get_gpu
-from traces.bounds import MIN_EFFICIENCY
-from traces.errors import ConfigError
-from traces.yamlfile import read_yaml
 
 FORMAT = "llm-replay-step-profile/1"
 # replay/profiles/: package data of `replay` (pyproject.toml), beside this package, not in it.

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from common.errors import UserError
 from replay.model import serving
-from traces.errors import UserError
 
 METRICS = ("ttft_mean", "itl_mean", "e2e_mean")
 

@@ -19,7 +19,7 @@ from replay.model import stepmodel as sm
 from replay.calibration.data import Measured
 from replay.model.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from replay.model.specs import get_gpu, get_model, weight_bits
-from traces.errors import UserError
+from common.errors import UserError
 
 # Fitted coefficients. The knee's two are optional in a profile (files written before it have none).
 COEFFICIENTS = ("mfu", "mbu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "knee_tokens",

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.errors import UserError
+from common.files import read_text_file
 from replay.model.specs import get_gpu
-from traces.errors import UserError
-from traces.files import read_text_file
 
 # Vidur device directory -> catalog GPU (Vidur profiled the 80 GB SXM parts on DGX nodes).
 VIDUR_GPUS = {"a100": "a100-sxm-80gb", "h100": "h100-sxm-80gb"}

@@ -1,6 +1,8 @@
 """`llm-replay`: the command table and the dispatch. Each command is one module of replay/cli/
 with `add_parser(sub)` and `run(args) -> exit code`; a new command is a module plus a row of
-COMMANDS.
+COMMANDS. The dashboard's commands (`tui`, and what `run --tui` shows) sit in a layer above
+replay, which never imports tui: the application (llm_replay/app.py) adds them with `register`
+and `register_dashboard`.
 
 A user mistake (a `UserError`) prints one line on stderr and exits with code 2, no traceback and
 no output directory; anything else is a bug and keeps its traceback.
@@ -11,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 
-from replay.cli import calibrate, capacity, catalog, demo, policies, profile, run, trace, tui, validate
+from common.errors import UserError
+from replay.cli import calibrate, capacity, catalog, demo, policies, profile, run, trace, validate
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
-from traces.errors import UserError
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
 # imports are light: what a command needs is imported when it runs.
@@ -25,11 +28,37 @@ COMMANDS = {
     "demo": demo,
     "policies": policies,
     "catalog": catalog,
-    "tui": tui,
     "calibrate": calibrate,
     "validate": validate,
     "profile": profile,
 }
+
+# What `run --tui` shows while the replay runs: show(run_dir) returns when the user quits.
+_dashboard: list[Callable] = []
+
+
+def register(name: str, module, *, after: str) -> None:
+    """Add command `name` (a module with `add_parser` and `run`) to COMMANDS, listed after
+    `after`; registering the same module again changes nothing."""
+    if COMMANDS.get(name, module) is not module or after not in COMMANDS:
+        raise ValueError(f"command {name!r}: already registered, or no command {after!r} to follow")
+    rows = [(k, v) for k, v in COMMANDS.items() if k != name]
+    at = [k for k, _ in rows].index(after) + 1
+    COMMANDS.clear()
+    COMMANDS.update([*rows[:at], (name, module), *rows[at:]])
+
+
+def register_dashboard(show: Callable) -> None:
+    _dashboard[:] = [show]
+
+
+def dashboard() -> Callable:
+    """The registered dashboard, for `run --tui` (a UserError before anything is read or written
+    when this command line was built without one)."""
+    if not _dashboard:
+        raise UserError("--tui: this command line has no dashboard (start it as llm-replay, "
+                        "or `python -m llm_replay`)")
+    return _dashboard[0]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traces.errors import UserError
+    from common.errors import UserError
 
     if args.experiments is not None:
         if args.profile_csv is not None or args.model or args.gpu or args.tp is not None:
@@ -91,7 +91,7 @@ def _run_steps(args: argparse.Namespace) -> int:
     from replay.files import check_output_file
     from replay.model.specs import get_gpu, get_model
     from replay.model.stepmodel import DEFAULT_ALLREDUCE_LATENCY_US
-    from traces.errors import UserError
+    from common.errors import UserError
 
     model, gpu = get_model(args.model).id, get_gpu(args.gpu).id
     if args.tp is not None and args.tp <= 0:

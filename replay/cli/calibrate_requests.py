@@ -63,7 +63,7 @@ def run_requests(args: argparse.Namespace) -> int:
     from replay.files import check_output_file
     from replay.measured import load_experiments
     from replay.outputs.report import engine_ready
-    from traces.errors import UserError
+    from common.errors import UserError
 
     if args.out is None:
         raise UserError("calibrate --experiments: --out FILE is required (the fit is written there)")

@@ -7,10 +7,10 @@ import argparse
 import json
 from typing import Any
 
-from traces.errors import UserError
+from common.errors import UserError
 
 
-# capacity's numeric flags and the config keys whose ranges they share (traces/bounds.py).
+# capacity's numeric flags and the config keys whose ranges they share (common/bounds.py).
 CAPACITY_FLAGS = {"tp": "tensor_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
                   "block_size": "block_size", "max_num_batched_tokens": "max_num_batched_tokens",
                   "num_gpu_blocks_override": "num_gpu_blocks_override", "flops": "flops",
@@ -19,7 +19,7 @@ CAPACITY_FLAGS = {"tp": "tensor_parallel_size", "gpu_memory_utilization": "gpu_m
 
 def _check_flag_ranges(args: argparse.Namespace, flags: dict[str, str]) -> None:
     """A flag refuses what its config key refuses, nan and inf included: one UserError naming it."""
-    from traces.bounds import out_of_bounds
+    from common.bounds import out_of_bounds
 
     for dest, key in flags.items():
         value = getattr(args, dest)

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from replay.files import check_output_file
     from replay.model.specs import get_model
-    from traces.errors import UserError
+    from common.errors import UserError
 
     model = get_model(args.model)
     if not args.gpu_name.strip():

@@ -1,5 +1,5 @@
 """`llm-replay run`: replay a trace on a fleet and write a run directory (with --tui, watched in
-the dashboard while it runs: replay/cli/tui.py)."""
+the dashboard while it runs: replay/cli/live_run.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.errors import UserError
 from replay.cli.parsing import add_plugin_option
 from replay.cli.trace_options import add_trace_options
-from traces.errors import UserError
 
 
 def add_parser(sub: Any) -> None:
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.tui:
-        from replay.cli.tui import cmd_run_tui
+        from replay.cli.live_run import cmd_run_tui
 
         return cmd_run_tui(args)
     return _replay(args)
@@ -59,7 +59,8 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     """The config, the fleet (one that cannot start fails before the trace is read), --out, then
     the trace: every user mistake is a UserError before anything is replayed or written."""
     from replay.cli.trace_options import effective_trace, trace_limits
-    from replay.fleet.cluster import check_tick_count, plan_pools
+    from replay.fleet.cluster import plan_pools
+    from replay.fleet.ticks import check_tick_count
     from replay.config import load_config
     from replay.outputs.write import check_out_dir
     from traces import load_from_config

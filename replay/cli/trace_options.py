@@ -10,8 +10,8 @@ import dataclasses
 import math
 from pathlib import Path
 
+from common.errors import UserError
 from traces import BUNDLED, DEFAULT_TRACE, FORMATS, FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig
-from traces.errors import UserError
 from traces.transforms import RATE_SCALE_RANGE
 from traces.limits import (
     BYTES_CEILING, DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_SPAN_S,
@@ -188,7 +188,7 @@ def _window(text: str) -> WindowConfig:
 
 def _check_seed(seed: int, seeds_something: bool) -> None:
     """--seed is within a seed's bounds, and seeds something: a flag that changes nothing is an error."""
-    from traces.bounds import out_of_bounds
+    from common.bounds import out_of_bounds
 
     problem = out_of_bounds(None, "seed", seed)
     if problem is not None:

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from policies.plugins import load_plugins
     from replay.outputs.report import engine_ready
     from replay.validate import load_scenarios, mape_by_group, run_scenario
-    from traces.errors import UserError
+    from common.errors import UserError
 
     load_plugins(args.plugin)
     from replay.cli import validate_measured

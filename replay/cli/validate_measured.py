@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from replay.measured import load_experiments, replay_experiment
     from replay.measured.compare import compare, mape
     from replay.outputs.report import engine_ready
-    from traces.errors import UserError
+    from common.errors import UserError
 
     if args.data is None:
         raise UserError(NO_DATA)

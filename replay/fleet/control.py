@@ -210,7 +210,7 @@ def make_decider(cfg, tick_us: int, key: str) -> tuple[Decider, int]:
     and the scrape delay in ticks. Parameters are validated against the policy's own dataclass."""
     from policies.autoscalers.guard import GuardParams
     from policies.registry import autoscaler_spec
-    from traces.configtools import from_dict
+    from common.configtools import from_dict
 
     spec = autoscaler_spec(cfg.policy, key=f"{key}.policy")
     params = spec.params_cls(cfg.params) if spec.raw_params else from_dict(spec.params_cls, cfg.params, f"{key}.params")

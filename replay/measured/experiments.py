@@ -1,7 +1,7 @@
 """Real vLLM experiments (a folder holding experiments.csv and ground_truth.csv, as the sim-to-real
 set of ../shared/measurements/vllm-s2r/ lays them out), read into checked `Experiment`s.
 
-Both files are read bounded (traces/files.py) and checked whole before anything runs: a bad row is
+Both files are read bounded (common/files.py) and checked whole before anything runs: a bad row is
 one UserError naming the file, the line, the column, the value and what was expected. Times are
 ms in the measured figures, seconds in the stage lists (as the files give them).
 """
@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from common.errors import UserError
+from common.files import read_text_file
 from replay.measured.models import resolve_model
-from traces.errors import UserError
-from traces.files import read_text_file
 
 MAX_TABLE_BYTES = 16 << 20  # the shipped pair is about 100 kB; a campaign of thousands fits
 WHOLE_RUN = -1  # ground_truth.csv's stage for figures over every request of the run

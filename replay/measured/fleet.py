@@ -1,5 +1,5 @@
 """The fleet of one experiment: one vLLM server as the run started it, through the normal config
-path (traces/configtools.py `from_dict` into replay/config.py's FleetConfig), so any key a fleet
+path (common/configtools.py `from_dict` into replay/config.py's FleetConfig), so any key a fleet
 config takes can be overridden.
 
 Overrides are a mapping of fleet config keys merged over the experiment's own, mapping into mapping:
@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from common.configtools import from_dict
+from common.errors import ConfigError
 from replay.config import FleetConfig, _resolve_profiles
 from replay.measured.experiments import Experiment
 from replay.validate import DRAIN_S
-from traces.configtools import from_dict
-from traces.errors import ConfigError
 
 POOL = "vllm"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 GB = 10**9
 TB = 10**12

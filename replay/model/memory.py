@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from common.errors import ConfigError
 from replay.model.specs import (
     GpuSpec, ModelSpec, get_gpu, get_model, kv_dtype_bytes, normalize_weight_dtype, weight_bits,
 )
-from traces.errors import ConfigError
 
 GiB = 1 << 30
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -313,10 +313,7 @@ def kv_capacity(
     tp = check_tensor_parallel(model, tp)
     util = gpu_memory_utilization
     _check_sizes(util, block_size, num_gpu_blocks_override, max_model_len)
-    dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
-    expert_dtype = None
-    if model.is_moe:
-        expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
+    dtype, expert_dtype = _weight_dtypes(model, weight_dtype)
 
     total, source = gpu_memory_total(gpu, gpu_memory_bytes)
     usable = math.floor(total * util)
@@ -329,19 +326,12 @@ def kv_capacity(
     block_bytes = block_size * (per_token_gpu + extra_kv_bytes_per_token_per_gpu)
     available = usable - weights - extra - activation - overhead
     if available < block_bytes:
-        what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
         larger_tp = _smallest_tp_that_fits(model, usable, block_bytes, tp, weight_dtype, max_num_batched_tokens,
                                            max_num_seqs)
-        raise ConfigError(f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
-                          + _shortfall(util, total, usable, available, weights, extra, activation, overhead, block_bytes,
-                                       larger_tp))
+        raise ConfigError(_does_not_fit(model, gpu, tp, dtype, expert_dtype) + _shortfall(
+            util, total, usable, available, weights, extra, activation, overhead, block_bytes, larger_tp))
     blocks = available // block_bytes if num_gpu_blocks_override is None else num_gpu_blocks_override
-    if max_model_len is not None and blocks * block_size < max_model_len:
-        raise ConfigError(
-            f"max_model_len: {model.id} on {tp} x {gpu.id} holds {blocks * block_size:,} KV tokens, fewer "
-            f"than max_model_len {max_model_len:,}; one such request cannot fit (vLLM refuses to start): "
-            "lower max_model_len, use fp8 KV cache or a larger tensor_parallel_size"
-        )
+    _check_model_len_fits(model, gpu, tp, blocks * block_size, max_model_len)
     return Capacity(
         model=model, gpu=gpu, tp=tp, weight_dtype=dtype, expert_weight_dtype=expert_dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=float(util), block_size=block_size,
@@ -356,7 +346,31 @@ def kv_capacity(
     )
 
 
-# A GPU's memory as `gpu_memory_bytes` accepts it: 1 GB to 10 TB (traces/bounds.py holds the same).
+def _weight_dtypes(model: ModelSpec, weight_dtype: str | None) -> tuple[str, str | None]:
+    """The weights' dtype and a MoE model's experts' (None for a dense model): the experts keep
+    their own (a checkpoint's) unless weight_dtype sets all."""
+    dtype = normalize_weight_dtype(weight_dtype or model.default_weight_dtype)
+    if not model.is_moe:
+        return dtype, None
+    return dtype, (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
+
+
+def _does_not_fit(model: ModelSpec, gpu: GpuSpec, tp: int, dtype: str, expert_dtype: str | None) -> str:
+    what = dtype if expert_dtype in (None, dtype) else f"{dtype} with {expert_dtype} experts"
+    return f"{model.id} in {what} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
+
+
+def _check_model_len_fits(model: ModelSpec, gpu: GpuSpec, tp: int, kv_tokens: int, max_model_len: int | None) -> None:
+    """vLLM refuses to start when one request of max_model_len cannot fit in the KV cache."""
+    if max_model_len is not None and kv_tokens < max_model_len:
+        raise ConfigError(
+            f"max_model_len: {model.id} on {tp} x {gpu.id} holds {kv_tokens:,} KV tokens, fewer "
+            f"than max_model_len {max_model_len:,}; one such request cannot fit (vLLM refuses to start): "
+            "lower max_model_len, use fp8 KV cache or a larger tensor_parallel_size"
+        )
+
+
+# A GPU's memory as `gpu_memory_bytes` accepts it: 1 GB to 10 TB (common/bounds.py holds the same).
 GPU_MEMORY_MIN, GPU_MEMORY_MAX = 1e9, 1e13
 
 

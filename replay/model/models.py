@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import ConfigError
 from replay.model.hf.arch_moe import fields_from_config
 from replay.model.hf.quant import unquantized_params, weight_formats
-from traces.errors import ConfigError
 
 
 @dataclass(frozen=True)

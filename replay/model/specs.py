@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from replay.model.gpus import GPUS, GpuSpec
 from replay.model.models import MODELS, ModelSpec
-from traces.errors import ConfigError
 
 __all__ = [
     "GPUS", "KV_DTYPE_BYTES", "MODELS", "QUANTIZATION_DTYPES", "WEIGHT_DTYPE_BITS", "GpuSpec", "ModelSpec", "catalog_rows",

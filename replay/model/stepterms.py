@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.errors import ConfigError
 from replay.engine_common import SPEC_CREDIT_SCALE
 from replay.model.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes
 from replay.model.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
 from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape
-from traces.errors import ConfigError
 
 LORA_DTYPE_BYTES = 2  # adapters are BF16 / FP16 whatever the base's precision (vLLM LoRA buffers)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from traces.errors import UserError
+from common.errors import UserError
 
 # <linux/fcntl.h>, <linux/fs.h>: renameat2(2) with both paths relative to the working directory.
 AT_FDCWD = -100

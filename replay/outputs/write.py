@@ -24,10 +24,10 @@ from pathlib import Path
 import polars as pl
 import yaml
 
+from common.errors import UserError
 from replay.outputs.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
                            signals_deferred, writer_tag)
 from replay.outputs.schema import LIVE_DIR, RUN_FILES, SCHEMA_METADATA, TIMING_FILE
-from traces.errors import UserError
 
 # What --force may replace: a directory holding these and nothing else.
 RUN_ENTRIES = (*RUN_FILES, TIMING_FILE, LIVE_DIR + "/")

@@ -15,7 +15,7 @@ from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, 
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.strategies import run_to_end
-from traces.errors import UserError
+from common.errors import UserError
 from replay.testing import check_in_engines, fleets, with_user_policies
 from tests.differential.test_engines import _run
 from tests.differential.test_policies import busy_inputs

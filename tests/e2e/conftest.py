@@ -1,4 +1,4 @@
-"""Helpers of the end-to-end CLI tests: call `replay.cli.main` in-process and read a run directory.
+"""Helpers of the end-to-end CLI tests: call `llm_replay.app.main` in-process and read a run directory.
 
 Every test runs in its own temporary working directory (`monkeypatch.chdir`), so a default
 `runs/...` output never lands in the repository and the file names in error messages are the
@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay.cli import main
+from llm_replay.app import main
 from replay.fleet.metrics import REQUEST_COLUMNS, TICK_COLUMNS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "e2e"

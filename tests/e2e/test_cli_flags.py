@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from replay.cli.app import build_parser
+from llm_replay.app import build_parser
 
 
 def _flags(parser: argparse.ArgumentParser, name: str):
@@ -56,17 +56,19 @@ def test_capacity_flags_in_range_still_work(cli):
 
 
 def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
-    """One row of replay.cli.app.COMMANDS per command, each in --help; `python -m replay.cli`
-    (what bench/bench_tui.py calls) is the console script."""
+    """One row of replay.cli.app.COMMANDS per command once the application registered the
+    dashboard's, in the order --help lists them; `python -m llm_replay` (what bench/bench_tui.py
+    calls) is the console script."""
     import subprocess
     import sys
 
     from replay.cli.app import COMMANDS
 
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert list(subparsers.choices) == list(COMMANDS)
-    done = subprocess.run([sys.executable, "-m", "replay.cli", "--help"], capture_output=True, text=True)
+    assert list(subparsers.choices) == list(COMMANDS) == [
+        "run", "capacity", "trace", "demo", "policies", "catalog", "tui", "calibrate", "validate", "profile"]
+    done = subprocess.run([sys.executable, "-m", "llm_replay", "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in COMMANDS)
-    done = subprocess.run([sys.executable, "-m", "replay.cli", "nope"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "llm_replay", "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("llm-replay: error: argument COMMAND: invalid choice")

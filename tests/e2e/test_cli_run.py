@@ -1,4 +1,4 @@
-"""`llm-replay run | capacity | trace inspect | catalog` end to end, through `replay.cli.main`.
+"""`llm-replay run | capacity | trace inspect | catalog` end to end, through `llm_replay.app.main`.
 
 Small fleets (llama-3.1-8b, TP1) on windows or samples of the bundled traces keep each run to
 about a second; one full default run goes through the installed console script.

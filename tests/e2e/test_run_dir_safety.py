@@ -153,7 +153,7 @@ def _start_slow_run(tmp_path: Path, *extra: str) -> subprocess.Popen:
     """`llm-replay run` (the console entry point) in a child process, once it holds --out's lock
     (taken before the replay starts)."""
     (tmp_path / "slow.yaml").write_text(SLOW)
-    proc = subprocess.Popen([sys.executable, "-m", "replay.cli.entry", "run", "--config", "slow.yaml", "--out", "out",
+    proc = subprocess.Popen([sys.executable, "-m", "llm_replay.entry", "run", "--config", "slow.yaml", "--out", "out",
                              "--engine", "reference", "-q", *extra], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / ".out.lock").exists():
@@ -203,7 +203,7 @@ def test_a_signal_whose_exception_numba_swallowed_still_stops_the_run(cli, old_r
 def test_a_signal_while_importing_is_one_line(tmp_path, signum, code, word):
     """SIGINT or SIGTERM as soon as the interpreter runs the entry point, while it still imports
     polars, numba and the rest: one line and 130 / 143, never a traceback or a silent death."""
-    script = ("import sys; print('up', flush=True); from replay.cli.entry import main; "
+    script = ("import sys; print('up', flush=True); from llm_replay.entry import main; "
               "sys.exit(main(['run', '--out', 'out', '-q']))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -216,8 +216,10 @@ def test_a_signal_while_importing_is_one_line(tmp_path, signum, code, word):
 
 
 def test_ctrl_c_inside_an_import_of_the_entry_point(monkeypatch, capsys):
-    """The same, deterministic: KeyboardInterrupt raised by the import of replay.cli.app itself."""
-    import replay.cli.entry
+    """The same, deterministic: KeyboardInterrupt raised by the import of replay.cli.app itself
+    (which the application's llm_replay.app imports)."""
+    import llm_replay.app
+    import llm_replay.entry
 
     class Interrupting:
         def find_spec(self, name, path=None, target=None):
@@ -225,9 +227,10 @@ def test_ctrl_c_inside_an_import_of_the_entry_point(monkeypatch, capsys):
                 raise KeyboardInterrupt
             return None
 
+    monkeypatch.delitem(sys.modules, "llm_replay.app")
     monkeypatch.delitem(sys.modules, "replay.cli.app")
     monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
-    assert replay.cli.entry.main(["catalog"]) == 130
+    assert llm_replay.entry.main(["catalog"]) == 130
     assert capsys.readouterr().err == "llm-replay: interrupted; nothing written\n"
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from replay.cli import main
+from llm_replay.app import main
 
 SCENARIOS = """\
 tolerance: 0.2

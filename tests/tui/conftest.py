@@ -48,7 +48,7 @@ def one_pool_run(tmp_path_factory) -> Path:
 @pytest.fixture
 def cli(capsys, tmp_path, monkeypatch):
     """`llm-replay ARGV...` in-process, in tmp_path: (exit code, stdout, stderr)."""
-    from replay.cli import main
+    from llm_replay.app import main
 
     monkeypatch.chdir(tmp_path)
 

@@ -1,7 +1,7 @@
 """A user's autoscaler that fails mid-replay (tests/tui/test_cli_tui.py): the failure happens in
 `run --tui`'s child process, after the parent's checks passed and the dashboard started."""
 
-from traces.errors import UserError
+from common.errors import UserError
 
 
 def fails(ctx, params, state):

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from tests.tui.conftest import AFTER, BEFORE
-from traces.errors import UserError
+from common.errors import UserError
 from tui.charts import column_edges, downsample
 from tui.data import FLEET, load_run
 from tui.timefmt import fmt_time, parse_time

@@ -12,7 +12,7 @@ import pytest
 
 from tests.tui.conftest import AFTER, BEFORE, screen_text
 from tests.tui.test_keys import drive
-from traces.errors import UserError
+from common.errors import UserError
 from tui.app import make_app
 from tui.data import load_run
 from tui.model import Model

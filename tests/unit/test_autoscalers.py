@@ -10,12 +10,12 @@ import dataclasses
 
 import pytest
 
+from common.errors import ConfigError
 from policies.api import PoolMetrics, ReplicaModel, ScalingContext
 from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_depth, ray_serve, sla_planner, wva
 from policies.autoscalers._ratio import RatioState
 from policies.autoscalers.guard import GuardParams, GuardState, guard_step, guarded
 from policies.registry import AUTOSCALERS, autoscaler_spec
-from traces.errors import ConfigError
 
 S = 1_000_000
 REPLICA = ReplicaModel(

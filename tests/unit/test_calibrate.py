@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import ConfigError, UserError
 from replay.calibration import steps as cal
 from replay.calibration.data import Measured, read_generic, read_splitwise
 from replay.calibration.profiles import (
@@ -20,7 +21,6 @@ from replay.calibration.profiles import (
 from replay.fleet.cluster import plan_pools
 from replay.config import StepModelArgs, load_config
 from replay.model.stepmodel import step_params, step_time_us_nb
-from traces.errors import ConfigError, UserError
 
 TRUE = {"mfu": 0.55, "mbu": 0.7, "per_step_overhead_us": 3000.0, "per_seq_overhead_us": 150.0,
         "prefill_overhead_us": 5000.0}

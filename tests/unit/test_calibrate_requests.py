@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from common.errors import UserError
 from replay.calibration.requests import PARAMS, EngineMeans, Target, cross_validate, fit
-from traces.errors import UserError
 
 TRUE = {"mbu": 0.72, "attention_mbu": 0.9, "per_step_overhead_us": 300.0, "per_seq_overhead_us": 12.0,
         "allreduce_latency_us": 9.0}

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
+from common.errors import ConfigError, UserError
 from replay.calibration import vidur as cv
 from replay.calibration.profiles import DEFAULTS_FILE, default_coefficients, step_coefficients
 from replay.config import StepModelArgs
 from replay.model.specs import get_gpu
-from traces.errors import ConfigError, UserError
 
 OPS = cv.LAYER_OPS
 

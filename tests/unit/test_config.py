@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.errors import ConfigError, UserError
 from replay.config import EngineArgs, FleetConfig, PoolConfig, SloConfig, StepModelArgs, load_config
-from traces import ConfigError, UserError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "e2e"
 

@@ -2,7 +2,7 @@
 
 The walk below finds every int and float field of every config section (the fleet, its pools,
 engines and trace, every admission and autoscaler's parameters, the shared guard), so a key
-added later without a range in traces/bounds.py fails here.
+added later without a range in common/bounds.py fails here.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import typing
 
 import pytest
 
+from common.bounds import bound_for, first_out_of_bounds
+from common.configtools import from_dict
+from common.errors import ConfigError
 from policies.autoscalers.guard import GuardParams
 from policies.registry import ADMISSIONS, AUTOSCALERS
 from replay.config import FleetConfig, load_config
-from traces.bounds import bound_for, first_out_of_bounds
-from traces.configtools import from_dict
-from traces.errors import ConfigError
 
 # What a section needs besides the key under test, so its own checks reach that key.
 REQUIRED = {"MergeSource": {"path": "x.csv"}, "SampleConfig": {"n": 10},
@@ -67,7 +67,7 @@ def test_the_walk_finds_the_sections_it_should():
 
 @pytest.mark.parametrize(("cls", "name", "hint"), NUMERIC, ids=[f"{c.__name__}.{n}" for c, n, _ in NUMERIC])
 def test_every_numeric_key_has_a_range_and_absurd_values_are_clean_errors(cls, name, hint):
-    assert bound_for(cls, name) is not None, f"{cls.__name__}.{name}: add its range to traces/bounds.py"
+    assert bound_for(cls, name) is not None, f"{cls.__name__}.{name}: add its range to common/bounds.py"
     leaves = _leaf_types(hint)
     if float in leaves:
         absurd = [1e300, -1e300, math.nan, math.inf, -1.0] if bound_for(cls, name).lo >= 0 else [1e300, math.nan]

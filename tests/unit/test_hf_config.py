@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from replay.config import load_config
 from replay.model.hf.config import MAX_BYTES, load_model
 from replay.model.memory import weights_bytes
 from replay.model.specs import MODELS, get_model, weight_bits
 from replay.model.models import spec_from_config
-from traces.errors import ConfigError
 
 SHARED_MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
 

@@ -11,13 +11,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.errors import ConfigError, UserError
 from replay.fleet.cluster import plan_pools
 from replay.model.hf.config import load_model
 from replay.measured import STAGE_GAP_S, WHOLE_RUN, experiment_fleet, experiment_trace, load_experiments
 from replay.measured.run import measure
 from replay.measured.workload import prompt_lengths, stage_of
 from replay.model.specs import get_model
-from traces.errors import ConfigError, UserError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 DATA = SHARED / "measurements" / "vllm-s2r"

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import ConfigError
 from replay.model.memory import (
     Capacity,
     activation_peak_bytes,
@@ -21,7 +22,6 @@ from replay.model.memory import (
     weights_bytes_per_gpu,
 )
 from replay.model.specs import GPUS, MODELS, get_gpu, get_model
-from traces.errors import ConfigError
 
 LESSON_KV_TOKENS = 399_169  # ../shared/reference/003_*.txt: Llama 3.1 70B bf16, TP4, 80 GB, 0.9
 LESSON_GPU_BYTES = 80e9  # the lesson's "80 GB": decimal, not the 79.22 GiB CUDA reports

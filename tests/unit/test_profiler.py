@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from replay.cli import main
+from llm_replay.app import main
 from replay.calibration.profiler import TINY_GRID, shapes_for
 from replay.model.specs import get_model
 

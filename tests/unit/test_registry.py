@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import ConfigError
 from policies.registry import ROUTERS, router_id
 from replay import engine_common
-from traces.errors import ConfigError
 
 
 def test_router_ids_are_the_kernels_positions_in_the_registry():

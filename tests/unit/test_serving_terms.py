@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.configtools import from_dict
 from replay.config import FleetConfig
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
@@ -15,7 +16,6 @@ from replay.model.serving import ServingTerms, engine_arrivals
 from replay.model.stepmodel import cuda_graph_tokens, cudagraph_capture_limit
 from tests.strategies import make_inputs, run_to_end
 from traces import LoadedTrace, cast_to_schema
-from traces.configtools import from_dict
 
 
 @pytest.mark.parametrize(("tokens", "padded"), [

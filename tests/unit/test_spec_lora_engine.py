@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from common.errors import ConfigError
 from replay.engine_common import FINISHED
 from replay.engine_ref import ReferenceEngine
 from replay.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
-from traces import ConfigError
 
 
 def _run(cls, inputs):
@@ -137,7 +137,7 @@ def test_quantization_and_a_different_weight_dtype_conflict(tmp_path):
 
 
 def test_a_bad_step_term_exits_2_from_the_cli(tmp_path, capsys):
-    from replay.cli import main
+    from llm_replay.app import main
 
     path = tmp_path / "fleet.yaml"
     path.write_text("model: llama-3.1-8b\npools:\n  - engine: {max_lora_rank: 7}\n")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from common.errors import ConfigError
 from replay.model.specs import (
     GPUS,
     KV_DTYPE_BYTES,
@@ -20,7 +21,6 @@ from replay.model.specs import (
     normalize_weight_dtype,
     weight_bits,
 )
-from traces.errors import ConfigError
 
 MODEL_IDS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-2-7b", "llama-2-70b", "mixtral-8x7b",
              "qwen2.5-72b", "deepseek-v3", "gpt-oss-120b",

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay.model import stepmodel as sm
-from replay.cli import main
+from llm_replay.app import main
 from replay.model.memory import kv_bytes_per_token
 from replay.model.specs import get_gpu, get_model, weight_bits
 from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape, step_params, step_time_us_nb

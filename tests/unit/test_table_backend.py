@@ -9,8 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.errors import ConfigError
 from replay.calibration.data import read_splitwise
-from replay.cli import main
+from llm_replay.app import main
 from replay.fleet.cluster import plan_pools
 from replay.config import load_config
 from replay.model.stepmodel import (
@@ -23,7 +24,6 @@ from replay.model.stepmodel import (
     table_points,
     with_table,
 )
-from traces import ConfigError
 
 SPLITWISE = Path(__file__).resolve().parents[1] / "fixtures" / "profiles" / "splitwise" / "perf_model.csv"
 

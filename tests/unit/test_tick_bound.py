@@ -3,11 +3,11 @@
 import polars as pl
 import pytest
 
-from replay.fleet import cluster
+from common.errors import ConfigError
+from replay.fleet import ticks
 from replay.fleet.cluster import simulate
 from replay.config import FleetConfig, PoolConfig
 from traces import cast_to_schema
-from traces.errors import ConfigError
 
 
 def frame(*arrival_s: float, output_tokens: int = 10) -> pl.DataFrame:
@@ -27,9 +27,9 @@ def test_simulate_refuses_a_month_of_ticks_before_it_starts():
 
 
 def test_a_drain_past_the_bound_stops_with_an_error(monkeypatch):
-    monkeypatch.setattr(cluster, "MAX_TICK_POOL_ROWS", 20)
+    monkeypatch.setattr(ticks, "MAX_TICK_POOL_ROWS", 20)
     cfg = fleet(tick_s=0.1)
     with pytest.raises(ConfigError, match=r"still draining .* after the last arrival, 21 ticks x 1 pool"):
         simulate(frame(0, output_tokens=3_000), None, cfg, engine="reference")  # 3,000 tokens take > 2 s
-    monkeypatch.setattr(cluster, "MAX_TICK_POOL_ROWS", 1_000_000)
+    monkeypatch.setattr(ticks, "MAX_TICK_POOL_ROWS", 1_000_000)
     assert simulate(frame(0, output_tokens=3_000), None, cfg, engine="reference").ticks["t_us"].size > 21

@@ -9,8 +9,9 @@ import shutil
 import polars as pl
 import pytest
 
+from common.errors import TraceError
 import traces
-from traces import TRACE_SCHEMA, TraceError, detect_format, load_trace
+from traces import TRACE_SCHEMA, detect_format, load_trace
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

@@ -14,7 +14,8 @@ import signal
 
 import pytest
 
-from traces import TraceConfig, TraceError, load_from_config, load_trace
+from common.errors import TraceError
+from traces import TraceConfig, load_from_config, load_trace
 from traces.limits import TraceLimits
 
 CMAP = {"arrival": "ts", "prompt_tokens": "p", "output_tokens": "o"}

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-import traces
+from common.errors import TraceError
 from traces import BUNDLED, DEFAULT_TRACE, bundled_trace_path, inspect_trace, load_trace
 
 # rows, span_s, prompt mean/median/p99/min/max, output mean/median/p99/min/max, peak 1-min, sha256
@@ -32,7 +32,7 @@ def test_names():
     assert set(BUNDLED) == set(README)
     for name in BUNDLED:
         assert bundled_trace_path(name).is_file()
-    with pytest.raises(traces.TraceError, match="known: azure-code-2023"):
+    with pytest.raises(TraceError, match="known: azure-code-2023"):
         bundled_trace_path("nope")
 
 

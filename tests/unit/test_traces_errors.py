@@ -8,8 +8,8 @@ import pathlib
 import polars as pl
 import pytest
 
-import traces
-from traces import TraceError, UserError, detect_format, load_trace
+from common.errors import TraceError, UserError
+from traces import detect_format, load_trace
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
@@ -217,4 +217,3 @@ def test_burstgpt_zero_prompt_is_an_error_but_zero_response_is_dropped(tmp_path)
 
 def test_errors_are_user_errors():
     assert issubclass(TraceError, UserError)
-    assert traces.TraceError is TraceError

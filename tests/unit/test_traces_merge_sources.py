@@ -23,7 +23,7 @@ def test_a_bad_merge_source_transform_names_its_key():
     import pytest
 
     from replay.config import load_config
-    from traces.errors import ConfigError
+    from common.errors import ConfigError
 
     import pathlib
     import tempfile

@@ -10,7 +10,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traces import FilterConfig, MergeSource, TraceConfig, TraceError, load_from_config, load_trace
+from common.errors import TraceError
+from traces import FilterConfig, MergeSource, TraceConfig, load_from_config, load_trace
 
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traces import TRACE_SCHEMA, TraceError, cast_to_schema
+from common.errors import TraceError
+from traces import TRACE_SCHEMA, cast_to_schema
 
 
 def test_schema_columns_and_types():

@@ -8,11 +8,12 @@ import polars as pl
 import pytest
 import yaml
 
+from common.configtools import from_dict
+from common.errors import ConfigError, TraceError
 from traces import (
-    ConfigError, FilterConfig, MergeSource, SampleConfig, TraceConfig, TraceError, WindowConfig,
+    FilterConfig, MergeSource, SampleConfig, TraceConfig, WindowConfig,
     cast_to_schema, filter_rows, label, load_from_config, load_trace, merge, sample, scale_rate, window,
 )  # fmt: skip
-from traces.configtools import from_dict
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

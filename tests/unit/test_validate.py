@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from common.errors import ConfigError
 from replay.cli.validate import scenario_path
 from replay.validate import DRAIN_S, METRICS, Row, load_scenarios, mape_by_group, measure, run_scenario
-from traces.errors import ConfigError
 
 FLEET = "{model: llama-3.1-8b, gpu: h100-sxm-80gb, pools: [{replicas: 1}]}"
 

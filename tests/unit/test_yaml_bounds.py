@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from common.errors import ConfigError
+from common.yamlfile import MAX_DEPTH, MAX_NODES, load_yaml_text
 from replay.calibration.profiles import read_profile
 from replay.config import load_config
-from traces.errors import ConfigError
-from traces.yamlfile import MAX_DEPTH, MAX_NODES, load_yaml_text
 
 # Nine levels, each listing the previous one nine times: 9**9 (387 million) values once expanded.
 LAUGHS = "\n".join(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 _MISSING = object()
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from common.errors import ConfigError
 from replay.model.hf import arch as hf_arch
 from replay.model.hf.arch import Fields, attention_params, check_divides, spec_fields, top_k_of
-from traces.errors import ConfigError
 
 
 def _mla_attention(f: Fields, hidden: int, heads: int) -> tuple[int, dict[str, int], int]:

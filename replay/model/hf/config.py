@@ -13,8 +13,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from replay.model.models import ModelSpec, spec_from_config
-from traces.errors import ConfigError
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 QUANT_METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors", "awq", "awq_marlin", "gptq", "gptq_marlin",
                  "mxfp4", "modelopt", "modelopt_fp4")

@@ -14,8 +14,8 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from traces.bounds import out_of_bounds
-from traces.errors import ConfigError
+from common.bounds import out_of_bounds
+from common.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def from_dict(cls: type[T], data: Any, path: str, source: str = "config") -> T:
             raise ConfigError(f"{source}: {where}:{rest}") from None
         raise ConfigError(f"{source}: {path or 'top level'}: {text}") from None
     # The section's own checks say what a value means; past them, no number may be absurd
-    # (traces/bounds.py): 1e300 seconds passes "> 0" but no clock or array can hold it.
+    # (common/bounds.py): 1e300 seconds passes "> 0" but no clock or array can hold it.
     for name, value in kwargs.items():
         problem = out_of_bounds(cls, name, value)
         if problem is not None:

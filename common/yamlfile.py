@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from traces.errors import ConfigError
+from common.errors import ConfigError
 
 # Far above any real config (the shipped scenarios are about 2,000 nodes and 8 levels deep),
 # far below what hurts: 200,000 Python objects are a few tens of MB.
@@ -147,8 +147,8 @@ def _line(exc: Exception) -> str:
 def read_yaml(path: str | Path, what: str = "config") -> Any:
     """A YAML file through the bounded loader (YAML 1.2 floats, no duplicate keys, no Python
     tags, bounded size and depth); every problem is one ConfigError naming the file (and line),
-    as `what` file. Opened as traces/files.py opens every input: a regular file or nothing."""
-    from traces.files import read_text_file
+    as `what` file. Opened as common/files.py opens every input: a regular file or nothing."""
+    from common.files import read_text_file
 
     raw = read_text_file(path, str(path), what, MAX_BYTES, ConfigError)
     try:

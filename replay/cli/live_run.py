@@ -1,8 +1,7 @@
-"""`llm-replay tui` (the dashboard over a run directory, or an SVG of it) and `llm-replay run
---tui` (a replay watched while it runs: a child process replays and writes DIR/live/, see
-replay/fleet/live.py, and the dashboard follows DIR; the finished run replaces DIR in one rename).
-
-Textual is imported only inside these commands: `import replay` never loads it.
+"""`llm-replay run --tui`: a replay watched while it runs. A child process replays and writes
+DIR/live/ (replay/fleet/live.py) and the dashboard follows DIR; the finished run replaces DIR in
+one rename. The dashboard is the one the application registered (replay.cli.app.dashboard,
+filled by llm_replay/app.py): replay sits below tui and never imports it.
 """
 
 from __future__ import annotations
@@ -10,64 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from traces.errors import UserError
-
-SIZE = re.compile(r"^(\d+)x(\d+)$")
-MIN_SIZE = (40, 12)
-
-
-def add_parser(sub) -> None:
-    tui = sub.add_parser("tui", help="the incident dashboard over a run directory (Textual)")
-    tui.add_argument("run", help="run directory (the --out of llm-replay run), finished or being written")
-    tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
-    tui.add_argument("--at", metavar="TIME", help="start with the cursor at TIME from the run's start: M:SS, "
-                     "H:MM:SS or seconds (e.g. 14:05)")
-    tui.add_argument("--screenshot", metavar="FILE.svg", help="draw the dashboard without a terminal into an SVG "
-                     "file and exit")
-    tui.add_argument("--size", default="120x40", metavar="COLSxROWS", help="terminal size of --screenshot "
-                     "(default 120x40)")
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    m = SIZE.match(text.strip())
-    if not m or int(m.group(1)) < MIN_SIZE[0] or int(m.group(2)) < MIN_SIZE[1]:
-        raise UserError(f"--size {text!r}: expected COLUMNSxROWS of at least {MIN_SIZE[0]}x{MIN_SIZE[1]} "
-                        "(e.g. 120x40)")
-    return int(m.group(1)), int(m.group(2))
-
-
-def run(args: argparse.Namespace) -> int:
-    from replay.files import check_output_file, write_atomically
-
-    shot = None
-    if args.screenshot is not None:
-        shot = Path(args.screenshot)
-        if shot.suffix.lower() != ".svg":
-            raise UserError(f"--screenshot {shot}: expected a file name ending in .svg")
-        # before drawing: opening a FIFO to write would block forever; a device or a link is not replaced
-        check_output_file(shot, force=True, flag="--screenshot")
-    size = parse_size(args.size)
-    from tui.app import make_app
-
-    app = make_app(args.run, args.compare, args.at, follow=shot is None)
-    if shot is not None:
-        import asyncio
-
-        from tui.app import render_svg
-
-        svg = asyncio.run(render_svg(app, size))
-        # a read-only directory or a full disk is one line and leaves no half-written SVG
-        write_atomically(shot, lambda fh: fh.write(svg), flag="--screenshot")
-        print(f"dashboard of {args.run} written to {shot}")
-        return 0
-    app.run()
-    return 0
+from common.errors import UserError
 
 
 def cmd_run_tui(args: argparse.Namespace) -> int:
@@ -79,11 +26,13 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from replay.cli.app import dashboard
     from replay.cli.run import prepare_run, report_trace_fixes
     from replay.fleet.cluster import split_requests
     from replay.fleet.live import LIVE_DIR, STATUS_FILE
     from replay.outputs.write import claimed
 
+    show = dashboard()
     # The trace is read here, not in the child: a bad one fails before the dashboard starts (and
     # before DIR is made). The child replays this very trace (it travels pickled).
     began = time.perf_counter()
@@ -103,10 +52,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         # The writer of live/ is the child from now on: a dashboard that finds it dead stops following.
         _write_status(live, proc.pid)
         try:
-            from tui.app import make_app
-
-            app = make_app(out, exit_on_failure=True)
-            app.run()
+            show(out)
         except BaseException:  # SIGTERM (or Ctrl-C) in the parent: stop the replay, leave nothing
             proc.terminate()
             proc.join()

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     # initialisation (numpy's) can surface as an ImportError that no longer carries it.
     previous = {s: signal.signal(s, _interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        from replay.cli.app import main as cli_main
+        from llm_replay.app import main as cli_main
     except (KeyboardInterrupt, ImportError) as exc:
         if isinstance(exc, ImportError) and not _received:
             raise

@@ -1,7 +1,7 @@
 """User-facing errors: a mistake in a file or flag the user passed, reported without a traceback.
 
-The CLI turns every `UserError` into one line on stderr and exit code 2. Lives in `traces`, the
-lowest layer, so every package can raise it.
+The CLI turns every `UserError` into one line on stderr and exit code 2. Lives in `common`, below
+every layer, so every package can raise it.
 """
 
 

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from traces.errors import UserError
+from common.errors import UserError
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
