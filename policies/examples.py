@@ -27,26 +27,20 @@ from policies.user import (
 
 def least_waiting_tokens_py(replicas, request, params, state):
     """The twin: the same choice in plain Python (numpy rows)."""
-    best = 0
-    for k in range(replicas.shape[0]):
-        if (replicas[k, R_WAITING_TOKENS], replicas[k, R_LIVE_RUNNING]) < (
-                replicas[best, R_WAITING_TOKENS], replicas[best, R_LIVE_RUNNING]):
-            best = k
     state[0] += 1
-    return best
+    return min(range(replicas.shape[0]), key=lambda k: (replicas[k, R_WAITING_TOKENS], replicas[k, R_LIVE_RUNNING]))
 
 
 @router(reference=least_waiting_tokens_py, state=1)
 @njit(ROUTER_SIG, cache=True)
 def least_waiting_tokens(replicas, request, params, state):
     """The replica with the fewest prompt tokens waiting, then the fewest running requests."""
+    state[0] += 1  # requests routed (the state is the policy's own)
     best = 0
     for k in range(replicas.shape[0]):
-        if replicas[k, R_WAITING_TOKENS] < replicas[best, R_WAITING_TOKENS] or (
-                replicas[k, R_WAITING_TOKENS] == replicas[best, R_WAITING_TOKENS]
-                and replicas[k, R_LIVE_RUNNING] < replicas[best, R_LIVE_RUNNING]):
+        if (replicas[k, R_WAITING_TOKENS], replicas[k, R_LIVE_RUNNING]) < (
+                replicas[best, R_WAITING_TOKENS], replicas[best, R_LIVE_RUNNING]):
             best = k
-    state[0] += 1  # requests routed (the state is the policy's own)
     return best
 
 
