@@ -80,3 +80,20 @@ def test_a_user_policy_runs_from_the_command_line(cli, write, tmp_path):
 
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["rejected_by_reason"].get("admission_policy", 0) > 0
+
+
+def test_an_installed_entry_point_needs_no_flag(cli, write, tmp_path, monkeypatch):
+    """A plugin installed with an `llm_replay.policies` entry point is named by its entry-point name."""
+    site = tmp_path / "site"
+    (site / "fake_policies-1.0.dist-info").mkdir(parents=True)
+    (site / "fake_policies-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-policies\n"
+                                                                  "Version: 1.0\n")
+    (site / "fake_policies-1.0.dist-info" / "entry_points.txt").write_text(
+        "[llm_replay.policies]\nfewest-waiting-tokens = policies.examples:least_waiting_tokens\n")
+    monkeypatch.syspath_prepend(str(site))
+    write("f.yaml", FLEET.format(pool='router: "fewest-waiting-tokens"'))
+    res = cli("run", "--config", "f.yaml", "--out", "o", "-q")
+    assert res.code == 0, res.err
+    write("g.yaml", FLEET.format(pool='engine: {scheduling_policy: "fewest-waiting-tokens"}'))
+    res = cli("run", "--config", "g.yaml", "--out", "o2", "-q")
+    assert res.code == 2 and "is a router policy, expected a queue order" in res.err
