@@ -18,12 +18,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from policies._native import compile_policy
-from policies._userview import FAMILY_OF, F_ADMISSION, F_QUEUE, F_ROUTER, F_VICTIM
+from policies._userview import FAMILY_OF
 from policies.plugins import ENTRY_POINT_GROUP, user_object
 from policies.user import FAMILIES, MAX_PARAMS, MAX_STATE, UserPolicy
 from common.errors import UserError
 
-FAMILY_CODE = {name: code for code, name in FAMILY_OF.items()}
 _DECORATOR = {"router": "router", "queue order": "queue_order", "preemption victim": "victim",
               "admission": "admission"}
 
@@ -117,7 +116,7 @@ def _values(name: str, policy: UserPolicy, params: Mapping[str, Any]) -> tuple[f
     return tuple(float(params.get(k, default)) for k, default in policy.params.items())
 
 
-def not_found(family: str, known: Sequence[str]) -> str:
+def not_found(known: Sequence[str]) -> str:
     """The tail of an unknown-policy message: the built-ins and how to name a user's policy."""
     return (f"known: {', '.join(known)}, or 'module:function' of a --plugin module, or a plugin's "
             f"{ENTRY_POINT_GROUP} entry point")
@@ -166,5 +165,3 @@ class UserTable:
         key = self.keys.get(family, ())[pool] if 0 <= pool < len(self.keys.get(family, ())) else family
         return UserError(f"{key}: the {family} {name!r} {message}")
 
-
-FAMILY_CODES = (F_ROUTER, F_QUEUE, F_VICTIM, F_ADMISSION)

@@ -136,7 +136,12 @@ class EngineArgs:
         if policy not in QUEUE_ORDERS and user_choice("scheduling_policy", policy, "queue order") is None:
             raise ValueError(f"scheduling_policy: unknown queue order {self.scheduling_policy!r}"
                              f"{suggest(self.scheduling_policy, QUEUE_ORDERS)}; "
-                             f"{not_found('queue order', sorted(QUEUE_ORDERS))}")
+                             f"{not_found(sorted(QUEUE_ORDERS))}")
+
+
+# step_model keys the table backend has no use for (StepModelArgs refuses them beside it).
+TABLE_UNUSED = ("mfu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
+                "knee_tokens", "past_knee_mfu", "link_efficiency", "profile", "all_to_all_bytes_per_s")
 
 
 @dataclass(frozen=True)

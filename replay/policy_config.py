@@ -45,7 +45,7 @@ class PreemptionConfig:
         if not known and user_choice("victim", self.victim, "preemption victim") is None:
             raise ValueError(f"victim: unknown preemption victim {self.victim!r}"
                              f"{suggest(self.victim, ['auto', *VICTIMS])}; "
-                             f"{not_found('preemption victim', ['auto', *sorted(VICTIMS)])}")
+                             f"{not_found(['auto', *sorted(VICTIMS)])}")
         if self.mode not in ("recompute", "swap"):
             raise ValueError(f"mode: got {self.mode!r}, expected recompute or swap")
         if self.swap_space_gib < 0:
@@ -54,11 +54,6 @@ class PreemptionConfig:
             raise ValueError(f"host_link_bytes_per_s: got {self.host_link_bytes_per_s}, expected > 0")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark: got {self.watermark}, expected a share in [0, 1)")
-
-
-# step_model keys the table backend has no use for (StepModelArgs refuses them beside it).
-TABLE_UNUSED = ("mfu", "per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
-                "knee_tokens", "past_knee_mfu", "link_efficiency", "profile", "all_to_all_bytes_per_s")
 
 
 @dataclass(frozen=True)
@@ -95,7 +90,7 @@ class AdmissionConfig:
             raise ValueError(f"params: got {self.params!r}, expected a mapping of the policy's parameters")
         if user_choice("policy", self.policy, "admission", self.params) is None:
             raise ValueError(f"policy: unknown admission policy {self.policy!r}{suggest(self.policy, ADMISSIONS)}; "
-                             f"{not_found('admission policy', sorted(ADMISSIONS))}")
+                             f"{not_found(sorted(ADMISSIONS))}")
 
 
 # KV-transfer links between a prefill and a decode replica, in bytes/s one way:
