@@ -28,8 +28,10 @@ from replay.engine.state import (
     STATUS_OK,
     STATUS_STUCK,
     STATUS_UNKNOWN_POLICY,
+    STATUS_USER_POLICY,
 )
 from replay.engine.transfer import finish_transfer
+from policies._userview import E_STATUS
 
 
 @njit(cache=True, _nrt=False)
@@ -40,6 +42,8 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
     while True:
+        if pools.u_router.err[E_STATUS] != 0:  # a user's policy made an invalid choice (its link says which)
+            return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
         # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).

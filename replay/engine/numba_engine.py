@@ -5,6 +5,7 @@ lifecycle changes. Its reference twin is `reference/engine.py`.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import numpy as np
@@ -41,6 +42,8 @@ from replay.engine.state import (
     Requests,
 )
 from policies._dispatch import UnknownPolicyId
+from policies._userview import E_FAMILY, E_LIMIT, E_POOL, E_STATUS, E_VALUE, ERR_WIDTH, UserCall, choice_message
+from policies.user import POOL_WIDTH, REPLICA_WIDTH, REQUEST_WIDTH
 from policies.admission._view import PARAM_COLUMNS
 
 
@@ -261,7 +264,31 @@ def make_pools(inputs: EngineInputs) -> Pools:
         held_tail=full(npool, -1),
         nheld=full(npool, 0),
         async_sched=inputs.per_pool("async_scheduling", 0),
+        **user_calls(inputs),
     )
+
+
+def user_calls(inputs: EngineInputs) -> dict[str, UserCall]:
+    """The engine's UserCall of each family (policies/_userview.py): each pool's compiled user
+    policy (address 0: none), its parameters and state, and scratch for the views. The same
+    dtypes and ranks with or without user policies, so the kernel compiles once for both."""
+    i64 = np.int64
+    npool = len(inputs.pool_replicas)
+    table = inputs.user
+    err = np.zeros(ERR_WIDTH, i64)  # one for every family: advance_nb checks it
+    req = np.zeros(REQUEST_WIDTH, i64)
+    rows = {"router": (int(max(1, inputs.pool_replicas.max(initial=1))), REPLICA_WIDTH), "queue order": (1, 1),
+            "preemption victim": (int(max(1, inputs.pool_max_num_seqs.max(initial=1))), REQUEST_WIDTH),
+            "admission": (1, POOL_WIDTH)}
+    out = {}
+    for field, family in (("u_router", "router"), ("u_queue", "queue order"), ("u_victim", "preemption victim"),
+                          ("u_admission", "admission")):
+        if table is None:
+            addr, params, state = np.zeros(npool, i64), np.zeros((npool, 1)), np.zeros((npool, 1), i64)
+        else:
+            addr, params, state = table.addresses(family), table.params(family), table.state(family)
+        out[field] = UserCall(addr, params, state, np.zeros(rows[family], i64), req, err, inputs.pool_first_replica)
+    return out
 
 
 def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
@@ -298,7 +325,9 @@ class NumbaEngine:
     def advance(self, until_us: int) -> None:
         self.now = until_us
         while True:
-            status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, np.int64(until_us))
+            with self._user_code():
+                status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
+                                    np.int64(until_us))
             if status == STATUS_EVENTS_FULL:
                 self._drain()
                 continue
@@ -309,6 +338,24 @@ class NumbaEngine:
             if status == STATUS_UNKNOWN_POLICY:
                 self._check_policies()
             return
+
+    @contextlib.contextmanager
+    def _user_code(self):
+        """A kernel entry that may call a user's policy: an exception it raises is the policy's
+        (the engine's own kernels raise none), named by the last call its link recorded; an
+        invalid choice it recorded ends the run the same way."""
+        if self.inputs.user is None:
+            yield
+            return
+        err = self.pools.u_router.err
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the user's numba code raised
+            raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
+                                         f"raised {type(exc).__name__}: {exc}") from None
+        if err[E_STATUS] != 0:
+            raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
+                                         choice_message(int(err[E_FAMILY]), int(err[E_VALUE]), int(err[E_LIMIT])))
 
     def _check_policies(self) -> None:
         """The kernel stopped at a pool whose policy id has no kernel: say which, never run a default."""
@@ -382,8 +429,9 @@ class NumbaEngine:
             if room <= 0:
                 self._drain()
                 continue
-            left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs, p,
-                                        np.int64(self.now), np.int64(min(room, left))))
+            with self._user_code():
+                left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
+                                            p, np.int64(self.now), np.int64(min(room, left))))
             self._check_policies()
 
     def drain_replica(self, r: int) -> None:

@@ -36,6 +36,7 @@ from replay.engine.state import (
     UNKNOWN_ROUTER,
     UNKNOWN_VICTIM,
 )
+from policies._userview import RequestColumns
 from policies.admission._view import AdmissionView
 from policies.registry import ADMISSION_MODULES, QUEUE_MODULES, ROUTER_MODULES, VICTIM_MODULES
 from policies._dispatch import build_dispatch
@@ -69,6 +70,13 @@ def refresh_views(reps, pools, p, t):
     pools.next_refresh[p] = t + pools.refresh_us[p]
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def request_columns(rq, pools):
+    """The request columns a user's policy reads (policies/_userview.py)."""
+    return RequestColumns(rq.prompt, rq.output, rq.priority, rq.tenant, rq.arrival, rq.generated, rq.nblocks,
+                          pools.ttft_budget_us)
+
+
 @njit(cache=True, _nrt=False)
 def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
@@ -88,7 +96,8 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     if active == 0:
         return -1
     view = RouterView(reps.state, reps.view_wait, reps.view_run, reps.view_kv, reps.nblocks, reps.nwait, reps.nrun,
-                      reps.hits, pools.rng, pools.rr_next)
+                      reps.wait_tokens, reps.hits, pools.rng, pools.rr_next, request_columns(rq, pools), q,
+                      pools.u_router)
     need = (rq.prompt[q] + bs - 1) // bs
     return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
@@ -120,7 +129,7 @@ def admit(rq, reps, pools, p, r, q, t):
                 active += 1
     view = AdmissionView(waiting, waiting_tokens, active, reps.wait_tokens, rq.prompt, rq.output, rq.priority,
                          rq.tenant, pools.bucket, pools.bucket_at, pools.bucket.shape[0] // pools.admission.shape[0],
-                         pools.ttft_budget_us)
+                         pools.ttft_budget_us, request_columns(rq, pools), pools.u_admission)
     if admission_dispatch(pools.admission[p], view, p, r, q, t, pools.adm[p]) != 0:
         return pools.adm_reason[p]
     return 0
@@ -181,16 +190,20 @@ def check_policy_ids(pools, ev):
     """Every pool's per-step policy ids name a registered kernel; else record the first pool
     that has none (its family in ev.clock[6]) and return False: the run stops with an error."""
     for p in range(pools.router.shape[0]):
-        if not 0 <= pools.router[p] < NUM_ROUTERS:
+        # The last id of each family is its user link: it needs the pool's compiled policy.
+        if not 0 <= pools.router[p] < NUM_ROUTERS or (
+                pools.router[p] == NUM_ROUTERS - 1 and pools.u_router.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
             return False
-        if not 0 <= pools.victim[p] < NUM_VICTIMS:
+        if not 0 <= pools.victim[p] < NUM_VICTIMS or (
+                pools.victim[p] == NUM_VICTIMS - 1 and pools.u_victim.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
             return False
-        if not 0 <= pools.queue[p] < NUM_QUEUES:
+        if not 0 <= pools.queue[p] < NUM_QUEUES or (pools.queue[p] == NUM_QUEUES - 1 and pools.u_queue.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
             return False
-        if not 0 <= pools.admission[p] < NUM_ADMISSIONS:
+        if not 0 <= pools.admission[p] < NUM_ADMISSIONS or (
+                pools.admission[p] == NUM_ADMISSIONS - 1 and pools.u_admission.addr[p] == 0):
             unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
             return False
     return True

@@ -26,6 +26,7 @@ from replay.engine.events import record, update_event
 from replay.engine.kvblocks import free_request_blocks, grow_request, ht_find, prompt_hits, request_key, touch_block
 from replay.engine.lora import lora_activate, lora_in_batch, lora_of, loras_scheduled
 from replay.engine.queues import wq_push_front, wq_remove
+from replay.engine.routing import request_columns
 from replay.engine.state import (
     C_ADMITTED,
     C_BUSY,
@@ -298,7 +299,8 @@ def is_decoding(rq, q):
 def pick_victim(rq, reps, pools, p, off, nrun, i):
     """Index in the running list of the request to preempt while scheduling index i: the pool's
     victim policy (policies/victims/) over a VictimView (ids are checked by check_policy_ids)."""
-    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks)
+    view = VictimView(reps.run_list, rq.priority, rq.arrival, rq.generated, rq.nblocks, request_columns(rq, pools), p,
+                      pools.u_victim)
     return victim_dispatch(pools.victim[p], view, off, nrun, i)
 
 
@@ -322,7 +324,8 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
         return q
     bs = pools.block_size[p]
     reads_prefix = pools.queue_hits[p] != 0
-    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us)
+    view = QueueView(rq.priority, rq.prompt, rq.arrival, pools.ttft_budget_us, request_columns(rq, pools),
+                     pools.u_queue)
     best = -1
     best_key = 0.0
     while q >= 0:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from replay.engine.common import COUNTERS
+from policies._userview import UserCall
 
 
 class Requests(NamedTuple):
@@ -157,6 +158,12 @@ class Pools(NamedTuple):
     held_tail: np.ndarray
     nheld: np.ndarray
     async_sched: np.ndarray  # 1: vLLM's async scheduling (step k + 1 is scheduled as step k starts)
+    # The pools' user-written policies, one UserCall per family (policies/_userview.py); every
+    # family's shares one err array, which advance_nb checks after each event.
+    u_router: UserCall
+    u_queue: UserCall
+    u_victim: UserCall
+    u_admission: UserCall
 
 
 
@@ -181,7 +188,7 @@ C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, 
     )
 )
 
-STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY = 0, 1, 2, 3
+STATUS_OK, STATUS_EVENTS_FULL, STATUS_STUCK, STATUS_UNKNOWN_POLICY, STATUS_USER_POLICY = 0, 1, 2, 3, 4
 # Events.clock[6] of a STATUS_UNKNOWN_POLICY: the family whose id has no policy.
 UNKNOWN_ROUTER, UNKNOWN_VICTIM, UNKNOWN_QUEUE, UNKNOWN_ADMISSION = 1, 2, 3, 4
 PD_PREFILL, PD_DECODE, PD_THRESHOLD, PD_BASE_US, PD_LAYERS, PD_INFLIGHT = range(6)

@@ -20,7 +20,10 @@ def test_router_ids_are_the_kernels_positions_in_the_registry():
         spec.numba_id for spec in ROUTERS.values()]
     for module in ROUTER_MODULES:
         assert callable(module.kernel.py_func) and callable(module.reference)
+    for module in ROUTER_MODULES[:-1]:
         assert module.SPECS and all(name in ROUTERS for name, *_ in module.SPECS)
+    # The last is the link to a user's router (policies/user.py): no name of its own.
+    assert ROUTER_MODULES[-1].__name__ == "policies.routers.user" and ROUTER_MODULES[-1].SPECS == ()
     for name in ("prefix-aware", "least-kv", "vllm-dp", "kv-cost"):
         assert ROUTERS[name].module is weighted
     assert router_id("prefix-aware") == router_id("weighted") != router_id("round-robin")

@@ -33,6 +33,7 @@ from replay.engine.reference.routing import RoutingMixin
 from replay.engine.reference.scheduling import SchedulingMixin
 from replay.engine.reference.state import ARRIVAL, REFRESH, Column, Replica, Request
 from replay.engine.reference.transfer import TransferMixin
+from replay.engine.reference.user import USER_FAMILIES, request_columns, user_call, user_code
 from policies.admission._view import PARAM_COLUMNS, AdmissionView
 from policies.queue_orders._view import QueueView
 from policies.victims._view import VictimView
@@ -75,10 +76,13 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
         self.router_params = [list(row) for row in inputs.router_params]
         self.victims = inputs.policy_ids("victim")
         reqs = self.requests
+        self.user_columns = request_columns(reqs, inputs)
+        self.user = {family: user_call(inputs, family) for family in USER_FAMILIES}
         self.victim_view = VictimView(run=[], priority=Column(reqs, lambda r: r.priority),
                                       arrival=Column(reqs, lambda r: r.arrival_us),
                                       generated=Column(reqs, lambda r: r.generated),
-                                      blocks=Column(reqs, lambda r: len(r.blocks)))
+                                      blocks=Column(reqs, lambda r: len(r.blocks)), req=self.user_columns,
+                                      pool=-1, user=self.user["preemption victim"])
         self.admissions = inputs.policy_ids("admission")
         self.adm_pool = inputs.policy_reads("admission pool")
         self.adm_reason = inputs.policy_reads("admission reason")
@@ -91,13 +95,14 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
             prompt=Column(reqs, lambda r: r.prompt_tokens), output=Column(reqs, lambda r: r.output_tokens),
             priority=Column(reqs, lambda r: r.priority), tenant=Column(reqs, lambda r: int(tenants[r.index])),
             bucket=self.buckets, bucket_at=self.buckets_at, tenants=inputs.num_tenants,
-            ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+            ttft_budget=self.user_columns.ttft_budget, req=self.user_columns, user=self.user["admission"])
         self.queues = inputs.policy_ids("queue")
         self.queue_hits = [bool(x) for x in inputs.policy_reads("queue prefix")]
         self.queue_view = QueueView(priority=Column(reqs, lambda r: r.priority),
                                     prompt=Column(reqs, lambda r: r.prompt_tokens),
                                     arrival=Column(reqs, lambda r: r.arrival_us),
-                                    ttft_budget=[int(x) for x in inputs.per_pool("ttft_budget_us", 2_000_000)])
+                                    ttft_budget=self.user_columns.ttft_budget, req=self.user_columns,
+                                    user=self.user["queue order"])
         self.route_hits = [bool(x) for x in inputs.policy_reads("prefix")]
         for p, reads_view in enumerate(inputs.policy_reads("view")):
             if reads_view:
@@ -159,8 +164,9 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
         self._reset_replica(rep)
         rep.state, rep.active_at = R_STARTING, active_at_us
         held = self.held[rep.pool]
-        for req in [held.popleft() for _ in range(len(held))]:  # oldest first: they wait on it now
-            self._place(req, self.now)
+        with user_code(self.inp):
+            for req in [held.popleft() for _ in range(len(held))]:  # oldest first: they wait on it now
+                self._place(req, self.now)
 
     def drain_replica(self, r: int) -> None:
         rep = self.replicas[r]

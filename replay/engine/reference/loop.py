@@ -10,6 +10,7 @@ import numpy as np
 from replay.engine.common import COUNTERS, R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS
 from replay.engine.reference.kvblocks import BlockPool
 from replay.engine.reference.state import ARRIVAL, REFRESH, STEP_END, TRANSFER_DONE, Replica
+from replay.engine.reference.user import user_code
 
 
 class LoopMixin:
@@ -18,6 +19,10 @@ class LoopMixin:
     def advance(self, until_us: int) -> None:
         self.now = until_us
         self._check_policy_ids()
+        with user_code(self.inp):
+            self._advance(until_us)
+
+    def _advance(self, until_us: int) -> None:
         while self.heap and self.heap[0][0] <= until_us:
             t, kind, who = heapq.heappop(self.heap)
             if kind == REFRESH:

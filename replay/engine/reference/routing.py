@@ -38,7 +38,8 @@ class RoutingMixin:
                    "admission": self.admissions}
         for family, ids in columns.items():
             for p, pid in enumerate(ids):
-                if not 0 <= pid < len(FAMILIES[family]):
+                user_link = pid == len(FAMILIES[family]) - 1  # needs the pool's user policy
+                if not 0 <= pid < len(FAMILIES[family]) or (user_link and self.user[family].addr[p] is None):
                     raise UnknownPolicyId(f"pool {p}: {family} id {int(pid)} has no policy in policies.registry "
                                           f"(stopped at t_us={self.now})")
 
@@ -159,7 +160,7 @@ class RoutingMixin:
             state=[rep.state for rep in reps], wait=[rep.view[0] for rep in reps], run=[rep.view[1] for rep in reps],
             kv=[rep.view[2] for rep in reps], blocks=[rep.kv.num_blocks for rep in reps],
             live_wait=[len(rep.waiting) for rep in reps], live_run=[len(rep.running) for rep in reps],
-            hits=hits, rng=self.rng, rr=self.rr_next,
+            wait_tokens=[sum(x.num_tokens for x in rep.waiting) for rep in reps], hits=hits, rng=self.rng, rr=self.rr_next, req=self.user_columns, q=req.index, user=self.user["router"],
         )
         r = route_reference(int(self.inp.pool_router[p]), view, p, members[0], len(members), len(active),
                             -(-req.prompt_tokens // bs), self.router_params[p])

@@ -209,7 +209,7 @@ class SchedulingMixin:
     def _victim(self, rep: Replica, i: int) -> int:
         """Index in the running list of the request to preempt while scheduling index i: the
         pool's victim policy's twin (policies/victims/) over a VictimView."""
-        view = self.victim_view._replace(run=[req.index for req in rep.running])
+        view = self.victim_view._replace(run=[req.index for req in rep.running], pool=rep.pool)
         return victim_reference(int(self.victims[rep.pool]), view, 0, len(rep.running), i)
 
     def _next_waiting(self, rep: Replica, bs: int, cutoff: int) -> Request | None:
