@@ -8,7 +8,7 @@ kernel, which the engine turns into an error status (never a fallback to a defau
 How: a chain of links, `if id == i: return kernel_i(...)` else the next link, each compiled
 with `inline="always"`, so the engine kernel that calls the dispatch holds every policy's code
 inline, as its hand-written if-chain did (a call that passes the engine's state as arguments
-costs hundreds of scalar copies; see replay/engine_nb.py). numba cannot iterate a tuple of
+costs hundreds of scalar copies; see replay/engine/loop.py). numba cannot iterate a tuple of
 functions without its experimental first-class function types, whose addresses cannot be
 cached, and its inliner refuses a closure called with *args; so each link's source is written
 out for the family's number of arguments and compiled here. A link is never cached itself:

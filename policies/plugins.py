@@ -157,11 +157,19 @@ def fits(obj: Any, what: str) -> bool:
 
 def plugin_rows() -> list[dict[str, Any]]:
     """The functions of every --plugin module (defined there, public) that fit an autoscaler's or
-    a pool split's signature, and the installed entry points (not loaded: listing runs no code)."""
+    a pool split's signature, its per-step policies (policies.user), and the installed entry
+    points (not loaded: listing runs no code)."""
     rows = []
     for module_name, module in _ALLOWED.items():
-        for attr, obj in sorted(vars(module).items()):
-            if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+        items = sorted(vars(module).items())
+        per_step = {attr: obj for attr, obj in items if type(obj).__name__ == "UserPolicy"}
+        twins = {id(obj.reference) for obj in per_step.values()}  # listed with their policy
+        for attr, obj in items:
+            if attr in per_step:
+                rows.append({"family": f"{obj.family} (plugin)", "name": f"{module_name}:{attr}",
+                             "params": dict(obj.params), "summary": obj.summary, "source": f"--plugin {module_name}"})
+                continue
+            if attr.startswith("_") or getattr(obj, "__module__", None) != module.__name__ or id(obj) in twins:
                 continue
             for what in SIGNATURES:
                 if fits(obj, what):

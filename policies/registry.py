@@ -25,6 +25,7 @@ from policies.autoscalers import fixed, gpu_util, hpa, kpa, kv_usage, queue_dept
 from policies.autoscalers._ratio import ratio_state
 from policies.autoscalers.guard import GuardParams, GuardState, guard_step
 from policies.plugins import ENTRY_POINT_GROUP, check_signature, plugin_rows, user_object
+from policies.user_config import UserChoice, is_user_name, user_policy
 
 
 def _modules(family: str, names: tuple[str, ...]) -> tuple[Any, ...]:
@@ -44,7 +45,7 @@ class PolicySpec:
 
 # Routers: one module per kernel (policies/routers/); a kernel's numba id is its position
 # here, so adding a router is its file plus its name on this line.
-ROUTER_MODULES = _modules("routers", ("least_outstanding", "round_robin", "uniform_random", "power_of_two", "weighted"))
+ROUTER_MODULES = _modules("routers", ("least_outstanding", "round_robin", "uniform_random", "power_of_two", "weighted", "user"))
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,18 @@ ROUTER_PARAMS_WIDTH = max([len(s.defaults.row()) for s in ROUTERS.values() if s.
 
 def router_params(value: Any) -> tuple[RouterSpec, Any]:
     """A pool's `router:` (a name, or a mapping of `policy` and the policy's parameters) as its
-    spec and parameters. ValueError names the key, for the config loader to prefix with the path."""
+    spec and parameters (a user's router: its UserChoice). ValueError names the key, for the
+    config loader to prefix with the path."""
     if isinstance(value, str):
-        return router_spec(value), router_spec(value).defaults
+        user = _user_router(value, {})
+        return user if user is not None else (router_spec(value), router_spec(value).defaults)
     if not isinstance(value, dict) or "policy" not in value:
         raise ValueError(f"router: got {value!r}, expected a router name or a mapping with 'policy'")
-    spec = router_spec(value["policy"])
     rest = {k: v for k, v in value.items() if k != "policy"}
+    user = _user_router(value["policy"], rest)
+    if user is not None:
+        return user
+    spec = router_spec(value["policy"])
     cls = type(spec.defaults) if spec.defaults is not None else None
     known = [f.name for f in dataclasses.fields(cls)] if cls is not None else []
     for key in rest:
@@ -102,6 +108,18 @@ def router_params(value: Any) -> tuple[RouterSpec, Any]:
         return spec, dataclasses.replace(spec.defaults, **rest)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"router.{exc}") from None
+
+
+def _user_router(name: Any, params: dict[str, Any]) -> tuple[RouterSpec, UserChoice] | None:
+    if not isinstance(name, str) or (name in ROUTERS and not is_user_name(name)):
+        return None
+    try:
+        choice = user_policy(name, "router", params)
+    except ValueError as exc:
+        raise ValueError(f"router: {exc}") from None
+    if choice is None:
+        return None
+    return RouterSpec(name, ROUTER_MODULES[-1], None, choice.policy.summary, f"user policy {name}"), choice
 
 
 def router_columns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -150,10 +168,10 @@ def _kernel_specs(family: str, modules: tuple[Any, ...]) -> dict[str, KernelSpec
 
 
 # Queue orders, one module each (policies/queue_orders/); the id is the position here.
-QUEUE_MODULES = _modules("queue_orders", ("fcfs", "priority", "shortest_prompt", "edf", "longest_prefix"))
+QUEUE_MODULES = _modules("queue_orders", ("fcfs", "priority", "shortest_prompt", "edf", "longest_prefix", "user"))
 QUEUE_ORDERS: dict[str, KernelSpec] = _kernel_specs("queue order", QUEUE_MODULES)
 # Preemption victims, one module each (policies/victims/); the id is the position here.
-VICTIM_MODULES = _modules("victims", ("vllm_fcfs", "vllm_priority", "least_progress", "most_kv"))
+VICTIM_MODULES = _modules("victims", ("vllm_fcfs", "vllm_priority", "least_progress", "most_kv", "user"))
 VICTIMS: dict[str, KernelSpec] = _kernel_specs("preemption victim", VICTIM_MODULES)
 
 
@@ -173,22 +191,44 @@ class AdmissionSpec:
     def params_cls(self) -> type:
         return self.module.Params
 
+    @property
+    def is_user(self) -> bool:
+        return self.module is ADMISSION_MODULES[-1]
+
 
 # Admission policies, one module each (policies/admission/); the id is the position here.
-ADMISSION_MODULES = _modules("admission", ("always", "queue_limit", "token_bucket", "priority_shed", "slo_aware"))
+ADMISSION_MODULES = _modules("admission", ("always", "queue_limit", "token_bucket", "priority_shed", "slo_aware", "user"))
 ADMISSIONS: dict[str, AdmissionSpec] = {
     name: AdmissionSpec(name, m, summary, source) for m in ADMISSION_MODULES for name, summary, source in m.SPECS
 }
 
 
 def admission_spec(name: str, key: str | None = None) -> AdmissionSpec:
+    """The admission policy `name`: a built-in, or a user's (the `user` link, whose parameters
+    are its UserChoice: `user_policy_or_none(name, "admission", params)`)."""
+    where = f"{key}: " if key else ""
     try:
         return ADMISSIONS[name]
     except KeyError:
-        where = f"{key}: " if key else ""
+        try:
+            user = user_policy_or_none(name, "admission")
+        except ValueError as exc:
+            raise ConfigError(f"{where}{exc}") from None
+        if user is not None:
+            return AdmissionSpec(name, ADMISSION_MODULES[-1], user.policy.summary, f"user policy {name}")
         raise ConfigError(f"{where}unknown admission policy {name!r}{suggest(name, ADMISSIONS)}; known: "
                           f"{', '.join(sorted(ADMISSIONS))}") from None
 
+
+# Each family's line ends with its `user` link (a user's policy, called by address): the engines
+# and the config read "the last id" as it, so a new built-in goes before it.
+for _line in (ROUTER_MODULES, QUEUE_MODULES, VICTIM_MODULES, ADMISSION_MODULES):
+    if _line[-1].__name__.rpartition(".")[2] != "user":
+        raise RuntimeError(f"policies/registry.py: {_line[-1].__name__} is after its family's 'user' link; "
+                           "put a new built-in policy before 'user'")
+
+_FAMILY_MODULES = {"queue order": QUEUE_MODULES, "preemption victim": VICTIM_MODULES, "admission": ADMISSION_MODULES,
+                   "router": ROUTER_MODULES}
 
 SPLITS: dict[str, PolicySpec] = {
     spec.name: spec
@@ -215,7 +255,23 @@ def _lookup(table: dict[str, Any], what: str, name: str) -> int:
     try:
         return table[name].numba_id
     except KeyError:
+        try:
+            user = user_policy_or_none(name, what)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if user is not None:
+            return len(_FAMILY_MODULES[what]) - 1  # the family's `user` link, last on its line
         raise ConfigError(f"unknown {what} {name!r}{suggest(name, table)}; known: {', '.join(sorted(table))}") from None
+
+
+def user_policy_or_none(name: str, family: str, params: dict[str, Any] | None = None) -> UserChoice | None:
+    """A user's policy of `family` that `name` names (with `params`), None for a built-in name
+    or a name that is neither; ValueError says what is wrong with a user's policy."""
+    table = {"queue order": QUEUE_ORDERS, "preemption victim": VICTIMS, "admission": ADMISSIONS,
+             "router": ROUTERS}[family]
+    if name in table and not is_user_name(name):
+        return None
+    return user_policy(name, family, params)
 
 
 def queue_order_id(name: str) -> int:
@@ -224,6 +280,10 @@ def queue_order_id(name: str) -> int:
 
 def victim_id(name: str) -> int:
     return _lookup(VICTIMS, "preemption victim", name)
+
+
+def admission_id(name: str) -> int:
+    return _lookup(ADMISSIONS, "admission", name)
 
 
 def router_id(name: str) -> int:

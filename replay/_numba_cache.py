@@ -6,8 +6,24 @@ import hashlib
 import os
 from pathlib import Path
 
-# Modules whose code (or constants, which numba freezes into a kernel) ends up in compiled kernels.
-_KERNEL_SOURCES = ("engine_nb.py", "engine_common.py", "kvblocks.py", "model/stepmodel.py", "fleet/metrics.py")
+# Modules whose code (or constants, which numba freezes into a kernel) ends up in compiled kernels:
+# the numba engine's modules (its host side, numba_engine.py, and the pure-Python reference/ are
+# not compiled), the step model and the metrics kernels. tests/unit/test_numba_cache.py checks that
+# every module with a kernel, and every replay module a kernel module imports, is listed.
+_KERNEL_SOURCES = (
+    "engine/common.py",
+    "engine/state.py",
+    "engine/events.py",
+    "engine/queues.py",
+    "engine/kvblocks.py",
+    "engine/routing.py",
+    "engine/transfer.py",
+    "engine/lora.py",
+    "engine/scheduling.py",
+    "engine/loop.py",
+    "model/stepmodel.py",
+    "fleet/metrics.py",
+)
 # The per-step policies' kernels (policies/<family>/*.py) are inlined into the engine's too.
 _POLICY_KERNEL_DIRS = ("routers", "victims", "queue_orders", "admission")
 
@@ -17,24 +33,29 @@ def _key_numba_cache() -> None:
 
     Numba checks a cached kernel against its own file's timestamp only. The engine's kernels
     inline functions and constants from other modules, so after an upgrade a changed
-    `kvblocks.py` or `stepmodel.py` would leave a stale kernel in the cache. Runs before any
+    `engine/kvblocks.py` or `stepmodel.py` would leave a stale kernel in the cache. Runs before any
     kernel module is imported; the user's NUMBA_CACHE_DIR (else ~/.cache) is the parent.
     """
     import numba
 
-    here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in _KERNEL_SOURCES:
-        digest.update((here / name).read_bytes())
-    policies = here.parent / "policies"
-    for family in _POLICY_KERNEL_DIRS:
-        for path in sorted((policies / family).glob("*.py")):
-            digest.update(path.read_bytes())
-    digest.update((policies / "_dispatch.py").read_bytes())
-    digest.update((policies / "registry.py").read_bytes())  # the order of the kernels is their ids
+    for path in kernel_sources():
+        digest.update(path.read_bytes())
     parent = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "llm-replay")
     numba.config.CACHE_DIR = os.path.join(parent, f"kernels-{digest.hexdigest()[:16]}")
+
+
+def kernel_sources() -> list[Path]:
+    """Every source file the cache is keyed on, in a fixed order."""
+    here = Path(__file__).resolve().parent
+    paths = [here / name for name in _KERNEL_SOURCES]
+    policies = here.parent / "policies"
+    for family in _POLICY_KERNEL_DIRS:
+        paths.extend(sorted((policies / family).glob("*.py")))
+    paths.append(policies / "_dispatch.py")
+    paths.append(policies / "registry.py")  # the order of the kernels is their ids
+    return paths
 
 
 _key_numba_cache()

@@ -20,7 +20,7 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 def warm_kernels():
     """Compile (or load from cache) every numba kernel once, before any test times itself."""
     from tests.strategies import tiny_inputs
-    from replay.numba_engine import NumbaEngine
+    from replay.engine.numba_engine import NumbaEngine
 
     engine = NumbaEngine(tiny_inputs())
     engine.advance(10**12)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from policies.registry import ADMISSIONS, QUEUE_ORDERS, ROUTERS, VICTIMS, router_columns
 from policies.routers.weighted import SCORERS
-from replay.engine_common import EngineInputs
+from replay.engine.common import EngineInputs
 from replay.model.stepmodel import DraftShape, StepShape, step_params
 from replay.model.stepterms import spec_credit_table
 

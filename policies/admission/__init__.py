@@ -3,7 +3,7 @@
 One module per policy: `Params` (the frozen dataclass of its `admission.params`, with its
 defaults), `kernel` (numba) and `reference` (its plain-Python twin) over an `AdmissionView`
 (policies/admission/_view.py), `REASON` (the reject reason it records, one of
-replay.engine_common.REJECT_NAMES), `READS_POOL` (it reads the pool's queue totals) and
+replay.engine.common.REJECT_NAMES), `READS_POOL` (it reads the pool's queue totals) and
 `SPECS`. The parameters reach the engines as one integer row per pool (`Params.columns()`).
 """
 

@@ -10,6 +10,8 @@
                 millionths of a token and the time of its last refill; the policy owns them
     tenants     tenants in the trace
     ttft_budget per pool: the SLO's TTFT target, microseconds
+    req         the request columns a user's rule reads (policies._userview.RequestColumns)
+    user        the pool's user admission rule, if it has one (policies._userview.UserCall)
 
 A kernel's signature: `kernel(v, p, r, q, t, a) -> int`, 1 to reject request q (routed to
 replica r of pool p at time t), 0 to admit it; `a` is the pool's parameter row, indexed by
@@ -40,3 +42,5 @@ class AdmissionView(NamedTuple):
     bucket_at: Any
     tenants: Any
     ttft_budget: Any
+    req: Any
+    user: Any

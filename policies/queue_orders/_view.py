@@ -7,6 +7,8 @@ request id in the reference engine) and one per-pool column:
     prompt      prompt tokens
     arrival     arrival time, microseconds
     ttft_budget per pool: the SLO's TTFT target, microseconds
+    req         the request columns a user's key reads (policies._userview.RequestColumns)
+    user        the pool's user queue order, if it has one (policies._userview.UserCall)
 
 Signatures: `key_kernel(v, p, q, hits) -> float`, request q's sort key on pool p (lower is
 admitted first), where `hits` is its leading prompt blocks in the replica's prefix cache
@@ -24,3 +26,5 @@ class QueueView(NamedTuple):
     prompt: Any
     arrival: Any
     ttft_budget: Any
+    req: Any
+    user: Any

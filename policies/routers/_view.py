@@ -9,10 +9,13 @@ first .. first + n - 1), numpy arrays in the numba engine and lists in the refer
     kv          KV blocks in use as of that refresh
     blocks      KV blocks of the replica
     live_wait, live_run   waiting / running requests now (the proxy's own count)
+    wait_tokens tokens of the requests waiting now
     hits        leading prompt blocks of this request in the replica's prefix cache (filled for
                 active replicas only when the router's `reads_prefix(params)` says so)
     rng         per-pool xorshift64* state (seeded by the fleet seed); a router may advance it
     rr          per-pool counter a router may keep (round-robin's next replica)
+    req, q      the request's columns (policies._userview.RequestColumns) and its index
+    user        the pool's user router, if it has one (policies._userview.UserCall)
 
 A kernel's signature: `kernel(v, p, first, n, active, need, prm)`: pool p, its `active`
 routable replicas, `need` = prompt blocks of the request, and `prm` the float64 row of the
@@ -28,7 +31,7 @@ from numba import njit
 
 U64 = np.uint64
 
-R_ACTIVE = 2  # replay.engine_common.R_ACTIVE (policies sit below replay; a test checks they agree)
+R_ACTIVE = 2  # replay.engine.common.R_ACTIVE (policies sit below replay; a test checks they agree)
 MASK64 = (1 << 64) - 1
 
 
@@ -40,9 +43,13 @@ class RouterView(NamedTuple):
     blocks: Any
     live_wait: Any
     live_run: Any
+    wait_tokens: Any
     hits: Any
     rng: Any
     rr: Any
+    req: Any
+    q: Any
+    user: Any
 
 
 @njit(cache=True, _nrt=False)

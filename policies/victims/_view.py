@@ -9,6 +9,9 @@ numba engine, read-only sequences indexed by request in the reference engine):
     arrival     arrival time, microseconds
     generated   output tokens generated so far
     blocks      KV blocks it holds
+    req         the request columns a user's victim reads (policies._userview.RequestColumns)
+    pool        the replica's pool
+    user        the pool's user victim policy, if it has one (policies._userview.UserCall)
 
 A kernel's signature: `kernel(v, off, nrun, i) -> k`, the index in the running list (0 <= k <
 nrun) of the request to preempt while the step schedules running index i. A policy that
@@ -28,3 +31,6 @@ class VictimView(NamedTuple):
     arrival: Any
     generated: Any
     blocks: Any
+    req: Any
+    pool: Any
+    user: Any

@@ -19,12 +19,15 @@ import polars as pl
 from common.configtools import from_dict
 from common.errors import ConfigError, UserError
 from policies.api import ReplicaModel
-from policies.registry import admission_spec, queue_order_id, router_columns, split_function, victim_id
+from policies.registry import (
+    admission_spec, queue_order_id, router_columns, router_params, split_function, user_policy_or_none, victim_id,
+)
+from policies.user_config import UserChoice, UserTable
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
 from replay.fleet.ticks import check_drain, check_tick_count, tick_arrays
-from replay.engine_common import SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.engine.common import SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
@@ -124,7 +127,10 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         if price is None:
             price = cfg.price_usd_per_gpu_hour if cfg.price_usd_per_gpu_hour is not None else gpu.price_usd_per_gpu_hour
         spec = admission_spec(pool.admission.policy, f"{key}.admission.policy")
-        adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
+        if spec.is_user:  # checked when the config was read
+            adm = user_policy_or_none(pool.admission.policy, "admission", pool.admission.params)
+        else:
+            adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
         resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
                     "async_scheduling": eng.async_scheduling}
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
@@ -133,7 +139,7 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
     return plans
 
 
-# The engines keep a few int64 arrays per KV block of every replica slot (replay/numba_engine.py):
+# The engines keep a few int64 arrays per KV block of every replica slot (replay/engine/numba_engine.py):
 # about 100 bytes a block, so this is about 3 GB, past any fleet the reference lesson needs.
 MAX_FLEET_KV_BLOCKS = 1 << 25
 
@@ -288,7 +294,7 @@ def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
-    pd: dict[str, Any] | None = None,
+    pd: dict[str, Any] | None = None, source: str = "config",
 ) -> EngineInputs:
     tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
     hashes = frame["prefix_hashes"]
@@ -341,10 +347,34 @@ def build_inputs(
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
         tenant=tenant_ids,
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
+        user=user_table(plans, source),
         **admission_inputs(plans),
         **(pd or {}),
         **lora_spec_inputs(frame, plans),
     )
+
+
+def user_table(plans: list[PoolPlan], source: str = "config") -> UserTable | None:
+    """The pools' user-written per-step policies (policies/user.py), None when every pool runs
+    built-ins; each with the config key it came from, for the errors that name it."""
+    choices: dict[str, list[UserChoice | None]] = {f: [] for f in ("router", "queue order", "preemption victim",
+                                                                  "admission")}
+    keys: dict[str, list[str]] = {f: [] for f in choices}
+    for plan in plans:
+        cfg, key = plan.config, f"{source}: pools[{plan.index}]"
+        router = router_params(cfg.router)[1]
+        rows = {
+            "router": (router if isinstance(router, UserChoice) else None, "router"),
+            "queue order": (user_policy_or_none(cfg.engine.scheduling_policy, "queue order"),
+                            "engine.scheduling_policy"),
+            "preemption victim": (user_policy_or_none(_victim(cfg), "preemption victim"), "preemption.victim"),
+            "admission": (plan.admission if isinstance(plan.admission, UserChoice) else None, "admission.policy"),
+        }
+        for family, (choice, sub) in rows.items():
+            choices[family].append(choice)
+            keys[family].append(f"{key}.{sub}")
+    table = UserTable({f: tuple(c) for f, c in choices.items()}, {f: tuple(k) for f, k in keys.items()})
+    return table if table.any() else None
 
 
 def lora_spec_inputs(frame: pl.DataFrame, plans: list[PoolPlan]) -> dict[str, Any]:
@@ -451,11 +481,11 @@ def replica_slots(pool: PoolConfig) -> int:
 
 def make_engine(name: str, inputs: EngineInputs) -> Engine:
     if name == "numba":
-        from replay.numba_engine import NumbaEngine
+        from replay.engine.numba_engine import NumbaEngine
 
         return NumbaEngine(inputs)
     if name == "reference":
-        from replay.engine_ref import ReferenceEngine
+        from replay.engine.reference.engine import ReferenceEngine
 
         return ReferenceEngine(inputs)
     raise ConfigError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
@@ -495,7 +525,7 @@ def simulate(
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
-                          pd_inputs(cfg, plans))
+                          pd_inputs(cfg, plans), config_source)
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policies.api import Decision, PoolMetrics, ReplicaModel, ScalingContext
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING, SNAPSHOT_COLUMNS, Engine
+from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING, SNAPSHOT_COLUMNS, Engine
 
 COL = {name: k for k, name in enumerate(SNAPSHOT_COLUMNS)}
 

@@ -19,7 +19,7 @@ from numba import njit
 
 from replay.fleet.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
-from replay.engine_common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
+from replay.engine.common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 from replay.fleet.saturation import classify_pool
 from replay.model.serving import token_return_us
 from replay.outputs.schema import EVENTS, REQUESTS, TICKS
@@ -67,7 +67,7 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
         }
     )
     # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
-    # with the prefill (replay/engine_nb.py), so kv_transfer_end_us - kv_transfer_start_us is only
+    # with the prefill (replay/engine/transfer.py), so kv_transfer_end_us - kv_transfer_start_us is only
     # the part that outlasted the prefill
     pd = pd_inputs(cfg, raw.plans)
     if pd:

@@ -12,7 +12,7 @@ import polars as pl
 from common.bounds import BY_NAME
 from common.errors import ConfigError
 from replay.config import FleetConfig
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS
+from replay.engine.common import R_ACTIVE, R_DRAINING, R_STARTING, SNAPSHOT_COLUMNS
 
 # Each tick runs a Python control step and keeps a row per pool; measured, a run costs about
 # 2 KB of memory and 0.1 ms per tick-pool row (2 requests over 2.5M one-second ticks: 5.6 GB and

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import ConfigError
-from replay.engine_common import SPEC_CREDIT_SCALE
+from replay.engine.common import SPEC_CREDIT_SCALE
 from replay.model.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes
 from replay.model.specs import QUANTIZATION_DTYPES, GpuSpec, ModelSpec, get_model, normalize_weight_dtype, weight_bits
 from replay.model.stepmodel import DraftShape, ExpertParallel, StepShape

@@ -44,7 +44,7 @@ def inflight_name(seq: int) -> str:
 
 STATUSES = ("finished", "rejected", "unfinished")  # requests.parquet's status
 SATURATION_CLASSES = ("stable", "backlogged", "overloaded")  # summary.json's pools.<name>.saturation.class
-# events.parquet's kinds: the control plane's (replay/fleet/control.py), the engines' (replay/engine_common.py
+# events.parquet's kinds: the control plane's (replay/fleet/control.py), the engines' (replay/engine/common.py
 # EVENT_NAMES), and those --detailed-events adds, one per step of a request's life.
 CONTROL_EVENT_KINDS = ("replica_active", "replica_starting", "replica_draining", "replica_gone", "scale_up",
                        "scale_down")

@@ -28,6 +28,7 @@ def reason_text(reason: str, plans: dict) -> str:
         "rate_limit": "admission: over the token-bucket rate limit",
         "shed_low_priority": "admission: low-priority requests shed under load",
         "predicted_ttft_over_slo": "admission: predicted TTFT over the SLO",
+        "admission_policy": "admission: rejected by the pool's user admission rule",
     }.get(reason, reason)
 
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from replay.numba_engine import NumbaEngine
-from replay.engine_ref import ReferenceEngine
+from replay.engine.numba_engine import NumbaEngine
+from replay.engine.reference.engine import ReferenceEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
 
 
@@ -52,7 +52,7 @@ def test_preemption_and_prefix_hits_on_a_busy_replica():
 
 def _run_with_lifecycle(cls, inputs, ops, tick_us=200_000):
     """Replay with replicas started, drained and retired at tick boundaries, as an autoscaler would."""
-    from replay.engine_common import R_DRAINING, R_OFF
+    from replay.engine.common import R_DRAINING, R_OFF
 
     engine = cls(inputs)
     t = 0

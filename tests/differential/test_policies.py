@@ -15,8 +15,8 @@ from policies._dispatch import UnknownPolicyId
 from policies.registry import (
     ADMISSION_MODULES, ADMISSIONS, QUEUE_MODULES, QUEUE_ORDERS, ROUTER_MODULES, ROUTERS, VICTIM_MODULES, VICTIMS,
 )
-from replay.engine_ref import ReferenceEngine
-from replay.numba_engine import NumbaEngine
+from replay.engine.reference.engine import ReferenceEngine
+from replay.engine.numba_engine import NumbaEngine
 from tests.differential.test_engines import _run, assert_same
 from tests.strategies import make_inputs, run_to_end
 

@@ -8,12 +8,12 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.engine_common import (
+from replay.engine.common import (
     EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECT_NAMES,
     REJECTED,
 )
 from policies.registry import ADMISSIONS
-from replay.numba_engine import NumbaEngine
+from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 
-from replay.engine_common import FINISHED, REJECTED
-from replay.numba_engine import NumbaEngine
+from replay.engine.common import FINISHED, REJECTED
+from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
 

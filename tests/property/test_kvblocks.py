@@ -12,9 +12,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from replay.numba_engine import NumbaEngine
-from replay.engine_ref import BlockPool
-from replay.kvblocks import alloc_block, cache_block, ht_find, release_block, touch_block
+from replay.engine.numba_engine import NumbaEngine
+from replay.engine.reference.kvblocks import BlockPool
+from replay.engine.kvblocks import alloc_block, cache_block, ht_find, release_block, touch_block
 from tests.strategies import make_inputs
 
 KEYS = st.integers(1, 12).map(lambda k: np.uint64(k * 8 + (k % 3)))  # many share a home slot

@@ -8,9 +8,9 @@ import math
 import numpy as np
 from hypothesis import given, settings
 
-from replay.engine_common import FINISHED
-from replay.engine_ref import ReferenceEngine
-from replay.numba_engine import NumbaEngine
+from replay.engine.common import FINISHED
+from replay.engine.reference.engine import ReferenceEngine
+from replay.engine.numba_engine import NumbaEngine
 from tests.differential.test_engines import assert_same
 from tests.strategies import engine_inputs, make_inputs, run_to_end
 

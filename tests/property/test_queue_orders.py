@@ -9,11 +9,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.engine_common import (
+from replay.engine.common import (
     EV_ARRIVE, EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT, FINISHED, REJECTED,
 )
 from policies.registry import QUEUE_ORDERS
-from replay.numba_engine import NumbaEngine
+from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, run_to_end
 
 

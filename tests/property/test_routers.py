@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.engine_common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING
-from replay.engine_nb import route
-from replay.numba_engine import NumbaEngine
+from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING
+from replay.engine.routing import route
+from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import make_inputs, routers
 
 STATES = st.sampled_from([R_OFF, R_STARTING, R_ACTIVE, R_DRAINING])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from policies.registry import AUTOSCALERS
 from replay.fleet.cluster import holds_arrivals, simulate
 from replay.config import AutoscalerConfig, FleetConfig, LifecycleConfig, PoolConfig
-from replay.engine_common import FINISHED, REJECT_NO_REPLICA
+from replay.engine.common import FINISHED, REJECT_NO_REPLICA
 from traces import cast_to_schema
 
 # Params that let each policy leave zero: `fixed` needs a count of its own (see below), the

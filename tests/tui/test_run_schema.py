@@ -51,7 +51,7 @@ def test_the_values_a_run_holds_are_declared(one_pool_run, pd_run):
     ones, and a run holds no other."""
     import json
 
-    from replay.engine_common import EVENT_NAMES
+    from replay.engine.common import EVENT_NAMES
     from replay.fleet.saturation import CLASSES
 
     assert set(EVENT_NAMES) <= set(schema.EVENT_KINDS) and tuple(CLASSES) == schema.SATURATION_CLASSES

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.engine_common import FINISHED, REJECT_CONTEXT, REJECT_KV, REJECTED
-from replay.numba_engine import NumbaEngine
-from replay.engine_ref import ReferenceEngine
+from replay.engine.common import FINISHED, REJECT_CONTEXT, REJECT_KV, REJECTED
+from replay.engine.numba_engine import NumbaEngine
+from replay.engine.reference.engine import ReferenceEngine
 from replay.model.stepmodel import step_time_us_nb
 from tests.strategies import STEP, make_inputs, run_to_end
 
@@ -91,7 +91,7 @@ def test_round_robin_and_least_outstanding_routing(cls):
 def test_requests_wait_for_a_starting_replica_instead_of_being_rejected(cls):
     import dataclasses
 
-    from replay.engine_common import R_ACTIVE, R_OFF, REJECT_NO_REPLICA
+    from replay.engine.common import R_ACTIVE, R_OFF, REJECT_NO_REPLICA
 
     inputs = dataclasses.replace(make_inputs([2_000_000, 3_000_000], [50, 50], [2, 2]),
                                  pool_initial_replicas=np.array([0]))
@@ -140,7 +140,7 @@ def test_swap_preemption_keeps_progress_and_pays_the_copy(cls):
     copies its KV out and back at the host link's cost and keeps its progress."""
     import dataclasses
 
-    from replay.engine_common import EV_PREEMPT, EV_SWAP_OUT
+    from replay.engine.common import EV_PREEMPT, EV_SWAP_OUT
 
     base = make_inputs([0, 0], [150, 150], [90, 90], kv_blocks=(20,), max_batched=(512,))
     swap = dataclasses.replace(base, pool_swap=np.array([1]), pool_host_blocks=np.array([100]),

@@ -6,7 +6,8 @@ import pytest
 
 from common.errors import ConfigError
 from policies.registry import ROUTERS, router_id
-from replay import engine_common
+from replay.engine import common as engine_common
+from common.errors import ConfigError
 
 
 def test_router_ids_are_the_kernels_positions_in_the_registry():
@@ -19,7 +20,10 @@ def test_router_ids_are_the_kernels_positions_in_the_registry():
         spec.numba_id for spec in ROUTERS.values()]
     for module in ROUTER_MODULES:
         assert callable(module.kernel.py_func) and callable(module.reference)
+    for module in ROUTER_MODULES[:-1]:
         assert module.SPECS and all(name in ROUTERS for name, *_ in module.SPECS)
+    # The last is the link to a user's router (policies/user.py): no name of its own.
+    assert ROUTER_MODULES[-1].__name__ == "policies.routers.user" and ROUTER_MODULES[-1].SPECS == ()
     for name in ("prefix-aware", "least-kv", "vllm-dp", "kv-cost"):
         assert ROUTERS[name].module is weighted
     assert router_id("prefix-aware") == router_id("weighted") != router_id("round-robin")
@@ -41,7 +45,7 @@ def test_core_packages_import_without_a_terminal_ui():
     import sys
 
     code = (
-        "import sys, replay.run, replay.fleet.cluster, replay.engine_nb, replay.engine_ref, policies.registry, traces;"
+        "import sys, replay.run, replay.fleet.cluster, replay.engine.loop, replay.engine.reference.engine, policies.registry, traces;"
         "bad = [m for m in ('textual', 'rich') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

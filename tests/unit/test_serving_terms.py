@@ -9,8 +9,8 @@ import pytest
 
 from common.configtools import from_dict
 from replay.config import FleetConfig
-from replay.engine_ref import ReferenceEngine
-from replay.numba_engine import NumbaEngine
+from replay.engine.reference.engine import ReferenceEngine
+from replay.engine.numba_engine import NumbaEngine
 from replay.run import replay_trace
 from replay.model.serving import ServingTerms, engine_arrivals
 from replay.model.stepmodel import cuda_graph_tokens, cudagraph_capture_limit

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 
 from common.errors import ConfigError
-from replay.engine_common import FINISHED
-from replay.engine_ref import ReferenceEngine
-from replay.numba_engine import NumbaEngine
+from replay.engine.common import FINISHED
+from replay.engine.reference.engine import ReferenceEngine
+from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
 
 

@@ -1,13 +1,14 @@
 """What both engines share: the inputs they are built from, state codes, event kinds, reasons.
 
-Both engines (numba `engine_nb`, pure-Python `engine_ref`) take an `EngineInputs` and expose the
+Both engines (the numba kernels of this package behind `numba_engine.NumbaEngine`, and the
+pure-Python `reference.engine.ReferenceEngine`) take an `EngineInputs` and expose the
 same `Engine` methods, so the cluster loop and the differential test do not care which runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,8 +31,9 @@ EVENT_NAMES = ("arrive", "reject", "schedule", "preempt", "first_token", "finish
 # Why a request was rejected at arrival (REJECT_NONE = it was not).
 REJECT_NONE, REJECT_CONTEXT, REJECT_KV, REJECT_NO_REPLICA = 0, 1, 2, 3
 REJECT_QUEUE_LIMIT, REJECT_RATE_LIMIT, REJECT_SHED, REJECT_SLO = 4, 5, 6, 7
+REJECT_ADMISSION_POLICY = 8  # a user's admission rule (policies/admission/user.py)
 REJECT_NAMES = ("", "context_length", "exceeds_kv_capacity", "no_replica", "queue_limit", "rate_limit",
-                "shed_low_priority", "predicted_ttft_over_slo")
+                "shed_low_priority", "predicted_ttft_over_slo", "admission_policy")
 
 
 # Routers, queue orders and preemption victims are policies/ plug-ins, chosen by ids that are
@@ -131,6 +133,8 @@ class EngineInputs:
     # a verify step with d = 0..K drafts in SPEC_CREDIT_SCALE units (column 0: exactly one).
     pool_spec_k: np.ndarray | None = None  # int64[P]
     pool_spec_credit: np.ndarray | None = None  # int64[P, K + 1]
+    # The pools' user-written per-step policies (policies.user_config.UserTable; None: none).
+    user: Any = None
 
     def per_pool(self, name: str, default: int) -> np.ndarray:
         """An optional per-pool column, or its default for every pool."""
@@ -205,6 +209,8 @@ class EngineInputs:
         if what == "queue prefix":  # the queue order reads each waiting request's cache hits
             for p, qid in enumerate(self.policy_ids("queue")):
                 out[p] = 0 <= qid < len(QUEUE_MODULES) and QUEUE_MODULES[qid].READS_PREFIX
+                if self.user is not None and qid == len(QUEUE_MODULES) - 1:  # a user's: its own flag
+                    out[p] = self.user.reads_prefix("queue order", p)
             return out
         for p, rid in enumerate(self.pool_router):
             if 0 <= rid < len(ROUTER_MODULES):
@@ -233,7 +239,7 @@ class EngineInputs:
 
 def rng_seed(seed: int) -> int:
     """A pool's xorshift64* state from the run's seed: never 0 (xorshift would stay at 0)."""
-    from replay.kvblocks import mix64_ref
+    from replay.engine.kvblocks import mix64_ref
 
     return mix64_ref(seed, 0x5EED)
 

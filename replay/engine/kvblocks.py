@@ -224,3 +224,82 @@ def table_size(num_blocks: int) -> int:
     while size < 2 * num_blocks:
         size *= 2
     return size
+
+
+# --- a request's KV: its blocks, grown and freed, and its prefix-cache hits -------------------
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def request_key(rq, th, tbs, q, j, bs):
+    return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.prompt[q], q, j, bs)
+
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
+    """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first)."""
+    b = rq.tail[q]
+    for _ in range(rq.nblocks[q] - rq.nhit[q]):
+        prev = blocks.cprev[b]
+        release_block(blocks, reps, r, b)
+        b = prev
+    off = reps.htab_off[r]
+    mask = reps.htab_mask[r]
+    for j in range(rq.nhit[q] - 1, -1, -1):
+        # A held hit block cannot be evicted, so its hash still maps to it.
+        release_block(blocks, reps, r, ht_find(blocks, off, mask, request_key(rq, th, tbs, q, j, bs)))
+    rq.tail[q] = -1
+    rq.nhit[q] = 0
+    rq.nblocks[q] = 0
+    rq.ncached[q] = 0
+
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
+    """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
+    become full to the prefix cache. The caller checked that enough blocks are free."""
+    need = (num_tokens + bs - 1) // bs - rq.nblocks[q]
+    for _ in range(need):
+        b = alloc_block(blocks, reps, r)
+        blocks.cprev[b] = rq.tail[q]
+        rq.tail[q] = b
+        rq.nblocks[q] += 1
+    if caching:
+        full = num_tokens // bs
+        if full > rq.ncached[q]:
+            # The blocks to cache are the newest ones: walk back from the tail.
+            b = rq.tail[q]
+            for j in range(rq.nblocks[q] - 1, rq.ncached[q] - 1, -1):
+                if j < full:
+                    cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
+                b = blocks.cprev[b]
+            rq.ncached[q] = full
+
+
+
+@njit(cache=True, _nrt=False)
+def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
+    """Leading prompt blocks of request q already in replica r's prefix cache."""
+    off = reps.htab_off[r]
+    mask = reps.htab_mask[r]
+    hits = 0
+    for j in range((rq.prompt[q] - 1) // bs):
+        if ht_find(blocks, off, mask, request_key(rq, th, tbs, q, j, bs)) < 0:
+            break
+        hits += 1
+    return hits
+
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
+    """Prefix-cache hits of a waiting request: leading full blocks, capped at num_tokens - 1."""
+    off = reps.htab_off[r]
+    mask = reps.htab_mask[r]
+    hits = 0
+    for j in range((rq.prompt[q] + rq.generated[q] - 1) // bs):
+        if ht_find(blocks, off, mask, request_key(rq, th, tbs, q, j, bs)) < 0:
+            break
+        hits += 1
+    return hits

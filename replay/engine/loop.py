@@ -1,0 +1,163 @@
+"""The event loop: `advance_nb` runs every event of the fleet in (time, kind, replica) order up to
+a time, then hands back to the host (`numba_engine.py`); `snapshot_nb` and `reset_replica_nb`
+are the host's other entries.
+
+Kernels are compiled with `_nrt=False`: they never allocate, and without numba's reference
+counting every array read out of the state tuples would cost two atomic operations; measured,
+that was 95% of a decode step (355 ns -> 16 ns per request per step). Everything but the
+top-level loop is inlined into it: a call passes each state tuple as hundreds of scalar
+arguments, and inlining took the bundled trace on 4 replicas from 0.52 s to 0.33 s.
+"""
+
+from __future__ import annotations
+
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
+from numba import njit
+
+from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
+from replay.engine.events import update_event
+from replay.engine.kvblocks import U64
+from replay.engine.routing import arrive, check_policy_ids, refresh_views
+from replay.engine.scheduling import finish_step, schedule
+from replay.engine.state import (
+    C_BUSY,
+    C_STEPS,
+    PD_INFLIGHT,
+    STATUS_EVENTS_FULL,
+    STATUS_OK,
+    STATUS_STUCK,
+    STATUS_UNKNOWN_POLICY,
+    STATUS_USER_POLICY,
+)
+from replay.engine.transfer import finish_transfer
+from policies._userview import E_STATUS
+
+
+@njit(cache=True, _nrt=False)
+def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
+    """Process every event with time <= until, in (time, kind, replica) order."""
+    n = rq.arrival.shape[0]
+    cap = ev.t.shape[0]
+    if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
+        return STATUS_UNKNOWN_POLICY
+    while True:
+        if pools.u_router.err[E_STATUS] != 0:  # a user's policy made an invalid choice (its link says which)
+            return STATUS_USER_POLICY
+        if ev.clock[1] + ev.clock[3] > cap:
+            return STATUS_EVENTS_FULL
+        # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).
+        best_r = reps.tree[1]
+        best_t = NO_EVENT
+        best_kind = 4
+        if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
+            best_t = reps.ekey[best_r] // 4
+            best_kind = reps.ekey[best_r] % 4
+        else:
+            best_r = -1
+        a = ev.clock[0]
+        t_arr = rq.arrival[a] if a < n else NO_EVENT
+        # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
+        # arrivals (kind 2) and wake-ups (kind 3).
+        ref_p = -1
+        for p in range(pools.next_refresh.shape[0]):
+            if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
+                ref_p = p
+        t_ref = pools.next_refresh[ref_p] if ref_p >= 0 else NO_EVENT
+        # KV transfers that complete: after the steps that end at the same time, before the rest.
+        if pools.pd[PD_INFLIGHT] > 0:
+            t_x = pools.xh_t[0]
+            if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
+                if t_x > until:
+                    return STATUS_OK
+                finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
+                continue
+        if ref_p >= 0:
+            if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
+                if t_ref > until:
+                    return STATUS_OK
+                refresh_views(reps, pools, ref_p, t_ref)
+                continue
+        if a < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
+            if t_arr > until:
+                return STATUS_OK
+            arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
+            ev.clock[0] = a + 1
+            if ev.clock[6] != 0:
+                return STATUS_UNKNOWN_POLICY
+            continue
+        if best_r < 0 or best_t > until:
+            return STATUS_OK
+        r = best_r
+        if best_kind == 0:
+            finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+            continue
+        reps.wake[r] = NO_EVENT
+        dur, preempted = schedule(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+        if dur > 0:
+            reps.step_start[r] = best_t
+            reps.busy_until[r] = best_t + dur
+            reps.counters[r, C_STEPS] += 1
+        elif preempted:
+            # A victim policy other than FCFS can preempt the request it was making room for and
+            # leave nothing to run; as vLLM, schedule again (the queue is admitted then).
+            reps.wake[r] = best_t
+        elif reps.nwait[r] > 0 and reps.outgoing[r] == 0 and reps.reserved[r] == 0:
+            # Cannot happen: a request too big for an empty replica is rejected at arrival, and
+            # blocks held for KV transfers come back when a transfer completes (which wakes
+            # the replica). Report it, do not spin.
+            ev.clock[4] = r
+            ev.clock[5] = best_t
+            return STATUS_STUCK
+        update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False)
+def snapshot_nb(reps, t, out):
+    for r in range(reps.pool.shape[0]):
+        serving = reps.state[r] == R_ACTIVE or reps.state[r] == R_DRAINING or (
+            reps.state[r] == R_STARTING and reps.active_at[r] <= t)
+        out[r, 0] = reps.nwait[r]
+        out[r, 1] = reps.nrun[r]
+        out[r, 2] = reps.nblocks[r] - reps.nfree[r]
+        out[r, 3] = reps.nblocks[r] if serving else 0  # KV usage is over replicas that serve
+        for k in range(reps.counters.shape[1]):
+            out[r, 4 + k] = reps.counters[r, k]
+        if reps.busy_until[r] >= 0:
+            out[r, 4 + C_BUSY] += t - reps.step_start[r]
+
+
+@njit(cache=True, _nrt=False)
+def reset_replica_nb(blocks, reps, r):
+    """A new pod: every block free in id order, an empty prefix cache, no queues."""
+    off = reps.block_off[r]
+    n = reps.nblocks[r]
+    for i in range(n):
+        b = off + i
+        blocks.ref[b] = 0
+        blocks.key[b] = U64(0)
+        blocks.cprev[b] = -1
+        blocks.fprev[b] = b - 1 if i > 0 else -1
+        blocks.fnext[b] = b + 1 if i < n - 1 else -1
+    reps.free_head[r] = off
+    reps.free_tail[r] = off + n - 1
+    reps.nfree[r] = n
+    hoff = reps.htab_off[r]
+    for i in range(reps.htab_mask[r] + 1):
+        blocks.htab_key[hoff + i] = U64(0)
+        blocks.htab_val[hoff + i] = -1
+    reps.wait_head[r] = -1
+    reps.wait_tail[r] = -1
+    reps.nwait[r] = 0
+    reps.nrun[r] = 0
+    reps.busy_until[r] = -1
+    reps.wake[r] = NO_EVENT
+    reps.reserved[r] = 0
+    reps.outgoing[r] = 0
+    reps.incoming[r] = 0
+    reps.pend_head[r] = -1
+    reps.pend_tail[r] = -1
+    for s in range(reps.lora_off[r], reps.lora_off[r + 1]):
+        reps.lora_id[s] = -1
+        reps.lora_used[s] = -1
+    update_event(reps, r)

@@ -1,0 +1,478 @@
+"""`NumbaEngine`: the host side of the numba engine. It lays out the state arrays (`state.py`),
+runs the event loop (`loop.advance_nb`) tick by tick, drains its event buffer and applies
+lifecycle changes. Its reference twin is `reference/engine.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+import numpy as np
+
+from replay.engine.common import (
+    COUNTERS,
+    NO_EVENT,
+    PENDING,
+    R_ACTIVE,
+    R_DRAINING,
+    R_OFF,
+    R_STARTING,
+    REPLICA_STATE_NAMES,
+    SNAPSHOT_COLUMNS,
+    EngineInputs,
+    rng_seed,
+    InvariantViolation,
+)
+from replay.engine.kvblocks import Blocks, table_size
+from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
+from replay.engine.routing import release_held_nb
+from replay.engine.state import (
+    C_FINISHED,
+    STATUS_EVENTS_FULL,
+    STATUS_STUCK,
+    STATUS_UNKNOWN_POLICY,
+    UNKNOWN_ROUTER,
+    UNKNOWN_VICTIM,
+    UNKNOWN_QUEUE,
+    UNKNOWN_ADMISSION,
+    Events,
+    Pools,
+    Replicas,
+    Requests,
+)
+from policies._dispatch import UnknownPolicyId
+from policies._userview import E_FAMILY, E_LIMIT, E_POOL, E_STATUS, E_VALUE, ERR_WIDTH, UserCall, choice_message
+from policies.user import POOL_WIDTH, REPLICA_WIDTH, REQUEST_WIDTH
+from policies.admission._view import PARAM_COLUMNS
+
+
+def admission_params(inputs: EngineInputs) -> np.ndarray:
+    """The admission parameters as one int64[P, 8] array, in policies/admission/_view.py's order."""
+    return np.stack([inputs.per_pool(name, 0) for name in PARAM_COLUMNS], axis=1).astype(np.int64)
+
+
+def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
+    """Index of every replica within its pool (0, 1, ... per pool)."""
+    return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(inputs.pool_first_replica, inputs.pool_replicas)
+
+
+def _tree(nrep: int) -> np.ndarray:
+    """An idle tournament tree: leaves hold replica ids (-1 pads), every node its left-most leaf."""
+    leaves = 1
+    while leaves < max(nrep, 1):
+        leaves *= 2
+    tree = np.full(2 * leaves, -1, np.int64)
+    tree[leaves:leaves + nrep] = np.arange(nrep)
+    for i in range(leaves - 1, 0, -1):
+        tree[i] = tree[2 * i] if tree[2 * i] >= 0 else tree[2 * i + 1]
+    return tree
+
+
+def full(size, value, dtype=np.int64):
+    return np.full(size, value, dtype=dtype)
+
+
+def make_requests(inputs: EngineInputs) -> Requests:
+    """Every request's columns: the trace's, then its progress (nothing yet)."""
+    n = inputs.num_requests
+    i64 = np.int64
+    return Requests(
+        arrival=inputs.arrival_us.astype(i64),
+        prompt=inputs.prompt_tokens.astype(i64),
+        output=inputs.output_tokens.astype(i64),
+        priority=inputs.priority.astype(i64),
+        tenant=inputs.tenants,
+        pool=inputs.pool.astype(i64),
+        hash_off=inputs.hash_off.astype(i64),
+        hash_len=inputs.hash_len.astype(i64),
+        replica=full(n, -1),
+        state=full(n, PENDING, np.int8),
+        computed=full(n, 0),
+        generated=full(n, 0),
+        sched_new=full(n, 0),
+        first_sched=full(n, -1),
+        first_token=full(n, -1),
+        finished=full(n, -1),
+        preemptions=full(n, 0),
+        cached=full(n, 0),
+        reject=full(n, 0, np.int8),
+        qprev=full(n, -1),
+        qnext=full(n, -1),
+        tail=full(n, -1),
+        nhit=full(n, 0),
+        nblocks=full(n, 0),
+        ncached=full(n, 0),
+        swapped=full(n, 0),
+        dreplica=full(n, -1),
+        preplica=full(n, -1),
+        pf_start=full(n, -1),
+        pf_end=full(n, -1),
+        xfer_start=full(n, -1),
+        xfer_done=full(n, -1),
+        xfers=full(n, 0),
+        adapter=inputs.adapters,
+        spec_credit=full(n, 0),
+        skip_next=full(n, -1),
+        queued=full(n, -1),
+    )
+
+
+class KvLayout(NamedTuple):
+    """Where each replica's slice of the flat block, hash-table and running-list arrays starts."""
+
+    blocks_per: np.ndarray
+    block_off: np.ndarray
+    tsize: np.ndarray
+    htab_off: np.ndarray
+    seqs_per: np.ndarray
+    run_off: np.ndarray
+    total_blocks: int
+    lora_per: np.ndarray
+
+
+def kv_layout(inputs: EngineInputs) -> KvLayout:
+    rep_pool = inputs.replica_pool
+    i64 = np.int64
+    blocks_per = inputs.pool_kv_blocks[rep_pool].astype(i64)
+    block_off = (np.cumsum(blocks_per) - blocks_per).astype(i64)
+    tsize = np.array([table_size(int(b)) for b in blocks_per], dtype=i64)
+    htab_off = (np.cumsum(tsize) - tsize).astype(i64)
+    seqs_per = inputs.pool_max_num_seqs[rep_pool].astype(i64)
+    run_off = (np.cumsum(seqs_per) - seqs_per).astype(i64)
+    total_blocks = int(blocks_per.sum())
+    lora_per = inputs.per_pool("lora_slots", 0)[rep_pool]
+    return KvLayout(blocks_per, block_off, tsize, htab_off, seqs_per, run_off, total_blocks, lora_per)
+
+
+def make_blocks(layout: KvLayout) -> Blocks:
+    """Every block free, in id order per replica; an empty hash table."""
+    blocks_per, block_off, tsize, total_blocks = layout.blocks_per, layout.block_off, layout.tsize, layout.total_blocks
+    i64 = np.int64
+    # Each replica's free queue starts as its blocks in id order.
+    gid = np.arange(total_blocks, dtype=i64)
+    first_of = np.repeat(block_off, blocks_per)
+    last_of = np.repeat(block_off + blocks_per - 1, blocks_per)
+    return Blocks(
+        ref=full(total_blocks, 0),
+        key=np.zeros(total_blocks, dtype=np.uint64),
+        fprev=np.where(gid == first_of, -1, gid - 1),
+        fnext=np.where(gid == last_of, -1, gid + 1),
+        cprev=full(total_blocks, -1),
+        htab_key=np.zeros(int(tsize.sum()), dtype=np.uint64),
+        htab_val=full(int(tsize.sum()), -1),
+    )
+
+
+def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
+    """Every replica idle and empty; those of `initial_replicas` active, the rest off."""
+    rep_pool = inputs.replica_pool
+    nrep = len(rep_pool)
+    blocks_per, block_off, tsize, htab_off = layout.blocks_per, layout.block_off, layout.tsize, layout.htab_off
+    seqs_per, run_off, lora_per = layout.seqs_per, layout.run_off, layout.lora_per
+    i64 = np.int64
+    return Replicas(
+        pool=rep_pool.astype(i64),
+        block_off=block_off,
+        nblocks=blocks_per,
+        free_head=block_off.copy(),
+        free_tail=block_off + blocks_per - 1,
+        nfree=blocks_per.copy(),
+        htab_off=htab_off,
+        htab_mask=tsize - 1,
+        wait_head=full(nrep, -1),
+        wait_tail=full(nrep, -1),
+        nwait=full(nrep, 0),
+        run_off=run_off,
+        nrun=full(nrep, 0),
+        run_list=full(int(seqs_per.sum()), -1),
+        busy_until=full(nrep, -1),
+        step_start=full(nrep, 0),
+        wake=full(nrep, NO_EVENT),
+        counters=np.zeros((nrep, len(COUNTERS)), dtype=i64),
+        ekey=full(nrep, NO_EVENT),
+        tree=_tree(nrep),
+        state=np.where(_slot_in_pool(inputs) < inputs.initial_replicas[rep_pool], R_ACTIVE, R_OFF).astype(i64),
+        active_at=full(nrep, 0),
+        view_wait=full(nrep, 0),
+        view_run=full(nrep, 0),
+        view_kv=full(nrep, 0),
+        hits=full(nrep, 0),
+        wait_tokens=full(nrep, 0),
+        host_free=inputs.per_pool("host_blocks", 0)[rep_pool],
+        reserved=full(nrep, 0),
+        outgoing=full(nrep, 0),
+        incoming=full(nrep, 0),
+        pend_head=full(nrep, -1),
+        pend_tail=full(nrep, -1),
+        lora_off=np.concatenate(([0], np.cumsum(lora_per))).astype(i64),
+        lora_id=full(int(lora_per.sum()), -1),
+        lora_used=full(int(lora_per.sum()), -1),
+    )
+
+
+def make_pools(inputs: EngineInputs) -> Pools:
+    """Every pool's configuration, its policies' ids and parameters, and its counters at zero."""
+    n = inputs.num_requests
+    npool = len(inputs.pool_replicas)
+    i64 = np.int64
+    return Pools(
+        first_replica=inputs.pool_first_replica,
+        num_replicas=inputs.pool_replicas.astype(i64),
+        kv_blocks=inputs.pool_kv_blocks.astype(i64),
+        block_size=inputs.pool_block_size.astype(i64),
+        max_num_seqs=inputs.pool_max_num_seqs.astype(i64),
+        max_batched=inputs.pool_max_num_batched_tokens.astype(i64),
+        long_prefill=inputs.pool_long_prefill_token_threshold.astype(i64),
+        prefix_caching=inputs.pool_enable_prefix_caching.astype(i64),
+        max_model_len=inputs.pool_max_model_len.astype(i64),
+        router=inputs.pool_router.astype(i64),
+        router_params=inputs.router_params,
+        route_hits=inputs.policy_reads("prefix"),
+        rr_next=full(npool, 0),
+        arrivals=full(npool, 0),
+        rejected=full(npool, 0),
+        step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
+        refresh_us=inputs.refresh_us.astype(i64),
+        next_refresh=np.where(inputs.policy_reads("view") != 0, 0, NO_EVENT).astype(i64),
+        rng=np.array([rng_seed(int(x)) for x in inputs.seeds], dtype=np.uint64),
+        queue=inputs.policy_ids("queue"),
+        queue_hits=inputs.policy_reads("queue prefix"),
+        victim=inputs.policy_ids("victim"),
+        watermark_blocks=inputs.per_pool("watermark_blocks", 0),
+        whole_prompt=inputs.per_pool("whole_prompt", 0),
+        ttft_budget_us=inputs.per_pool("ttft_budget_us", 2_000_000),
+        admission=inputs.policy_ids("admission"),
+        adm=admission_params(inputs),
+        adm_pool=inputs.policy_reads("admission pool"),
+        adm_reason=inputs.policy_reads("admission reason"),
+        bucket=np.repeat(inputs.per_pool("bucket_tokens", 0) * 1_000_000, inputs.num_tenants).astype(i64),
+        bucket_at=full(npool * inputs.num_tenants, 0),
+        swap=inputs.per_pool("swap", 0),
+        swap_us_per_block=inputs.per_pool("swap_us_per_block", 0),
+        pd=np.array([inputs.pd_prefill_pool, inputs.pd_decode_pool, inputs.pd_local_threshold,
+                     inputs.pd_base_us, inputs.pd_layers, 0], dtype=i64),
+        pd_us_per_token=np.array([inputs.pd_us_per_token], dtype=np.float64),
+        xh_t=full(max(n, 1), 0),
+        xh_q=full(max(n, 1), 0),
+        lora_slots=inputs.per_pool("lora_slots", 0),
+        lora_load_us=inputs.per_pool("lora_load_us", 0),
+        spec_k=inputs.per_pool("spec_k", 0),
+        spec_credit=inputs.spec_credits,
+        hold=inputs.per_pool("hold", 0),
+        held_head=full(npool, -1),
+        held_tail=full(npool, -1),
+        nheld=full(npool, 0),
+        async_sched=inputs.per_pool("async_scheduling", 0),
+        **user_calls(inputs),
+    )
+
+
+def user_calls(inputs: EngineInputs) -> dict[str, UserCall]:
+    """The engine's UserCall of each family (policies/_userview.py): each pool's compiled user
+    policy (address 0: none), its parameters and state, and scratch for the views. The same
+    dtypes and ranks with or without user policies, so the kernel compiles once for both."""
+    i64 = np.int64
+    npool = len(inputs.pool_replicas)
+    table = inputs.user
+    err = np.zeros(ERR_WIDTH, i64)  # one for every family: advance_nb checks it
+    req = np.zeros(REQUEST_WIDTH, i64)
+    rows = {"router": (int(max(1, inputs.pool_replicas.max(initial=1))), REPLICA_WIDTH), "queue order": (1, 1),
+            "preemption victim": (int(max(1, inputs.pool_max_num_seqs.max(initial=1))), REQUEST_WIDTH),
+            "admission": (1, POOL_WIDTH)}
+    out = {}
+    for field, family in (("u_router", "router"), ("u_queue", "queue order"), ("u_victim", "preemption victim"),
+                          ("u_admission", "admission")):
+        if table is None:
+            addr, params, state = np.zeros(npool, i64), np.zeros((npool, 1)), np.zeros((npool, 1), i64)
+        else:
+            addr, params, state = table.addresses(family), table.params(family), table.state(family)
+        out[field] = UserCall(addr, params, state, np.zeros(rows[family], i64), req, err, inputs.pool_first_replica)
+    return out
+
+
+def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
+    """The event buffer, with room for one step's events past the point where the kernel stops."""
+    i64 = np.int64
+    margin = 2 * int(inputs.pool_max_num_seqs.max()) + 8
+    cap = max(event_capacity, 4 * margin)
+    return Events(
+        t=np.zeros(cap, i64),
+        kind=np.zeros(cap, i64),
+        replica=np.zeros(cap, i64),
+        request=np.zeros(cap, i64),
+        value=np.zeros(cap, i64),
+        clock=np.array([0, 0, int(inputs.detailed_events), margin, -1, -1, 0], dtype=i64),
+    )
+
+
+class NumbaEngine:
+    """The `Engine` over the numba kernels."""
+
+    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16):
+        self.inputs = inputs
+        layout = kv_layout(inputs)
+        self.rq = make_requests(inputs)
+        self.blocks = make_blocks(layout)
+        self.reps = make_replicas(inputs, layout)
+        self.pools = make_pools(inputs)
+        self.ev = make_events(inputs, event_capacity)
+        self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
+        self.tbs = np.int64(max(1, inputs.trace_block_tokens))
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self.now = 0
+
+    def advance(self, until_us: int) -> None:
+        self.now = until_us
+        while True:
+            with self._user_code():
+                status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
+                                    np.int64(until_us))
+            if status == STATUS_EVENTS_FULL:
+                self._drain()
+                continue
+            if status == STATUS_STUCK:
+                r, t = int(self.ev.clock[4]), int(self.ev.clock[5])
+                raise InvariantViolation(f"replica {r} has {int(self.reps.nwait[r])} waiting requests but cannot "
+                                         f"schedule any at t_us={t}")
+            if status == STATUS_UNKNOWN_POLICY:
+                self._check_policies()
+            return
+
+    @contextlib.contextmanager
+    def _user_code(self):
+        """A kernel entry that may call a user's policy: an exception it raises is the policy's
+        (the engine's own kernels raise none), named by the last call its link recorded; an
+        invalid choice it recorded ends the run the same way."""
+        if self.inputs.user is None:
+            yield
+            return
+        err = self.pools.u_router.err
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the user's numba code raised
+            raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
+                                         f"raised {type(exc).__name__}: {exc}") from None
+        if err[E_STATUS] != 0:
+            raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
+                                         choice_message(int(err[E_FAMILY]), int(err[E_VALUE]), int(err[E_LIMIT])))
+
+    def _check_policies(self) -> None:
+        """The kernel stopped at a pool whose policy id has no kernel: say which, never run a default."""
+        family = int(self.ev.clock[6])
+        if family != 0:
+            p = int(self.ev.clock[4])
+            name, ids = {UNKNOWN_ROUTER: ("router", self.pools.router),
+                         UNKNOWN_VICTIM: ("preemption victim", self.pools.victim),
+                         UNKNOWN_QUEUE: ("queue order", self.pools.queue),
+                         UNKNOWN_ADMISSION: ("admission", self.pools.admission)}[family]
+            raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
+                                  f"(stopped at t_us={int(self.ev.clock[5])})")
+
+    def _drain(self) -> None:
+        n = int(self.ev.clock[1])
+        if n:
+            self._chunks.append(
+                {
+                    "t_us": self.ev.t[:n].copy(),
+                    "kind": self.ev.kind[:n].copy(),
+                    "replica": self.ev.replica[:n].copy(),
+                    "request": self.ev.request[:n].copy(),
+                    "value": self.ev.value[:n].copy(),
+                }
+            )
+        self.ev.clock[1] = 0
+
+    @property
+    def done(self) -> bool:
+        n = len(self.rq.arrival)
+        ended = int(self.reps.counters[:, C_FINISHED].sum()) + int(self.pools.rejected.sum())
+        return bool(self.ev.clock[0] == n and ended == n)
+
+    def snapshot(self, t_us: int) -> np.ndarray:
+        out = np.empty((len(self.reps.pool), len(SNAPSHOT_COLUMNS)), np.int64)
+        snapshot_nb(self.reps, np.int64(t_us), out)
+        return out
+
+    def replica_state(self) -> dict[str, np.ndarray]:
+        return dict(zip(SNAPSHOT_COLUMNS, self.snapshot(self.now).T))
+
+    def pool_counters(self) -> dict[str, np.ndarray]:
+        return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy(),
+                "held": self.pools.nheld.copy()}
+
+    def take_events(self) -> dict[str, np.ndarray]:
+        self._drain()
+        chunks, self._chunks = self._chunks, []
+        if not chunks:
+            return {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
+        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
+        # Promote replicas whose loading finished by now, as routing would.
+        starting = (self.reps.state == R_STARTING) & (self.reps.active_at <= self.now)
+        self.reps.state[starting] = R_ACTIVE
+        return self.reps.state.copy(), self.reps.active_at.copy()
+
+    def start_replica(self, r: int, active_at_us: int) -> None:
+        if self.reps.state[r] != R_OFF:
+            raise InvariantViolation(f"start_replica({r}): replica is {REPLICA_STATE_NAMES[self.reps.state[r]]}")
+        reset_replica_nb(self.blocks, self.reps, r)
+        self.reps.state[r] = R_STARTING
+        self.reps.active_at[r] = active_at_us
+        # The requests held at its pool now wait on it; each placement records at most one event,
+        # so they go in batches that fit the event buffer.
+        p = np.int64(self.reps.pool[r])
+        left = int(self.pools.nheld[p])
+        while left > 0:
+            room = len(self.ev.t) - int(self.ev.clock[1])
+            if room <= 0:
+                self._drain()
+                continue
+            with self._user_code():
+                left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
+                                            p, np.int64(self.now), np.int64(min(room, left))))
+            self._check_policies()
+
+    def drain_replica(self, r: int) -> None:
+        state = self.reps.state[r]
+        if (state == R_STARTING and self.reps.active_at[r] > self.now and self.reps.nwait[r] == 0
+                and self.reps.incoming[r] == 0):
+            self.reps.state[r] = R_OFF  # cancelled before it held anything
+        elif state in (R_STARTING, R_ACTIVE):
+            self.reps.state[r] = R_DRAINING
+
+    def busy(self, r: int) -> bool:
+        """Replica r is in the middle of a step."""
+        return bool(self.reps.busy_until[r] >= 0)
+
+    def idle(self, r: int) -> bool:
+        reps = self.reps
+        return bool(reps.nwait[r] == 0 and reps.nrun[r] == 0 and reps.busy_until[r] < 0
+                    and reps.outgoing[r] == 0 and reps.incoming[r] == 0)
+
+    def retire_replica(self, r: int) -> None:
+        reps = self.reps
+        if reps.state[r] != R_DRAINING or not self.idle(r):
+            raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
+        reps.state[r] = R_OFF
+
+    def request_columns(self) -> dict[str, np.ndarray]:
+        rq = self.rq
+        return {
+            "replica": rq.replica,
+            "state": rq.state,
+            "computed": rq.computed,
+            "generated": rq.generated,
+            "first_scheduled_us": rq.first_sched,
+            "first_token_us": rq.first_token,
+            "finished_us": rq.finished,
+            "preemptions": rq.preemptions,
+            "cached_tokens": rq.cached,
+            "reject": rq.reject,
+            "prefill_replica": rq.preplica,
+            "prefill_end_us": rq.pf_end,
+            "kv_transfer_start_us": rq.xfer_start,
+            "kv_transfer_end_us": rq.xfer_done,
+            "kv_transfers": rq.xfers,
+        }
