@@ -18,6 +18,7 @@ from common.errors import ConfigError
 from common.yamlfile import read_yaml  # noqa: F401 - replay.validate reads scenarios through it
 from policies.registry import ADMISSIONS, QUEUE_ORDERS, SPLITS, VICTIMS, router_params
 from traces import TraceConfig
+from traces.observed.config import ObservedConfig
 from policies.plugins import is_entry_point, load_plugins
 
 
@@ -464,6 +465,9 @@ class FleetConfig:
     # bundled Azure conversation trace within the 2 s TTFT / 100 ms TPOT SLO (99.99% attained; one
     # replica attains 88.5%).
     pools: tuple[PoolConfig, ...] = (PoolConfig(replicas=2, tensor_parallel_size=4),)
+    # How to read an observed-metrics export beside this fleet's replay (`run --observed`):
+    # labels, pool names, the trace's wall-clock start. None: the section is absent.
+    observed: ObservedConfig | None = None
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0:
@@ -520,10 +524,18 @@ class FleetConfig:
                              "(KV moves block for block)")
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        # An absent `observed:` section stays absent, so a config.yaml (and its digest) written
+        # before the section existed is what the same config writes now.
+        data = _plain(asdict(self))
+        if data["observed"] is None:
+            del data["observed"]
+        return data
 
     def sha256(self) -> str:
-        text = yaml.safe_dump(self.to_dict(), sort_keys=True)
+        # What replays: the `observed:` section only says how to read an export beside it.
+        data = self.to_dict()
+        data.pop("observed", None)
+        text = yaml.safe_dump(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
 

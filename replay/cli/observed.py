@@ -1,0 +1,69 @@
+"""`--observed FILE...` of `run` and `validate RUN`: the option, the checks made before anything
+replays or is written, and the divergence table printed after the run's own."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+OBSERVED_HELP = ("observed serving metrics of the trace's window (Prometheus query_range JSON, Prometheus/"
+                 "Grafana CSV, OpenMetrics text); the run's summary.json gains `observed`, the divergence "
+                 "per signal and pool (repeatable; the config's `observed:` section says how to read them)")
+
+
+def add_observed_option(p: argparse.ArgumentParser, required: bool = False, help: str = OBSERVED_HELP) -> None:
+    p.add_argument("--observed", action="extend", nargs="+", default=[] if not required else None,
+                   required=required, metavar="FILE", help=help)
+
+
+def read_observed_files(paths: list[str], cfg_observed, source: str):
+    """(the config section, the files read): every mistake in them is a UserError here, before
+    the replay. Mapping to pools and the trace's window are checked once the grid is known
+    (after the replay, before the run is written)."""
+    from replay.outputs.observed import observed_config
+    from traces.observed import read_observed
+
+    config = observed_config(cfg_observed, source)
+    return config, read_observed(paths)
+
+
+def _num(value: float | None, pct: bool = False) -> str:
+    if value is None:
+        return "-"
+    if pct:
+        return f"{value:.1%}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _when(seconds: float | None) -> str:
+    from replay.outputs.report import human_span
+
+    return "-" if seconds is None else f"t={human_span(seconds)}"
+
+
+def print_divergence(console: Any, section: dict) -> None:
+    """One row per signal and pool: MAPE over the windows, Pearson's r, the largest gap and the
+    end of its window (trace time), with both values there."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"observed vs replayed ({section['window_s']:g} s windows)")
+    for name, justify in (("signal", "left"), ("pool", "left"), ("MAPE", "right"), ("r", "right"),
+                          ("largest gap", "right"), ("at", "right"), ("observed", "right"), ("replayed", "right")):
+        table.add_column(name, justify=justify, no_wrap=name in ("signal", "pool", "at"))
+    for signal, pools in section["signals"].items():
+        for pool, d in pools.items():
+            r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"
+            table.add_row(escape(signal), escape(pool), _num(d["mape"], pct=True), r, _num(d["gap"]),
+                          _when(d["gap_at_s"]), _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
+    if not section["signals"]:
+        console.print("[yellow]observed:[/] no signal of the export was replayed for any pool", soft_wrap=True)
+        return
+    console.print(table)
+
+
+def print_notes(console: Any, notes: list[str]) -> None:
+    from rich.markup import escape
+
+    for line in notes:
+        console.print(f"[yellow]note:[/] {escape(line)}", soft_wrap=True)
