@@ -16,15 +16,26 @@ def add_observed_option(p: argparse.ArgumentParser, required: bool = False, help
                    required=required, metavar="FILE", help=help)
 
 
-def read_observed_files(paths: list[str], cfg_observed, source: str):
+def read_observed_files(paths: list[str], cfg_observed, source: str, pools: list[str]):
     """(the config section, the files read): every mistake in them is a UserError here, before
     the replay. Mapping to pools and the trace's window are checked once the grid is known
     (after the replay, before the run is written)."""
     from replay.outputs.observed import observed_config
     from traces.observed import read_observed
 
-    config = observed_config(cfg_observed, source)
+    config = observed_config(cfg_observed, source, pools)
     return config, read_observed(paths)
+
+
+def check_against_trace(config, observed, pools: list[str], trace_frame, max_drain_s: float) -> None:
+    """Before the replay: every used series maps to a pool and has samples where the run's ticks
+    can be (from the first arrival to the last arrival plus the drain), so a wrong label or
+    offset fails in a second, not after the replay. The run's own window is checked again
+    once its ticks are known (replay.outputs.observed.score_run)."""
+    from traces.observed import select
+
+    last_s = float(trace_frame["arrival_us"].max() or 0) / 1e6
+    select(observed, config, pools, (0.0, last_s + max_drain_s))
 
 
 def _num(value: float | None, pct: bool = False) -> str:
@@ -35,10 +46,17 @@ def _num(value: float | None, pct: bool = False) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
-def _when(seconds: float | None) -> str:
+def _when(seconds: float | None, offset_s: float | None) -> str:
+    """Trace time, and the wall-clock time (UTC) the observed export has there."""
+    import datetime as dt
+
     from replay.outputs.report import human_span
 
-    return "-" if seconds is None else f"t={human_span(seconds)}"
+    if seconds is None:
+        return "-"
+    wall = "" if offset_s is None else \
+        f" ({dt.datetime.fromtimestamp(offset_s + seconds, dt.timezone.utc):%H:%M:%S}Z)"
+    return f"t={human_span(seconds)}{wall}"
 
 
 def print_divergence(console: Any, section: dict) -> None:
@@ -55,7 +73,7 @@ def print_divergence(console: Any, section: dict) -> None:
         for pool, d in pools.items():
             r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"
             table.add_row(escape(signal), escape(pool), _num(d["mape"], pct=True), r, _num(d["gap"]),
-                          _when(d["gap_at_s"]), _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
+                          _when(d["gap_at_s"], section.get("offset_s")), _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
     if not section["signals"]:
         console.print("[yellow]observed:[/] no signal of the export was replayed for any pool", soft_wrap=True)
         return

@@ -88,9 +88,13 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     if observed_files:
         from replay.cli.observed import read_observed_files
 
-        observed = read_observed_files(observed_files, cfg.observed, source)
+        observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
     trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
+    if observed is not None:
+        from replay.cli.observed import check_against_trace
+
+        check_against_trace(*observed, [p.name for p in cfg.pools], trace.frame, cfg.max_drain_s)
     return RunInputs(cfg, source, plans, out, trace, inputs, observed)
 
 

@@ -51,11 +51,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{flag}: applies to a scenario file, not to a run scored with --observed")
     run_dir = _run_dir(args.scenarios)
     data, section, source = _section(run_dir, args.config)
-    config, observed = read_observed_files(args.observed, section, source)
     ticks = pl.read_parquet(run_dir / "ticks.parquet")
     requests = pl.read_parquet(run_dir / "requests.parquet")
     pools = [p.get("name", "default") for p in data.get("pools") or [] if isinstance(p, dict)] \
         or ticks["pool"].unique(maintain_order=True).to_list()
+    config, observed = read_observed_files(args.observed, section, source, pools)
     tick_s = float(data.get("tick_s", 1.0))
     result, notes = score_run(observed, config, ticks, requests, pools, tick_s)
     print_notes(Console(stderr=True), notes)

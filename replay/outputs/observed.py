@@ -166,14 +166,18 @@ def divergence_section(observation: Observation, replayed: dict[tuple, np.ndarra
     }
 
 
-def observed_config(cfg_observed: ObservedConfig | None, source: str) -> ObservedConfig:
-    """The config's `observed:` section (its defaults when absent), with the wall-clock start of
-    the trace that the samples' timestamps need. Traces do not keep one: the loader starts
-    every trace's clock at its first arrival (traces/schema.py finish), and merges and windows
-    move it, so `offset_s` is required."""
+def observed_config(cfg_observed: ObservedConfig | None, source: str, pools: Sequence[str]) -> ObservedConfig:
+    """The config's `observed:` section (its defaults when absent), its `pools` naming pools of
+    the fleet, with the wall-clock start of the trace that the samples' timestamps need. Traces
+    do not keep one: the loader starts every trace's clock at its first arrival
+    (traces/schema.py finish), and merges and windows move it, so `offset_s` is required."""
     from common.errors import ConfigError
 
     config = cfg_observed or ObservedConfig()
+    for key, pool in config.pools.items():
+        if pool not in pools:
+            raise ConfigError(f"{source}: observed.pools.{key}: {pool!r} is not a pool of the fleet "
+                              f"(pools: {', '.join(pools)})")
     if config.offset_s is None:
         raise ConfigError(f"{source}: observed.offset_s: not set; expected the Unix time (seconds) of the trace's "
                           "time 0, its first arrival (a trace's clock starts at 0, so observed samples, in wall "
