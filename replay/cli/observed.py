@@ -47,16 +47,17 @@ def _num(value: float | None, pct: bool = False) -> str:
 
 
 def _when(seconds: float | None, offset_s: float | None) -> str:
-    """Trace time, and the wall-clock time (UTC) the observed export has there."""
+    """Trace time as [h:]mm:ss, and the wall-clock time (UTC) the observed export has there."""
     import datetime as dt
-
-    from replay.outputs.report import human_span
 
     if seconds is None:
         return "-"
-    wall = "" if offset_s is None else \
-        f" ({dt.datetime.fromtimestamp(offset_s + seconds, dt.timezone.utc):%H:%M:%S}Z)"
-    return f"t={human_span(seconds)}{wall}"
+    whole = round(seconds)
+    clock = f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}" if whole >= 3600 \
+        else f"{whole // 60}:{whole % 60:02d}"
+    if offset_s is None:
+        return clock
+    return f"{clock} ({dt.datetime.fromtimestamp(offset_s + seconds, dt.timezone.utc):%H:%M:%S}Z)"
 
 
 def print_divergence(console: Any, section: dict) -> None:
@@ -65,10 +66,13 @@ def print_divergence(console: Any, section: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"observed vs replayed ({section['window_s']:g} s windows)")
+    if not console.is_terminal:  # a file or pipe gets whole rows, not squeezed cells
+        console = type(console)(width=max(console.width, 120))
+    table = Table(title=f"observed vs replayed ({section['window_s']:g} s windows)",
+                  caption="at: the end of the window with the largest gap (trace time, wall time UTC)")
     for name, justify in (("signal", "left"), ("pool", "left"), ("MAPE", "right"), ("r", "right"),
                           ("largest gap", "right"), ("at", "right"), ("observed", "right"), ("replayed", "right")):
-        table.add_column(name, justify=justify, no_wrap=name in ("signal", "pool", "at"))
+        table.add_column(name, justify=justify, no_wrap=name in ("signal", "at"))
     for signal, pools in section["signals"].items():
         for pool, d in pools.items():
             r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"

@@ -94,7 +94,7 @@ def test_a_gap_put_into_the_export_is_reported_where_it_was_put(cli, replayed):
     assert sorted(p.name for p in Path(".").iterdir()) == before
     table = cli("validate", "plain", "--observed", export)
     row = next(line for line in table.out.splitlines() if "waiting" in line)
-    assert "40" in row and "t=1 min 20 s (22:14:40Z)" in row  # trace time, and wall time in the export
+    assert "40" in row and "1:20 (22:14:40Z)" in row  # trace time, and wall time in the export
 
 
 def test_a_run_without_observed_has_no_section(replayed):
@@ -206,3 +206,19 @@ def test_counters_and_latency_histograms_of_the_run_itself_diverge_nowhere(cli, 
     for signal in ("prompt_tokens_per_s", "finished_per_s", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99"):
         d = signals[signal]["default"]
         assert d["windows"] > 0 and d["mae"] == pytest.approx(0, abs=1e-9), (signal, d)
+
+
+def test_the_shipped_example_shows_its_stall(cli):
+    """README's post-mortem: tests/fixtures/observed/incident.json is a replay of fleet.yaml with
+    a stall put in from 5:00 to 7:00 (make_incident.py); the divergence points there."""
+    here = Path(__file__).resolve().parents[1] / "fixtures" / "observed"
+    res = cli("run", "-c", here / "fleet.yaml", "-o", "chat", "--observed", here / "incident.json", "--json")
+    assert res.code == 0, res.err
+    section = json.loads(res.out)["observed"]
+    waiting = section["signals"]["waiting"]["chat"]
+    assert waiting["gap"] == pytest.approx(12, abs=0.5) and 300 < waiting["gap_at_s"] <= 420
+    for signal in ("ttft_s_p50", "output_tokens_per_s"):
+        assert 300 < section["signals"][signal]["chat"]["gap_at_s"] <= 420, signal
+    assert section["signals"]["replicas"]["chat"]["mae"] == 0
+    assert section["unknown_metrics"] == ["process_cpu_seconds_total"]
+    assert "left out: process_cpu_seconds_total" in res.err
