@@ -465,8 +465,7 @@ class FleetConfig:
     # bundled Azure conversation trace within the 2 s TTFT / 100 ms TPOT SLO (99.99% attained; one
     # replica attains 88.5%).
     pools: tuple[PoolConfig, ...] = (PoolConfig(replicas=2, tensor_parallel_size=4),)
-    # How to read an observed-metrics export beside this fleet's replay (`run --observed`):
-    # labels, pool names, the trace's wall-clock start. None: the section is absent.
+    # How to read an observed-metrics export beside the replay (`run --observed`); None: absent.
     observed: ObservedConfig | None = None
 
     def __post_init__(self) -> None:
@@ -523,20 +522,12 @@ class FleetConfig:
             raise ValueError(f"pools[{decode}].engine.block_size: got {b}, expected {a} as the prefill pool "
                              "(KV moves block for block)")
 
-    def to_dict(self) -> dict[str, Any]:
-        # An absent `observed:` section stays absent, so a config.yaml (and its digest) written
-        # before the section existed is what the same config writes now.
-        data = _plain(asdict(self))
-        if data["observed"] is None:
-            del data["observed"]
-        return data
+    def to_dict(self, replayed: bool = False) -> dict[str, Any]:
+        # An absent `observed:` stays absent; `replayed`: without it (it only says how to read exports)
+        return {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
 
     def sha256(self) -> str:
-        # What replays: the `observed:` section only says how to read an export beside it.
-        data = self.to_dict()
-        data.pop("observed", None)
-        text = yaml.safe_dump(data, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return hashlib.sha256(yaml.safe_dump(self.to_dict(replayed=True), sort_keys=True).encode()).hexdigest()
 
 
 def _plain(value: Any) -> Any:

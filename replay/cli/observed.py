@@ -76,8 +76,9 @@ def print_divergence(console: Any, section: dict) -> None:
     for signal, pools in section["signals"].items():
         for pool, d in pools.items():
             r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"
-            table.add_row(escape(signal), escape(pool), _num(d["mape"], pct=True), r, _num(d["gap"]),
-                          _when(d["gap_at_s"], section.get("offset_s")), _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
+            at = _when(d["gap_at_s"], section.get("offset_s"))
+            table.add_row(escape(signal), escape(pool), _num(d["mape"], pct=True), r, _num(d["gap"]), at,
+                          _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
     if not section["signals"]:
         console.print("[yellow]observed:[/] no signal of the export was replayed for any pool", soft_wrap=True)
         return

@@ -133,7 +133,8 @@ def observed_bounds(mapped: Mapped) -> dict[str, tuple[float, ...]]:
 
 
 def replayed_series(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence[str], grid: Grid,
-                    config: ObservedConfig, bounds: dict[str, Sequence[float]] | None = None) -> dict[tuple, np.ndarray]:
+                    config: ObservedConfig, bounds: dict[str, Sequence[float]] | None = None
+                    ) -> dict[tuple, np.ndarray]:
     """(signal, pool) -> the replayed value at each tick of `grid`, every signal of the library."""
     return align(replayed_mapped(ticks, requests, pools, grid.tick_s, bounds), grid, config).values
 
