@@ -8,7 +8,8 @@ from typing import Any
 
 OBSERVED_HELP = ("observed serving metrics of the trace's window (Prometheus query_range JSON, Prometheus/"
                  "Grafana CSV, OpenMetrics text); the run's summary.json gains `observed`, the divergence "
-                 "per signal and pool (repeatable; the config's `observed:` section says how to read them)")
+                 "per signal and pool (several after one flag, so put the trace before it, or the flag repeated; the "
+                 "config's `observed:` section says how to read them)")
 
 
 def add_observed_option(p: argparse.ArgumentParser, required: bool = False, help: str = OBSERVED_HELP) -> None:
