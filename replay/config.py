@@ -23,6 +23,7 @@ from replay.policy_config import (  # noqa: F401 - re-exported: the fleet config
     LINK_PRESETS, AdmissionConfig, AutoscalerConfig, PreemptionConfig, SplitConfig, user_choice,
 )
 from traces import TraceConfig
+from traces.observed.config import ObservedConfig
 
 
 
@@ -334,6 +335,8 @@ class FleetConfig:
     # bundled Azure conversation trace within the 2 s TTFT / 100 ms TPOT SLO (99.99% attained; one
     # replica attains 88.5%).
     pools: tuple[PoolConfig, ...] = (PoolConfig(replicas=2, tensor_parallel_size=4),)
+    # How to read an observed-metrics export beside the replay (`run --observed`); None: absent.
+    observed: ObservedConfig | None = None
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0:
@@ -389,12 +392,12 @@ class FleetConfig:
             raise ValueError(f"pools[{decode}].engine.block_size: got {b}, expected {a} as the prefill pool "
                              "(KV moves block for block)")
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+    def to_dict(self, replayed: bool = False) -> dict[str, Any]:
+        # An absent `observed:` stays absent; `replayed`: without it (it only says how to read exports)
+        return {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
 
     def sha256(self) -> str:
-        text = yaml.safe_dump(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return hashlib.sha256(yaml.safe_dump(self.to_dict(replayed=True), sort_keys=True).encode()).hexdigest()
 
 
 def _plain(value: Any) -> Any:

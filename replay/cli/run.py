@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UserError
+from replay.cli.observed import add_observed_option
 from replay.cli.parsing import add_plugin_option
 from replay.cli.trace_options import add_trace_options
 
@@ -31,6 +32,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     p.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
+    add_observed_option(p)
     add_plugin_option(p)
     add_trace_options(p)
 
@@ -53,6 +55,7 @@ class RunInputs:
     out: Path
     trace: Any  # traces.LoadedTrace
     inputs: tuple = ()  # every file the command reads: --force never deletes a folder holding one
+    observed: Any = None  # (ObservedConfig, traces.observed.Observed) with --observed
 
 
 def prepare_run(args: argparse.Namespace) -> RunInputs:
@@ -75,11 +78,24 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     if args.out is not None and not args.out.strip():
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, cfg)
-    inputs = command_inputs(args.config, cfg)
+    observed_files = getattr(args, "observed", None) or []
+    if observed_files and getattr(args, "tui", False):
+        raise UserError("--observed: not with --tui (the dashboard draws no observed line yet); run without "
+                        "--tui, or score the run afterwards: llm-replay validate RUN --observed FILE")
+    inputs = command_inputs(args.config, cfg) + tuple(observed_files)
     check_out_dir(out, args.force, inputs)
+    observed = None
+    if observed_files:
+        from replay.cli.observed import read_observed_files
+
+        observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
     trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
-    return RunInputs(cfg, source, plans, out, trace, inputs)
+    if observed is not None:
+        from replay.cli.observed import check_against_trace
+
+        check_against_trace(*observed, [p.name for p in cfg.pools], trace.frame, cfg.max_drain_s)
+    return RunInputs(cfg, source, plans, out, trace, inputs, observed)
 
 
 def command_inputs(config: str | None, cfg) -> tuple[str, ...]:
@@ -122,16 +138,38 @@ def _replay(args: argparse.Namespace) -> int:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                                   progress=progress, plans=checked.plans, config_source=checked.source)
         raise_if_signalled()
+        notes: list[str] = []
+        if checked.observed is not None:
+            # scored before the run is written: an export that maps to no pool, or lies outside
+            # the run's window, leaves no directory behind
+            result, notes = _score_observed(result, checked)
         write_run(out, result, force=args.force, timing=timing)
+    if notes:
+        from replay.cli.observed import print_notes
+
+        print_notes(console, notes)
     if args.json:
         print(json.dumps(result.summary, indent=2))
     elif not args.quiet:
         print_summary(Console(), result.summary, out, wall_s=result.timing["replay_s"])
+        if "observed" in result.summary:
+            from replay.cli.observed import print_divergence
+
+            print_divergence(Console(), result.summary["observed"])
     if args.json or args.quiet:
         # a run that went wrong says so even when its table is not printed
         for line in result.summary["verdict"]:
             console.print(f"[bold red]verdict:[/] {escape(line)}", soft_wrap=True)
     return 0
+
+
+def _score_observed(result, checked: RunInputs):
+    from replay.outputs.observed import score_run
+
+    config, observed = checked.observed
+    section, notes = score_run(observed, config, result.ticks, result.requests,
+                               [p.name for p in checked.cfg.pools], checked.cfg.tick_s)
+    return dataclasses.replace(result, summary={**result.summary, "observed": section}), notes
 
 
 def _rows(n: int) -> str:

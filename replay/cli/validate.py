@@ -2,7 +2,8 @@
 print predicted vs expected per row and the MAPE per metric group. Exit 0: every row within its
 tolerance; 1: some row outside it (or a replay that left requests unfinished); 2: bad input.
 `llm-replay validate vllm-s2r --data DIR` replays real vLLM experiments instead
-(replay/cli/validate_measured.py)."""
+(replay/cli/validate_measured.py); `llm-replay validate RUN --observed FILE...` scores a run
+directory against observed serving metrics (replay/cli/validate_observed.py)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ not allow it): --data DIR is the folder holding experiments.csv and ground_truth
 holds <name>/config.json for models the catalog lacks, --only takes exp_ids. It prints measured vs
 replayed TTFT, ITL and E2E means per experiment and stage (p90/p99 too with --json), then the
 MAPE per family; exit 0 when it ran, 2 bad input.
+
+With --observed FILE..., the argument is a run directory instead: it is scored against the
+observed-metrics files as `run --observed` scores a run (the divergence per signal and pool),
+without replaying or writing; the `observed:` section of the run's config.yaml (or of --config)
+says how to read them. Exit 0 when it ran, 2 bad input.
 """
 
 
@@ -67,8 +73,14 @@ def add_parser(sub: Any) -> None:
                    help="vllm-s2r only: the measurements folder (experiments.csv, ground_truth.csv); required")
     p.add_argument("--models", metavar="DIR", default=None,
                    help="vllm-s2r only: a folder of <name>/config.json for models the catalog lacks")
+    from replay.cli.observed import add_observed_option
     from replay.cli.parsing import add_plugin_option
 
+    add_observed_option(p, help="score the run directory given instead of SCENARIOS.yaml against these observed-"
+                                "metrics files, as `run --observed` does, without replaying (repeatable)")
+    p.add_argument("--config", "-c", default=None,
+                   help="with --observed: the fleet config whose `observed:` section applies (default: the "
+                        "run's config.yaml)")
     add_plugin_option(p)
 
 
@@ -87,7 +99,12 @@ def run(args: argparse.Namespace) -> int:
     from common.errors import UserError
 
     load_plugins(args.plugin)
-    from replay.cli import validate_measured
+    from replay.cli import validate_measured, validate_observed
+
+    if args.observed:
+        return validate_observed.run(args)
+    if args.config is not None:
+        raise UserError("--config: applies with --observed only (a scenario names its own fleet)")
 
     if args.scenarios == validate_measured.NAME and not Path(args.scenarios).exists():
         return validate_measured.run(args)
