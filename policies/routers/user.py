@@ -15,7 +15,7 @@ from policies._native import call_router
 from policies._userview import (
     F_ROUTER, bad_choice_nb, call_twin, called_nb, check_choice, fill_request_nb, read_only, request_row,
 )
-from policies.routers._view import R_ACTIVE, RouterView, active_replicas
+from policies.routers._view import R_ACTIVE, RouterView, active_replicas, nth_active_nb
 from policies.user import (
     R_KV_BLOCKS, R_KV_USED, R_LIVE_RUNNING, R_LIVE_WAITING, R_PREFIX_HITS, R_REPLICA, R_RUNNING, R_WAITING,
     R_WAITING_TOKENS, REPLICA_WIDTH,
@@ -55,12 +55,7 @@ def kernel(v, p, first, n, active, need, prm):
     if choice < 0 or choice >= k:
         bad_choice_nb(u.err, choice, k)
         return -1
-    for r in range(first, first + n):
-        if v.state[r] == R_ACTIVE:
-            if choice == 0:
-                return r
-            choice -= 1
-    return -1
+    return nth_active_nb(v, first, n, choice)
 
 
 def reference(v: RouterView, p: int, first: int, n: int, active: int, need: int, prm) -> int:
