@@ -42,6 +42,27 @@ def test_every_module_with_kernels_keys_the_cache():
     assert with_kernels <= keyed, sorted(str(p.relative_to(ROOT)) for p in with_kernels - keyed)
 
 
+def _policy_imports(path: Path) -> set[Path]:
+    """The policies modules that `path` imports (a package's __init__ for a package)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("policies."):
+            base = ROOT / node.module.replace(".", "/")
+            found.add(base / "__init__.py" if base.is_dir() else base.with_suffix(".py"))
+    return found
+
+
+def test_every_policies_module_a_kernel_imports_keys_the_cache():
+    """The users' policies' intrinsic, the links' helpers and the view columns are compiled into the
+    engine as the built-in policies are. (The registry is keyed for its order only: the pure-Python
+    autoscalers it imports are not compiled.)"""
+    keyed = set(_numba_cache.kernel_sources())
+    kernels = {path for path in keyed if path.name != "registry.py"}
+    imported = set().union(*(_policy_imports(path) for path in kernels))
+    assert ROOT / "policies" / "_native.py" in imported and ROOT / "policies" / "user.py" in imported
+    assert imported <= keyed, sorted(str(p.relative_to(ROOT)) for p in imported - keyed)
+
+
 def test_every_engine_module_a_kernel_imports_keys_the_cache():
     """Constants (state codes, column indices) are frozen into the kernels that import them."""
     keyed = set(_numba_cache.kernel_sources())
