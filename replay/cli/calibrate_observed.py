@@ -140,7 +140,7 @@ def _print(console: Any, text: str, document: dict, out: str) -> None:
         console.print(escape(text), soft_wrap=True, highlight=False)
     else:
         console.print("the observed export pins nothing the config does not already set")
-    table = Table(title="MAPE: as configured (before), with the keys (after)" if text else "MAPE, observed vs replayed")
+    table = Table(title="MAPE before and after the keys" if text else "MAPE, observed vs replayed")
     for name, justify in (("signal", "left"), ("pool", "left"), ("before", "right"), ("after", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for signal, pools in document["mape"].items():

@@ -119,3 +119,16 @@ def test_config_without_observed_is_refused(cli, write):
     write("f.yaml", FIXED.format(n=1, engine=""))
     res = cli("calibrate", "p.csv", "--config", "f.yaml", "--out", "k.yaml")
     assert res.code == 2 and "calibrate --config: applies with --observed" in res.err
+
+
+def test_the_shipped_example_gives_back_what_the_incident_ran(cli):
+    """README's post-mortem: first-guess.yaml says two replicas and a smaller KV cache than the
+    fleet incident.json was exported from (make_incident.py); calibrate reads both back."""
+    here = Path(__file__).resolve().parents[1] / "fixtures" / "observed"
+    doc = _calibrate(cli, here / "first-guess.yaml", here / "incident.json")
+    blocks = json.loads((here / "incident.json").read_text())
+    info = next(s for s in blocks["data"]["result"] if s["metric"]["__name__"] == "vllm:cache_config_info")
+    assert doc["suggested"] == {"pools[0].engine.num_gpu_blocks_override": int(info["metric"]["num_gpu_blocks"]),
+                                "pools[0].replicas": 1}
+    assert doc["mape"]["replicas"]["chat"] == {"before": 1.0, "after": 0.0}
+    assert doc["mape"]["gpu_busy"]["chat"]["after"] < doc["mape"]["gpu_busy"]["chat"]["before"]
