@@ -49,7 +49,7 @@ def kv_blocks(pool: int, name: str, observed: Sequence[int], replayed: int) -> t
         return [], []
     notes = []
     if len(observed) > 1:
-        notes.append(f"pool {name}: replicas report different num_gpu_blocks ({', '.join(map(str, observed))}); "
+        notes.append(f"pool {name}: replicas report different num_gpu_blocks ({', '.join(map(str, sorted(observed)))}); "
                      "the smallest is suggested")
     value = int(min(observed))
     if value == replayed:
