@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.calibration.data import FORMATS, GENERIC_HELP
+from replay.cli.observed import add_observed_option
 
 DESCRIPTION = f"""\
 Fit the step model's efficiencies and overheads (mfu, mbu, per-step, per-sequence and prefill
@@ -35,13 +36,20 @@ measurements folder as `validate vllm-s2r` reads it) and fit the step model's me
 (mbu), per-step and per-sequence overheads and all-reduce latency, and the serving terms, to the
 client-measured mean TTFT, ITL and E2E; then leave-one-model-out cross-validation. Prints the
 config keys it found and writes them (with the errors) to --out. One GPU per fit.
+
+Observed (--observed FILE... [--config C] [TRACE], instead of PROFILE.csv): replay the trace on
+the fleet, read what the observed export pins (the KV block count from vllm:cache_config_info's
+num_gpu_blocks, replica counts from kube_deployment_status_replicas, the PromQL windows from its
+scrape interval), replay again with those keys applied, and print them as YAML to merge into
+the config (also written to --out) with the MAPE per signal and pool before and after.
 """
 
 
 def add_parser(sub: Any) -> None:
     cal = sub.add_parser("calibrate", help="fit the step model to measured step times (writes a profile)",
                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cal.add_argument("profile_csv", metavar="PROFILE.csv", nargs="?", help="measured step times")
+    cal.add_argument("profile_csv", metavar="PROFILE.csv", nargs="?",
+                     help="measured step times (with --observed: the trace, default the config's)")
     cal.add_argument("--model", help="catalog model id (llm-replay catalog); step times only")
     cal.add_argument("--gpu", help="catalog GPU id (llm-replay catalog); step times only")
     cal.add_argument("--experiments", metavar="DIR",
@@ -61,11 +69,20 @@ def add_parser(sub: Any) -> None:
     cal.add_argument("--out", "-o", required=True, help="profile YAML to write (a new file, or with --force an existing one)")
     cal.add_argument("--force", action="store_true", help="replace --out if it already exists (never an input)")
     cal.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
+    cal.add_argument("--config", "-c", help="observed: the fleet config to fit (default: the built-in fleet)")
+    add_observed_option(cal, help="observed serving metrics of the trace's window: suggest the config keys they "
+                                  "pin (several after one flag, so put the trace before it)")
 
 
 def run(args: argparse.Namespace) -> int:
     from common.errors import UserError
 
+    if args.observed:
+        from replay.cli.calibrate_observed import run_observed
+
+        return run_observed(args)
+    if args.config is not None:
+        raise UserError("calibrate --config: applies with --observed (fit a fleet config to an observed export)")
     if args.experiments is not None:
         if args.profile_csv is not None or args.model or args.gpu or args.tp is not None:
             raise UserError("calibrate --experiments: fits whole experiments, so it takes no PROFILE.csv, --model, "

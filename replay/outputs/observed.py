@@ -7,8 +7,9 @@ tick, one target per pool, and aligned with the same lookback, rate window and q
 windows. So a definition cannot drift between the two sides:
 
 - gauges (`waiting`, `running`, `kv_usage`, `gpu_busy`, `replicas`): the tick's value
-  (`replicas` = replicas_active + replicas_loading + replicas_draining, as
-  kube_deployment_status_replicas counts every pod of a Deployment, ready or not);
+  (`replicas` = replicas_active + replicas_loading: kube_deployment_status_replicas is the
+  Deployment's status.replicas, its non-terminated pods, ready or not, so a draining replica,
+  terminating, is not counted; the export writes the same, replay/outputs/openmetrics.py);
 - counters (`prompt_tokens_per_s`, `output_tokens_per_s`, `preemptions_per_s`,
   `finished_per_s`): the per-tick counts summed into a counter sampled at each tick, then
   `rate(x[rate_window_s])`;
@@ -106,8 +107,7 @@ def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence
         col = (lambda name: frame[name].cast(pl.Float64).fill_null(0.0).to_numpy()
                if name in frame.columns else np.zeros(frame.height))
         for signal in GAUGES:
-            value = (col("replicas_active") + col("replicas_loading") + col("replicas_draining")
-                     if signal == "replicas" else col(signal))
+            value = (col("replicas_active") + col("replicas_loading") if signal == "replicas" else col(signal))
             add(signal, signal, "gauge", "sum", pool, t, value)
         for signal, (name, per_s) in COUNTERS.items():
             add(signal, signal, "counter", "sum", pool, t, np.cumsum(col(name) * (tick_s if per_s else 1.0)))

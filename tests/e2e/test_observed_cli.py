@@ -22,7 +22,7 @@ GAUGES = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "pool", ["kv_usage"], 1),
     "gpu_busy": ("DCGM_FI_DEV_GPU_UTIL", "pool", ["gpu_busy"], 100),
     "replicas": ("kube_deployment_status_replicas", "deployment",
-                 ["replicas_active", "replicas_loading", "replicas_draining"], 1),
+                 ["replicas_active", "replicas_loading"], 1),
 }
 
 

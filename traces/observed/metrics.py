@@ -11,7 +11,9 @@ older `vllm:gpu_cache_usage_perc`, deprecated in 0.9, carries the same value), c
 and the info gauge `vllm:cache_config_info` (`log_metrics_info`) whose labels are the cache
 config, `num_gpu_blocks` among them. `DCGM_FI_DEV_GPU_UTIL` is dcgm-exporter's GPU utilisation
 in percent; `kube_deployment_status_replicas` is kube-state-metrics' replica count of a
-Deployment (pods targeted, ready or not).
+Deployment: its `status.replicas` (kube-state-metrics internal/store/deployment.go), "total
+number of non-terminated pods targeted by this deployment" (the apps/v1 DeploymentStatus API
+reference), ready or not: starting pods count, terminating (draining) ones do not.
 
 A signal is what is compared with a replayed column; `replayed` names that column of
 ticks.parquet (or what it is derived from) for the code that wires the two together.
@@ -44,7 +46,7 @@ KNOWN: dict[str, Metric] = {m.name: m for m in (
     Metric("vllm:gpu_cache_usage_perc", "kv_usage", "gauge", "mean", "kv_usage", rank=1),
     Metric("DCGM_FI_DEV_GPU_UTIL", "gpu_busy", "gauge", "mean", "gpu_busy", scale=0.01),
     Metric("kube_deployment_status_replicas", "replicas", "gauge", "sum",
-           "replicas_active + replicas_loading + replicas_draining", per_replica=False),
+           "replicas_active + replicas_loading", per_replica=False),
     Metric("vllm:num_preemptions_total", "preemptions_per_s", "counter", "sum", "preemptions / tick_s"),
     Metric("vllm:prompt_tokens_total", "prompt_tokens_per_s", "counter", "sum", "prompt_tokens_per_s"),
     Metric("vllm:generation_tokens_total", "output_tokens_per_s", "counter", "sum", "output_tokens_per_s"),
