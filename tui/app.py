@@ -314,7 +314,7 @@ def make_app(run: str | Path, compare: str | Path | None = None, at: str | None 
     at `at` (M:SS from the start) when given; "first SLO breach" skips `warmup_s` (default: the
     run's first metrics window)."""
     if warmup_s is not None and not (math.isfinite(warmup_s) and warmup_s >= 0):
-        raise UserError(f"--warmup {warmup_s}: expected seconds, 0 or more")
+        raise UserError(f"--warmup {warmup_s:g}: expected a number of seconds, 0 or more")
     runs, followers = [], {}
     for i, path in enumerate([run] + ([compare] if compare is not None else [])):
         _, status = run_source(Path(path))
