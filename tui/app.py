@@ -141,8 +141,10 @@ class Dashboard(App):
 
     def redraw(self) -> None:
         # the dashboard's panels, and those of a screen over it that draws the model (ReplicasScreen)
-        panels = {id(w): w for w in [*self.query(Panel), *self.screen.query(Panel)]}
-        for widget in panels.values():
+        panels = list(self.query(Panel))
+        if self.screen is not self.screen_stack[0]:
+            panels += self.screen.query(Panel)
+        for widget in panels:
             widget.redraw()
 
     # -- time ---------------------------------------------------------------------------------

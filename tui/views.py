@@ -226,4 +226,7 @@ def replica_lines(model, width: int, height: int) -> list:
             lines.append(row)
     lines.append(Text(" KV: running requests' prompt + output decoded so far (estimated from requests.parquet) "
                       "over one replica's blocks", "grey50 italic"))
-    return [line.truncate(width) or line for line in lines][:height]
+    lines = lines[:height]
+    for line in lines:
+        line.truncate(width)
+    return lines
