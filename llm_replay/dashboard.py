@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
     tui.add_argument("--at", metavar="TIME", help="start with the cursor at TIME from the run's start: M:SS, "
                      "H:MM:SS or seconds (e.g. 14:05)")
+    tui.add_argument("--warmup", type=float, metavar="SECONDS", help="'first SLO breach' (b, and the "
+                     "timeline's !) skips this start-up transient (default: the run's metrics_window_s)")
     tui.add_argument("--screenshot", metavar="FILE.svg", help="draw the dashboard without a terminal into an SVG "
                      "file and exit")
     tui.add_argument("--size", default="120x40", metavar="COLSxROWS", help="terminal size of --screenshot "
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     from tui.app import make_app
 
-    app = make_app(args.run, args.compare, args.at, follow=shot is None)
+    app = make_app(args.run, args.compare, args.at, follow=shot is None, warmup_s=args.warmup)
     if shot is not None:
         import asyncio
 

@@ -20,7 +20,7 @@ from common.errors import UserError
 from tui.data import LiveFollower, RunData, load_run, run_source
 from tui.model import Model
 from tui.panels import METRICS, max_metric_offset
-from tui.screens import GotoScreen, HelpScreen, RequestsScreen
+from tui.screens import GotoScreen, HelpScreen, ReplicasScreen, RequestsScreen
 from tui.timefmt import fmt_time, parse_time
 from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
 
@@ -58,39 +58,43 @@ class Dashboard(App):
     BINDINGS = [
         Binding("space", "play_pause", "play / pause"),
         Binding("plus,equals_sign", "speed(1)", "play faster"),
-        Binding("minus", "speed(-1)", "play slower"),
+        Binding("minus", "speed(-1)", "slower"),
         Binding("right", "step(1)", "next tick"),
-        Binding("left", "step(-1)", "previous tick"),
+        Binding("left", "step(-1)", "previous"),
         Binding("shift+right", "seek(60)", "a minute later"),
-        Binding("shift+left", "seek(-60)", "a minute earlier"),
-        Binding("pagedown", "seek(600)", "ten minutes later"),
-        Binding("pageup", "seek(-600)", "ten minutes earlier"),
+        Binding("shift+left", "seek(-60)", "earlier"),
+        Binding("pagedown", "seek(600)", "10 minutes later"),
+        Binding("pageup", "seek(-600)", "earlier"),
         Binding("home", "home", "start of the run"),
-        Binding("end", "end", "end of the run (live: follow the newest tick)"),
+        Binding("end", "end", "end of the run (live: follow)"),
         Binding("g", "goto", "go to a time (M:SS)"),
-        Binding("b", "first_breach", "first SLO breach (windowed attainment < 99%)"),
-        Binding("w", "worst_window", "worst window (lowest SLO attainment)"),
-        Binding("n", "scaling(1)", "next scaling event"),
-        Binding("N", "scaling(-1)", "previous scaling event"),
-        Binding("p", "scope(1)", "next pool (fleet, then each pool)"),
-        Binding("P", "scope(-1)", "previous pool"),
+        Binding("b", "first_breach", "first SLO breach (past warm-up)"),
+        Binding("w", "worst_window", "worst window (lowest SLO met)"),
+        Binding("n", "scaling(1)", "next scaling (up or down)"),
+        Binding("N", "scaling(-1)", "previous"),
+        Binding("p", "scope(1)", "next pool (fleet, then each)"),
+        Binding("P", "scope(-1)", "previous"),
         Binding("f", "fleet", "whole fleet"),
-        Binding("down", "scroll_metrics(1)", "more metric rows (when they do not all fit)"),
-        Binding("up", "scroll_metrics(-1)", "back up the metric rows"),
-        Binding("v", "decisions", "event log: decisions only / every event"),
-        Binding("d", "requests", "worst requests around the cursor (drill-down)"),
+        Binding("l", "workload(1)", "next workload (any pool layout)"),
+        Binding("L", "workload(-1)", "previous"),
+        Binding("r", "replicas", "replicas side by side"),
+        Binding("down", "scroll_metrics(1)", "more metric rows"),
+        Binding("up", "scroll_metrics(-1)", "back up"),
+        Binding("v", "decisions", "log: decisions only / all"),
+        Binding("d", "requests", "worst requests at cursor"),
         Binding("question_mark", "help", "this help"),
         Binding("q", "quit", "quit"),
     ]
 
     def __init__(self, runs: list[RunData], at_us: int | None = None, follow: bool = True, poll_s: float = 0.5,
-                 exit_on_failure: bool = False, followers: dict | None = None, clock=time.monotonic):
+                 exit_on_failure: bool = False, followers: dict | None = None, clock=time.monotonic,
+                 warmup_us: int | None = None):
         super().__init__()
         self.clock = clock  # seconds; the input-quiet rule below reads it (tests drive it by hand)
         # live runs: index -> tui.data.LiveFollower (one is made for a live run given as data)
         self.followers = followers if followers is not None else {
             i: LiveFollower(r.path) for i, r in enumerate(runs) if r.live is not None}
-        self.model = Model(runs, at_us)
+        self.model = Model(runs, at_us, warmup_us)
         self.follow = follow
         self.exit_on_failure = exit_on_failure
         self.poll_s = poll_s
@@ -136,7 +140,11 @@ class Dashboard(App):
             sys.setswitchinterval(self._switch_interval)
 
     def redraw(self) -> None:
-        for widget in self.query(Panel):
+        # the dashboard's panels, and those of a screen over it that draws the model (ReplicasScreen)
+        panels = list(self.query(Panel))
+        if self.screen is not self.screen_stack[0]:
+            panels += self.screen.query(Panel)
+        for widget in panels:
             widget.redraw()
 
     # -- time ---------------------------------------------------------------------------------
@@ -200,6 +208,13 @@ class Dashboard(App):
     def action_scope(self, step: int) -> None:
         self.model.cycle_scope(step)
         self.redraw()
+
+    def action_workload(self, step: int) -> None:
+        self.model.cycle_workload(step)
+        self.redraw()
+
+    def action_replicas(self) -> None:
+        self.push_screen(ReplicasScreen())
 
     def action_fleet(self) -> None:
         self.model.view.scope = "fleet"
@@ -295,9 +310,13 @@ class Dashboard(App):
 
 
 def make_app(run: str | Path, compare: str | Path | None = None, at: str | None = None, *,
-             follow: bool = True, poll_s: float = 0.5, exit_on_failure: bool = False) -> Dashboard:
+             follow: bool = True, poll_s: float = 0.5, exit_on_failure: bool = False,
+             warmup_s: float | None = None) -> Dashboard:
     """Load the run(s) (a UserError for anything unreadable) and build the dashboard, its cursor
-    at `at` (M:SS from the start) when given."""
+    at `at` (M:SS from the start) when given; "first SLO breach" skips `warmup_s` (default: the
+    run's first metrics window)."""
+    if warmup_s is not None and not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise UserError(f"--warmup {warmup_s:g}: expected a number of seconds, 0 or more")
     runs, followers = [], {}
     for i, path in enumerate([run] + ([compare] if compare is not None else [])):
         _, status = run_source(Path(path))
@@ -313,7 +332,7 @@ def make_app(run: str | Path, compare: str | Path | None = None, at: str | None 
         if at_us > end:
             raise UserError(f"--at {at}: outside the run (0:00 to {fmt_time(end)})")
     return Dashboard(runs, at_us, follow=follow, poll_s=poll_s, exit_on_failure=exit_on_failure,
-                     followers=followers)
+                     followers=followers, warmup_us=None if warmup_s is None else round(warmup_s * 1e6))
 
 
 async def render_svg(app: Dashboard, size: tuple[int, int]) -> str:

@@ -72,6 +72,7 @@ class RunData:
     slo: dict
     live: LiveStatus | None = None
     saturation: dict[str, str] = field(default_factory=dict)  # pool -> class, from summary.json (finished runs)
+    block_size: dict[str, int] = field(default_factory=dict)  # pool -> KV block size in tokens, from config.yaml
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
@@ -325,6 +326,8 @@ class RunBuilder:
         self.window_us = round(float(cfg.get("metrics_window_s", 60.0)) * 1e6)
         self.slo = cfg.get("slo") or {}
         self.config_pools = [str(p.get("name")) for p in cfg.get("pools") or [] if isinstance(p, dict)]
+        self.block_size = {str(p.get("name")): int((p.get("engine") or {}).get("block_size") or 16)
+                           for p in cfg.get("pools") or [] if isinstance(p, dict)}
         self.pools: list[str] | None = None
         self.t = Grow(np.int64)
         self.cols: dict[str, dict[str, Grow]] = {}
@@ -461,7 +464,7 @@ class RunBuilder:
         log = _concat(self.log, EMPTY_EVENTS)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
-                       _firsts=(self.firsts.t.view(), self.firsts.v.view()))
+                       _firsts=(self.firsts.t.view(), self.firsts.v.view()), block_size=self.block_size)
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:

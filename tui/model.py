@@ -10,12 +10,16 @@ import numpy as np
 
 from tui.charts import column_edges, column_of, downsample
 from tui.data import FLEET, RunData
+from tui.views import WORKLOAD_PREFIX, workload_of, workload_values, workloads
 
 SPEEDS = (1, 2, 5, 10, 30, 60, 120, 300, 600)  # simulated seconds per wall second
 DEFAULT_SPEED = 3
 # "SLO breach": windowed SLO attainment (README "Run outputs") under this share.
 SLO_OBJECTIVE = 0.99
 MINUTE_US = 60_000_000
+# "First SLO breach" and the timeline's "!" look past the start-up transient: by default the first
+# metrics window (whose attainment is over the few requests that ended yet), else `tui --warmup S`.
+DEFAULT_WARMUP = None
 
 
 @dataclass
@@ -33,8 +37,9 @@ class View:
 class Model:
     """runs[0] is the run; runs[1], when present, the one it is compared with."""
 
-    def __init__(self, runs: list[RunData], at_us: int | None = None):
+    def __init__(self, runs: list[RunData], at_us: int | None = None, warmup_us: int | None = DEFAULT_WARMUP):
         self.view = View()
+        self._warmup_us = warmup_us
         self.runs: list[RunData] = []
         self._cache: dict = {}
         self.set_runs(runs)
@@ -60,7 +65,7 @@ class Model:
             self.axis = ticks[0]  # sorted and unique already
         else:
             self.axis = np.unique(np.concatenate(ticks)) if ticks else np.zeros(0, np.int64)
-        if self.view.scope not in self.scopes:
+        if self.view.scope not in self.scopes and workload_of(self.view.scope) not in self.workloads:
             self.view.scope = FLEET
         if self.view.following and len(self.axis):
             self.view.cursor_us = int(self.axis[-1])
@@ -79,6 +84,46 @@ class Model:
         for r in self.runs:
             out += [s for s in r.scopes if s not in out]
         return out
+
+    @property
+    def workloads(self) -> list[str]:
+        """The workload labels of any run's requests (the per-workload view's scopes)."""
+        return sorted({w for r in self.runs for w in workloads(r)})
+
+    @property
+    def warmup_us(self) -> int:
+        return self._warmup_us if self._warmup_us is not None else self.runs[0].window_us
+
+    @property
+    def event_scope(self) -> str:
+        """Whose events a view shows: a workload's requests may go to any pool, so the fleet's."""
+        return FLEET if workload_of(self.view.scope) is not None else self.view.scope
+
+    def has_scope(self, run: RunData) -> bool:
+        """Whether a run has the current scope: a pool it has, or a workload among its requests."""
+        wl = workload_of(self.view.scope)
+        return wl in workloads(run) if wl is not None else self.view.scope in run.series
+
+    def slo_series(self, run: RunData) -> np.ndarray | None:
+        """Windowed SLO attainment of the scope at each of the run's ticks (None without the scope)."""
+        if not self.has_scope(run):
+            return None
+        wl = workload_of(self.view.scope)
+        if wl is None:
+            return run.series[self.view.scope]["slo_attainment"]
+        key = ("slo-ticks", wl, len(run.t_us), run.requests.height)
+        if key not in run._memo:
+            run._memo[key] = workload_values(run, wl, "slo_attainment", run.t_us, run.t_us)
+        return run._memo[key]
+
+    def first_breach(self) -> int | None:
+        """The first tick of the first run, past the warm-up, whose windowed attainment is under the objective."""
+        run = self.runs[0]
+        slo = self.slo_series(run)
+        if slo is None or not len(run.t_us):
+            return None
+        hit = np.flatnonzero((slo < SLO_OBJECTIVE) & (run.t_us >= self.warmup_us))
+        return int(hit[0]) if len(hit) else None
 
     @property
     def t_first(self) -> int:
@@ -113,6 +158,14 @@ class Model:
     @staticmethod
     def _columns(run: RunData, scope: str, key: str, edges: np.ndarray, how: str) -> np.ndarray:
         """Chart columns between consecutive `edges`."""
+        wl = workload_of(scope)
+        if wl is not None:
+            if wl not in workloads(run):
+                return np.full(len(edges) - 1, np.nan)
+            lo = np.minimum(edges[:-1] + 1, run.end_us)
+            values = workload_values(run, wl, key, lo, edges[1:])
+            values[edges[:-1] >= run.end_us] = np.nan
+            return values
         series = run.series.get(scope)
         if series is None:
             return np.full(len(edges) - 1, np.nan)
@@ -126,8 +179,15 @@ class Model:
 
     def value_at(self, run: RunData, key: str) -> float | None:
         """The metric of the current scope at the cursor (None where the run has no such tick)."""
-        series = run.series.get(self.view.scope)
         i = run.index_at(self.view.cursor_us)
+        wl = workload_of(self.view.scope)
+        if wl is not None:
+            if i is None or self.view.cursor_us > run.end_us or wl not in workloads(run):
+                return None
+            t = run.t_us[i:i + 1]
+            value = workload_values(run, wl, key, t, t)[0]
+            return None if np.isnan(value) else float(value)
+        series = run.series.get(self.view.scope)
         if series is None or i is None or self.view.cursor_us > run.end_us:
             return None
         if series.get(key) is None:
@@ -180,29 +240,30 @@ class Model:
         self.view.message = text
 
     def jump_first_breach(self) -> bool:
-        """First tick (of the first run, in the scope) whose windowed SLO attainment is under the objective."""
+        """First tick (of the first run, in the scope) past the warm-up whose windowed SLO attainment
+        is under the objective."""
         run = self.runs[0]
-        series = run.series.get(self.view.scope)
-        if series is None or not len(run.t_us):
+        slo = self.slo_series(run)
+        if slo is None or not len(run.t_us):
             return False
-        slo = series["slo_attainment"]
-        hit = np.flatnonzero(slo < SLO_OBJECTIVE)
-        if not len(hit):
-            self._say(f"no SLO breach: windowed attainment never under {SLO_OBJECTIVE:.0%}")
+        i = self.first_breach()
+        warm = f" after the {self.warmup_us / 1e6:g} s warm-up" if self.warmup_us else ""
+        if i is None:
+            self._say(f"no SLO breach{warm}: windowed attainment never under {SLO_OBJECTIVE:.0%}")
             return False
-        self.seek_to(int(run.t_us[hit[0]]))
-        self._say(f"first SLO breach: attainment {slo[hit[0]]:.1%} < {SLO_OBJECTIVE:.0%}")
+        self.seek_to(int(run.t_us[i]))
+        self._say(f"first SLO breach{warm}: attainment {slo[i]:.1%} < {SLO_OBJECTIVE:.0%}")
         return True
 
     def jump_worst_window(self) -> bool:
         """The tick with the lowest windowed SLO attainment (the first of equals); TTFT p99 breaks ties."""
         run = self.runs[0]
-        series = run.series.get(self.view.scope)
-        if series is None or not len(run.t_us) or np.isnan(series["slo_attainment"]).all():
+        raw = self.slo_series(run)
+        if raw is None or not len(run.t_us) or np.isnan(raw).all():
             self._say("no window with finished requests")
             return False
-        slo = np.nan_to_num(series["slo_attainment"], nan=np.inf)
-        p99 = series.get("ttft_p99_ms")
+        slo = np.nan_to_num(raw, nan=np.inf)
+        p99 = (run.series.get(self.view.scope) or {}).get("ttft_p99_ms")
         candidates = np.flatnonzero(slo == slo.min())
         if p99 is not None and len(candidates) > 1:
             candidates = candidates[np.argsort(-np.nan_to_num(p99[candidates], nan=-1.0), kind="stable")]
@@ -212,7 +273,7 @@ class Model:
         return True
 
     def _scaling_times(self) -> np.ndarray:
-        times = [r.scaling_times_in(self.view.scope) for r in self.runs]
+        times = [r.scaling_times_in(self.event_scope) for r in self.runs]
         return np.unique(np.concatenate(times)) if times else np.zeros(0, np.int64)
 
     def jump_scaling(self, direction: int) -> bool:
@@ -229,6 +290,13 @@ class Model:
 
     def cycle_scope(self, step: int) -> None:
         scopes = self.scopes
+        i = scopes.index(self.view.scope) if self.view.scope in scopes else 0
+        self.view.scope = scopes[(i + step) % len(scopes)]
+        self.view.metric_offset = 0
+
+    def cycle_workload(self, step: int) -> None:
+        """The per-workload view: the fleet, then each workload label of either run."""
+        scopes = [FLEET, *(WORKLOAD_PREFIX + w for w in self.workloads)]
         i = scopes.index(self.view.scope) if self.view.scope in scopes else 0
         self.view.scope = scopes[(i + step) % len(scopes)]
         self.view.metric_offset = 0

@@ -12,11 +12,16 @@ from rich.text import Text
 
 from tui.charts import bar_cells, cells_text, chart_top, column_of, columns_of, cursor_cell
 from tui.data import FLEET, RunData
-from tui.model import SLO_OBJECTIVE, SPEEDS, Model
+from tui.model import SPEEDS, Model
 from tui.timefmt import fmt_duration_ms, fmt_time
+from tui.views import workload_of
 
 LABEL_W = 18
 VALUE_W = 20
+# Past this width the value column grows (up to VALUE_W_MAX), so a value and its compare-mode
+# delta show whole instead of cut at VALUE_W; up to it the layout is the one always drawn.
+WIDE = 120
+VALUE_W_MAX = 40
 RUN_STYLES = ("cyan", "magenta")
 
 
@@ -62,6 +67,25 @@ METRICS = (
     MetricSpec("preemptions", "preemptions/tick", _num, better=-1),
     MetricSpec("rejected", "rejected/tick", _num, better=-1),
 )
+# The per-workload view (tui/views.py): what requests.parquet gives for one label, fleet-wide.
+WORKLOAD_METRICS = (
+    MetricSpec("arrivals_per_s", "requests/s", _num),
+    MetricSpec("finished_per_s", "finished/s", _num),
+    MetricSpec("ttft_p50_ms", "TTFT p50 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("ttft_p99_ms", "TTFT p99 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("tpot_p50_ms", "TPOT p50 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("tpot_p99_ms", "TPOT p99 (window)", fmt_duration_ms, better=-1),
+    MetricSpec("slo_attainment", "SLO met (window)", _pct, how="min", better=1, top=1.0),
+    MetricSpec("rejected_per_s", "rejected/s", _num, better=-1),
+)
+
+
+def metrics_of(model: Model) -> tuple[MetricSpec, ...]:
+    return WORKLOAD_METRICS if workload_of(model.view.scope) is not None else METRICS
+
+
+def value_width(width: int) -> int:
+    return VALUE_W + min(max(width - WIDE, 0), VALUE_W_MAX - VALUE_W)
 
 
 def _value_text(model: Model, run: RunData, spec: MetricSpec) -> str:
@@ -112,10 +136,10 @@ def _diff_styles(spec: MetricSpec, a: np.ndarray, b: np.ndarray) -> list[str | N
 
 def max_metric_offset(model: Model, height: int) -> int:
     """How far the metric rows scroll: until the last one shows (one line says there are more)."""
-    scope = model.view.scope
-    runs = [run for run in model.runs if scope in run.series]
+    runs = [run for run in model.runs if model.has_scope(run)]
+    n = len(metrics_of(model))
     fit = max(height - (len(model.runs) - len(runs)), 1) // max(len(runs), 1)
-    return 0 if fit >= len(METRICS) else len(METRICS) - max(fit - 1, 1)
+    return 0 if fit >= n else n - max(fit - 1, 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,17 +189,21 @@ def metric_rows(model: Model, width: int, height: int) -> list[Text | ChartRow]:
     """One row per metric (two in compare mode, the run then the one compared): label, chart over
     the whole run with the cursor's column marked, value at the cursor. Rows grow taller on a tall
     terminal; when they do not all fit, the first shown is view.metric_offset."""
-    chart_w = max(width - LABEL_W - VALUE_W - 2, 4)
+    value_w = value_width(width)
+    chart_w = max(width - LABEL_W - value_w - 2, 4)
     lines: list[Text | ChartRow] = []
     scope = model.view.scope
-    runs = [(k, run) for k, run in enumerate(model.runs) if scope in run.series]
+    metrics = metrics_of(model)
+    runs = [(k, run) for k, run in enumerate(model.runs) if model.has_scope(run)]
     for k, run in enumerate(model.runs):
-        if scope not in run.series:
-            lines.append(Text(f"{'':<{LABEL_W}}{run.name} has no pool {scope!r}", RUN_STYLES[k] + " italic"))
+        if not model.has_scope(run):
+            wl = workload_of(scope)
+            what = f"no requests of workload {wl!r}" if wl is not None else f"no pool {scope!r}"
+            lines.append(Text(f"{'':<{LABEL_W}}{run.name} has {what}", RUN_STYLES[k] + " italic"))
     fit = max(height - len(lines), 1) // max(len(runs), 1)
-    rows = min(max(fit // len(METRICS), 1), 4)
+    rows = min(max(fit // len(metrics), 1), 4)
     offset = min(model.view.metric_offset, max_metric_offset(model, height))
-    shown = METRICS if fit >= len(METRICS) else METRICS[offset:][: max(fit - 1, 1)]
+    shown = metrics if fit >= len(metrics) else metrics[offset:][: max(fit - 1, 1)]
     cursor_col = column_of(model.view.cursor_us, 0, model.t_end, chart_w)
     for spec in shown if runs else ():
         cols = [model.column_values(run, spec.key, chart_w, spec.how) for _, run in runs]
@@ -194,10 +222,10 @@ def metric_rows(model: Model, width: int, height: int) -> list[Text | ChartRow]:
                     value = Text(" " + _value_text(model, run, spec), "bold" if n == 0 else RUN_STYLES[k])
                     if n == 1:
                         value.append_text(_delta(spec, values[0], values[1]))
-                    value.truncate(VALUE_W + 2)
+                    value.truncate(value_w + 2)
                 lines.append(ChartRow(f"{label[:LABEL_W - 1]:<{LABEL_W}}", lab_style, cells, cursor_col, value))
-    if len(shown) < len(METRICS):
-        rest = len(METRICS) - len(shown) - offset
+    if len(shown) < len(metrics):
+        rest = len(metrics) - len(shown) - offset
         lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({offset} above, {rest} below)", "grey50 italic"))
     return lines
 
@@ -218,7 +246,12 @@ def header_text(model: Model, width: int) -> Text:
         t.append(model.runs[1].name, RUN_STYLES[1] + " bold")
     scopes = model.scopes
     scope = v.scope if v.scope != FLEET or len(scopes) > 1 else f"fleet ({', '.join(run.pools) or '-'})"
-    t.append(f"  {scope} [{scopes.index(v.scope) + 1}/{len(scopes)}]" if v.scope in scopes else f"  {scope}")
+    wl = workload_of(v.scope)
+    if wl is not None:
+        names = model.workloads
+        t.append(f"  workload {wl} [{names.index(wl) + 1}/{len(names)}]" if wl in names else f"  workload {wl}")
+    else:
+        t.append(f"  {scope} [{scopes.index(v.scope) + 1}/{len(scopes)}]" if v.scope in scopes else f"  {scope}")
     t.append(f"  {fmt_time(v.cursor_us)} / {fmt_time(model.t_end)}", "bold")
     t.append(f"  {'▶' if v.playing else '❚❚'} {SPEEDS[v.speed_index]}x")
     t.append_text(saturation_text(model))
@@ -272,15 +305,13 @@ def timeline_lines(model: Model, width: int) -> list[Text]:
     cur = column_of(model.view.cursor_us, 0, t_end, w)
     cells = [("━", "white") if i <= cur else ("─", "grey50") for i in range(w)]
     for k, run in enumerate(model.runs):
-        times, kinds = run.scaling_events(model.view.scope)
+        times, kinds = run.scaling_events(model.event_scope)
         for col, kind in zip(columns_of(times, 0, t_end, w).tolist(), kinds):
             cells[col] = ("▲" if kind == "scale_up" else "▼", RUN_STYLES[k] + " bold")
     run = model.runs[0]
-    series = run.series.get(model.view.scope)
-    if series is not None and len(run.t_us):
-        hit = np.flatnonzero(series["slo_attainment"] < SLO_OBJECTIVE)
-        if len(hit):
-            cells[column_of(int(run.t_us[hit[0]]), 0, t_end, w)] = ("!", "bold red")
+    breach = model.first_breach()  # past the warm-up, as 'b' jumps
+    if breach is not None:
+        cells[column_of(int(run.t_us[breach]), 0, t_end, w)] = ("!", "bold red")
     cells[cur] = ("●", "bold yellow")
     bar = Text()
     for ch, st in cells:
@@ -299,7 +330,7 @@ def event_lines(model: Model, width: int, height: int) -> list[Text]:
     with their signals, replica state changes, rejections, preemptions ('v' keeps the first two)."""
     frames = []
     for k, run in enumerate(model.runs):
-        ev, t = run.log_in(model.view.scope, model.view.decisions_only)
+        ev, t = run.log_in(model.event_scope, model.view.decisions_only)
         end = int(np.searchsorted(t, model.view.cursor_us, side="right"))
         frames.append(ev.slice(max(end - height, 0), min(end, height)).with_columns(run=pl.lit(k)))
     rows = pl.concat(frames).sort("t_us", "run", maintain_order=True).tail(height) if frames else None
@@ -309,12 +340,15 @@ def event_lines(model: Model, width: int, height: int) -> list[Text]:
     if rows is None or rows.height == 0:
         return [Text("no events yet at the cursor" + (" (decisions only: v)" if model.view.decisions_only else ""),
                      "grey50 italic")]
+    # pool names are cut to 7 columns up to WIDE; a wider terminal shows them whole
+    longest = max((len(p) for p in rows["pool"].drop_nulls().to_list()), default=7)
+    pool_w = 7 if width <= WIDE else min(max(longest, 7), 24)
     for row in rows.iter_rows(named=True):
         line = Text()
         if model.compare:
             line.append("AB"[row["run"]] + " ", RUN_STYLES[row["run"]])
         line.append(f"{fmt_time(row['t_us']):>7} ", "grey70")
-        line.append(f"{row['pool'] or '':<7.7} ", "cyan")
+        line.append(f"{row['pool'] or '':<{pool_w}.{pool_w}} ", "cyan")
         line.append(f"{row['kind']:<16} ", styles.get(row["kind"], "white"))
         replica = f"r{row['replica']} " if row["replica"] is not None else ""
         line.append(replica + (row["detail"] or ""))
@@ -326,7 +360,7 @@ def event_lines(model: Model, width: int, height: int) -> list[Text]:
 def hint_line(model: Model, width: int) -> Text:
     t = Text()
     keys = (("?", "help"), ("space", "play"), ("←→", "seek"), ("b", "breach"), ("w", "worst"), ("n", "scaling"),
-            ("p", "pool"), ("d", "requests"), ("q", "quit"))
+            ("p", "pool"), ("d", "requests"), ("l", "workload"), ("r", "replicas"), ("q", "quit"))
     for key, what in keys:
         t.append(f" {key}", "bold reverse")
         t.append(f" {what} ")

@@ -54,7 +54,9 @@ def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT",
     """Requests that were in the system during the metrics window ending at the cursor (arrived by
     then, not ended before it began), in the scope, worst first by `sort` (nulls last)."""
     req = run.requests
-    if scope != FLEET:  # a pool's requests: those it decoded, and those it prefilled for another
+    if scope.startswith("workload:"):  # the per-workload view (tui/views.py): that label's requests
+        req = req.filter(pl.col("workload") == scope[len("workload:"):])
+    elif scope != FLEET:  # a pool's requests: those it decoded, and those it prefilled for another
         mine = pl.col("pool") == scope
         if "prefill_pool" in req.columns:
             mine = mine | (pl.col("prefill_pool") == scope).fill_null(False)

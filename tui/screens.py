@@ -16,51 +16,99 @@ from tui.requests import columns_of, request_life, request_rows, sorts_of, worst
 from tui.timefmt import fmt_time, parse_time
 
 MOUSE_HELP = (
-    ("click timeline / chart", "put the cursor at that time"),
-    ("wheel on timeline", "seek by a minute"),
-    ("wheel on metrics", "scroll the metric rows"),
-    ("click table header", "sort the requests by that column"),
+    ("click", "timeline, chart: go there"),
+    ("wheel", "timeline: seek a minute"),
+    ("wheel", "metrics: scroll the rows"),
+    ("click col", "requests: sort by it"),
 )
+# The help's description column at 80 columns: longer ones drop their "(...)" aside
+HELP_DESC_W = 26
 
 
 class HelpScreen(ModalScreen):
-    """Every key of the dashboard and its screens, from their bindings (so it cannot go stale)."""
+    """Every key of the dashboard and its screens, from their bindings (so it cannot go stale), in
+    two columns with a key and its opposite on one row (← →), so it fits an 80x24 terminal whole."""
 
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90; max-width: 100%; height: auto; max-height: 100%;
-                                  border: round $accent; background: $surface; padding: 0 1; }
+    HelpScreen > VerticalScroll { width: 100%; max-width: 130; height: auto; max-height: 100%;
+                                  border: round $accent; background: $surface; padding: 0; }
     """
 
     def compose(self) -> ComposeResult:
-        from tui.app import Dashboard
-
-        table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        sections = (("dashboard", Dashboard.BINDINGS), ("requests (d)", RequestsScreen.BINDINGS),
-                    ("request life", RequestLifeScreen.BINDINGS), ("go to time (g)", GotoScreen.BINDINGS))
-        for title, bindings in sections:
-            table.add_row(Text(title, "bold underline"), "")
-            for b in bindings:
-                table.add_row(key_names(b.key), b.description)
-        table.add_row(Text("mouse", "bold underline"), "")
-        for what, does in MOUSE_HELP:
-            table.add_row(what, does)
-        table.add_row("", "")
-        table.add_row(Text("notes", "bold underline"), "")
-        table.add_row("GPU-Util", "share of time a step was running: ~100% at any load; misleads")
-        table.add_row("SLO breach", "windowed SLO attainment under 99% (TTFT and TPOT targets, per workload)")
         with VerticalScroll():
-            yield Static(table)
+            yield Static(help_table())
+
+
+def help_table() -> Table:
+    from tui.app import Dashboard
+
+    rows: list[tuple] = []
+    sections = (("dashboard", Dashboard.BINDINGS), ("requests (d)", RequestsScreen.BINDINGS),
+                ("request life", RequestLifeScreen.BINDINGS), ("go to time (g)", GotoScreen.BINDINGS),
+                ("replicas (r)", ReplicasScreen.BINDINGS))
+    for title, bindings in sections:
+        rows.append(("", Text(title, "bold underline")))  # in the wide column: the key column stays narrow
+        rows += paired(bindings)
+    rows.append(("", Text("mouse", "bold underline")))
+    rows += MOUSE_HELP
+    rows.append(("", Text("notes", "bold underline")))
+    rows += NOTES
+    half = (len(rows) + 1) // 2
+    table = Table(box=None, show_header=False, padding=(0, 1, 0, 0), expand=True)
+    for _ in range(2):
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column(ratio=1)
+    for left, right in zip(rows[:half], [*rows[half:], ("", "")]):
+        table.add_row(*left, *right)
+    return table
+
+
+NOTES = (
+    ("GPU-Util", "reads ~100% at any load"),
+    ("SLO breach", "window SLO met under 99%"),
+    ("warm-up", "b skips it: tui --warmup S"),
+)
+
+
+def paired(bindings) -> list[tuple[str, str]]:
+    """(keys, what) per binding; a binding whose action is the previous one's with the opposite
+    argument (step(1) / step(-1)) joins its row: "→ ←  next tick / previous"."""
+    out: list[tuple[str, str]] = []
+    prev = None
+    for b in bindings:
+        name, _, arg = b.action.partition("(")
+        if prev is not None and prev[0] == name and arg == "-" + prev[1]:
+            keys, what = out[-1]
+            out[-1] = (f"{keys} {key_names(b.key).removeprefix('shift+')}",
+                       f"{what.split(' (')[0]} / {b.description.split(' (')[0]}")
+            prev = None
+            continue
+        what = b.description if len(b.description) <= HELP_DESC_W else b.description.split(" (")[0]
+        out.append((key_names(b.key), what))
+        prev = (name, arg)
+    return out
 
 
 def key_names(keys: str) -> str:
     pretty = {"question_mark": "?", "space": "space", "plus": "+", "minus": "-", "equals_sign": "=",
-              "shift+left": "shift+←", "shift+right": "shift+→", "left": "←", "right": "→", "up": "↑",
+              "shift+left": "shift+←", "shift+right": "shift+→", "pagedown": "pgdn", "pageup": "pgup", "escape": "esc", "left": "←", "right": "→", "up": "↑",
               "down": "↓", "N": "N", "P": "P"}
     return " ".join(pretty.get(k, k) for k in keys.split(","))
+
+
+class ReplicasScreen(Screen):
+    """A pool's replicas side by side (tui/views.py); the dashboard's keys (seek, p) still work."""
+
+    BINDINGS = [Binding("escape,r", "app.pop_screen", "back to the dashboard")]
+    DEFAULT_CSS = "ReplicasScreen #replicas { height: 1fr; }"
+
+    def compose(self) -> ComposeResult:
+        from tui.views import replica_lines
+        from tui.widgets import Panel
+
+        yield Panel(replica_lines, id="replicas")
 
 
 class GotoScreen(ModalScreen):
@@ -96,10 +144,10 @@ class RequestsScreen(Screen):
 
     BINDINGS = [
         Binding("escape,d", "app.pop_screen", "back to the dashboard"),
-        Binding("enter", "open", "show the selected request's life"),
-        Binding("s", "next_sort", "sort by the next column (TTFT, queue, preempt, E2E, ...)"),
+        Binding("enter", "open", "open the request's life"),
+        Binding("s", "next_sort", "sort by the next column"),
         Binding("r", "reverse", "reverse the order"),
-        Binding("c", "other_run", "compare mode: the other run's requests"),
+        Binding("c", "other_run", "the other run's requests"),
     ]
     DEFAULT_CSS = """
     RequestsScreen #req-title { height: 1; }

@@ -180,7 +180,7 @@ class Metrics(Panel):
         return Strip(segments)
 
     def on_click(self, event: events.Click) -> None:
-        chart_w = max(self.size.width - panels.LABEL_W - panels.VALUE_W - 2, 4)
+        chart_w = max(self.size.width - panels.LABEL_W - panels.value_width(self.size.width) - 2, 4)
         col = event.x - panels.LABEL_W
         if 0 <= col < chart_w:
             self.app.seek_to(time_of_column(col, 0, self.app.model.t_end, chart_w))

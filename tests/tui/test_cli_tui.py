@@ -28,6 +28,8 @@ FLEET = ("model: llama-3.1-8b\ngpu: h100-sxm-80gb\ntrace: {path: trace.csv, form
     ([BEFORE, "--screenshot", "shot.png"], "expected a file name ending in .svg"),
     ([BEFORE, "--screenshot", "no/such/dir/shot.svg"], "does not exist"),
     ([BEFORE, "--screenshot", "x.svg", "--size", "20x5"], "--size '20x5': expected COLUMNSxROWS"),
+    ([BEFORE, "--warmup", "-5"], "--warmup -5: expected a number of seconds, 0 or more"),
+    ([BEFORE, "--warmup", "nan"], "--warmup nan: expected a number of seconds"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cli, argv, fragment):
     code, out, err = cli("tui", *argv)

@@ -25,7 +25,7 @@ def test_compare(snap_compare):
 
 
 def test_help(snap_compare):
-    assert snap_compare(make_app(BEFORE), press=["question_mark"], terminal_size=(100, 40))
+    assert snap_compare(make_app(BEFORE), press=["question_mark"], terminal_size=(80, 24))
 
 
 def test_drill_down(snap_compare):
@@ -34,3 +34,12 @@ def test_drill_down(snap_compare):
 
 def test_request_life(snap_compare):
     assert snap_compare(make_app(AFTER, at="5:00"), press=["d", "enter"], terminal_size=(120, 30))
+
+
+def test_compare_workload_view(snap_compare):
+    """chat before (a shared pool) vs chat after (its own pool): the per-workload view."""
+    assert snap_compare(make_app(BEFORE, compare=AFTER, at="4:16"), press=["l", "l"], terminal_size=(120, 40))
+
+
+def test_replicas_view(snap_compare):
+    assert snap_compare(make_app(BEFORE, at="4:00"), press=["r"], terminal_size=(120, 30))
