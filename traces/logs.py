@@ -57,8 +57,9 @@ def _stamps(check: Checker, col: str, optional: bool) -> pl.Series:
 
 def litellm(src: Source, opts: Options) -> Parsed:
     """LiteLLM proxy spend logs (`LiteLLM_SpendLogs` exported as CSV, JSON array or JSON lines).
-    Arrival = startTime; TTFT = completionStartTime - startTime (streamed calls only; LiteLLM sets
-    it to endTime otherwise, which is kept as recorded); E2E = endTime - startTime. `model` is the
+    Arrival = startTime; TTFT = completionStartTime - startTime; E2E = endTime - startTime. A
+    completionStartTime equal to endTime gives no TTFT (null): a call answered in one piece (not
+    streamed) shows no first-token time, and its E2E would pass for one. `model` is the
     workload, `team_id` (else `user`) the tenant. Failed calls (`status` "failure") and calls with
     no or zero token counts (embeddings, errors) are dropped and counted."""
     if src.first_line().lstrip().startswith(("{", "[")):
@@ -82,6 +83,7 @@ def litellm(src: Source, opts: Options) -> Parsed:
     start = _stamps(check, "startTime", optional=False)
     end = _stamps(check, "endTime", optional=True)
     first = _stamps(check, "completionStartTime", optional=True)
+    first = pl.select(pl.when(first != end).then(first).otherwise(pl.when(end.is_null()).then(first))).to_series()
     _check_order(check, start, end, "endTime")
     _check_order(check, start, first, "completionStartTime")
     team = _label(check, "team_id", None) if "team_id" in table.columns else None

@@ -157,6 +157,10 @@ def _replay(args: argparse.Namespace) -> int:
             from replay.cli.observed import print_divergence
 
             print_divergence(Console(), result.summary["observed"])
+        if "observed_requests" in result.summary:
+            from replay.outputs.observed_requests import print_comparison
+
+            print_comparison(Console(), result.summary["observed_requests"])
     if args.json or args.quiet:
         # a run that went wrong says so even when its table is not printed
         for line in result.summary["verdict"]:

@@ -53,3 +53,15 @@ def _quantile(values: pl.Series, q: float) -> float | None:
 
 def _ms(values: pl.Series) -> float | None:
     return None if values.len() == 0 else round(float(values.median()) / 1000, 3)
+
+
+def print_comparison(console, section: dict) -> None:
+    """One line per signal under the run's table."""
+    for name, _, _ in SIGNALS:
+        part = section[name]
+        if part["count"] == 0:
+            console.print(f"observed {name}: no request to compare (none finished with an observed value)")
+            continue
+        console.print(f"observed {name}: {part['count']:,} requests, median {part['median_observed_ms']:.1f} ms "
+                      f"observed vs {part['median_replayed_ms']:.1f} ms replayed; relative error median "
+                      f"{part['median_rel_error']:.1%}, p90 {part['p90_rel_error']:.1%}")

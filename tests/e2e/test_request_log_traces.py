@@ -33,6 +33,13 @@ def test_run_compares_observed_and_replayed_per_request(cli, name):
         assert "dropped" in result.err  # never silent
 
 
+def test_run_table_says_how_close_the_replay_came(cli):
+    result = cli("run", FIXTURES / "inference_perf_per_request_lifecycle_metrics.json", "--out", "out")
+    assert result.code == 0, result.err
+    assert "observed ttft: 1 requests, median 200.0 ms observed" in result.out
+    assert "observed e2e: 2 requests, median 1500.0 ms observed" in result.out
+
+
 def test_runs_of_other_traces_gain_nothing(cli):
     assert cli("run", FIXTURES / "vidur_small.csv", "--out", "out", "--quiet").code == 0
     assert "observed_requests" not in json.loads(Path("out/summary.json").read_text())

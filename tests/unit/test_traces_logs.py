@@ -45,6 +45,13 @@ def test_litellm_csv_mapping_and_dropped_rows():
         (250_000, 1_500_000), (None, 2_000_000), (400_000, 2_000_000)]
 
 
+def test_litellm_unstreamed_call_has_no_ttft(tmp_path):
+    text = (FIXTURES / "litellm_spend_logs.csv").read_text().replace(
+        "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:04.400+00:00", "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:06.000+00:00")
+    trace = load_trace(write(tmp_path, "spend.csv", text))
+    assert rows(trace, "observed_ttft_us", "observed_e2e_us")[-1] == (None, 2_000_000)
+
+
 def test_litellm_json_array_with_iso_z_times():
     trace = load_trace(FIXTURES / "litellm_spend_logs.json")
     assert trace.dropped == {"missing_prompt_tokens": 1}
