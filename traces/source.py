@@ -22,8 +22,8 @@ from traces.bundled import BUNDLED, bundled_trace_path
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_bytes
 
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
-FORMATS = ("aiperf", "azure", "blis", "burstgpt", "csv", "inference-perf", "jsonl", "litellm", "mooncake",
-           "parquet", "splitwise", "vidur")
+FORMATS = ("aiperf", "azure", "blis", "burstgpt", "csv", "genai-perf", "inference-perf", "jsonl", "litellm",
+           "mooncake", "parquet", "splitwise", "vidur")
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -279,6 +279,8 @@ def _detect_log(src: Source, first: str) -> str | None:
             return "aiperf"
         if keys >= {"start_time", "end_time", "info"}:
             return "inference-perf"
+        if "experiments" in keys:
+            return "genai-perf"
         return None
     names = set(header_names(src))
     if names >= set(LITELLM_COLUMNS):

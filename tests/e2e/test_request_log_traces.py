@@ -11,7 +11,7 @@ import pytest
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"
 LOGS = ["litellm_spend_logs.csv", "litellm_spend_logs.json", "aiperf_profile_export.jsonl",
-        "inference_perf_per_request_lifecycle_metrics.json", "blis_trace_v2.csv"]
+        "inference_perf_per_request_lifecycle_metrics.json", "blis_trace_v2.csv", "genai_perf_profile_export.json"]
 
 
 @pytest.mark.parametrize("name", LOGS)

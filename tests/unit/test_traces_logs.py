@@ -22,6 +22,7 @@ OBSERVED = {"observed_ttft_us": pl.Int64, "observed_e2e_us": pl.Int64}
     ("aiperf_profile_export.jsonl", "aiperf"),
     ("inference_perf_per_request_lifecycle_metrics.json", "inference-perf"),
     ("blis_trace_v2.csv", "blis"),
+    ("genai_perf_profile_export.json", "genai-perf"),
 ])
 def test_detected_from_content_with_observed_columns_after_the_schema(name, fmt):
     assert detect_format(FIXTURES / name) == fmt
@@ -80,6 +81,19 @@ def test_blis_prefix_added_status_dropped_unset_chunks_null():
         (0, 500, "llama-8b", "acme", "s1", 80_000, 1_000_000),  # 400 + 100-token prefix
         (1_500_000, 300, "llama-8b", "acme", "s1", 100_000, 600_000),
         (2_000_000, 250, "blis", "globex", None, None, None)]  # chunk times 0: not recorded
+
+
+def test_genai_perf_tokens_from_usage_and_requests_without_it_counted():
+    trace = load_trace(FIXTURES / "genai_perf_profile_export.json")
+    assert trace.dropped == {"missing_usage": 1, "no_response": 1}
+    assert rows(trace, "arrival_us", "prompt_tokens", "output_tokens", "observed_ttft_us", "observed_e2e_us") == [
+        (0, 300, 24, 150_000, 900_000), (400_000, 120, 10, None, 1_000_000)]  # one response: no TTFT
+
+
+def test_genai_perf_bad_timestamp_names_the_record(tmp_path):
+    text = (FIXTURES / "genai_perf_profile_export.json").read_text().replace("1714557600150000000", '"soon"')
+    with pytest.raises(TraceError, match=r"^\S*profile_export.json record 1: response_timestamps\[0\]='soon' is not"):
+        load_trace(write(tmp_path, "profile_export.json", text))
 
 
 def test_other_traces_keep_their_shape():
