@@ -17,7 +17,7 @@ import polars as pl
 from common.errors import TraceError
 from traces.adapters import Options, Parsed, conclude
 from traces.fields import show
-from traces.records import _object, _Rows, _text
+from traces.records import Rows, as_object, json_text
 from traces.source import Source
 
 
@@ -31,7 +31,7 @@ def genai_perf(src: Source, opts: Options) -> Parsed:
     experiments = document.get("experiments") if isinstance(document, dict) else None
     if not isinstance(experiments, list):
         raise TraceError(f"{src.display}: expected an object with an 'experiments' list (genai-perf profile_export.json)")
-    rows = _Rows(src, ("timestamp", "first_ns", "last_ns", "prompt_tokens", "completion_tokens"))
+    rows = Rows(src, ("timestamp", "first_ns", "last_ns", "prompt_tokens", "completion_tokens"))
     number = 0
     for e, experiment in enumerate(experiments):
         requests = experiment.get("requests") if isinstance(experiment, dict) else None
@@ -39,7 +39,7 @@ def genai_perf(src: Source, opts: Options) -> Parsed:
             raise TraceError(f"{src.display}: experiments[{e}].requests is not a list")
         for request in requests:
             number += 1
-            request = _object(src, "record", number, request)
+            request = as_object(src, "record", number, request)
             stamps = request.get("response_timestamps")
             stamps = stamps if isinstance(stamps, list) else []
             usage = _usage(request.get("response_outputs"))
@@ -99,6 +99,6 @@ def _usage(outputs) -> dict | None:
                 continue
             usage = value.get("usage") if isinstance(value, dict) else None
             if isinstance(usage, dict) and usage.get("prompt_tokens") is not None:
-                found = {"prompt_tokens": _text(usage.get("prompt_tokens")),
-                         "completion_tokens": _text(usage.get("completion_tokens"))}
+                found = {"prompt_tokens": json_text(usage.get("prompt_tokens")),
+                         "completion_tokens": json_text(usage.get("completion_tokens"))}
     return found

@@ -8,8 +8,8 @@ from common.errors import TraceError
 from traces.adapters import Options, Parsed, conclude
 from traces.fields import Checker, show, whole_numbers
 from traces.records import (
-    BLIS_COLUMNS, BLIS_OPTIONAL, LITELLM_COLUMNS, _check_order, _delta, _label, _missing, _object,
-    _Rows, json_records,
+    BLIS_COLUMNS, BLIS_OPTIONAL, LITELLM_COLUMNS, check_order, delta, label_or, missing_reason, as_object,
+    Rows, json_records,
 )  # fmt: skip
 from traces.source import Source
 from traces.tables import read_csv
@@ -64,9 +64,9 @@ def litellm(src: Source, opts: Options) -> Parsed:
     no or zero token counts (embeddings, errors) are dropped and counted."""
     if src.first_line().lstrip().startswith(("{", "[")):
         records, unit = json_records(src)
-        rows = _Rows(src, LITELLM_COLUMNS + _LITELLM_OPTIONAL)
+        rows = Rows(src, LITELLM_COLUMNS + _LITELLM_OPTIONAL)
         for line, value in records:
-            rows.add(line, _object(src, unit, line, value))
+            rows.add(line, as_object(src, unit, line, value))
         table, unit = rows.frame(unit).frame, unit
     else:
         table, unit = read_csv(src, LITELLM_COLUMNS, _LITELLM_OPTIONAL), "line"
@@ -84,18 +84,18 @@ def litellm(src: Source, opts: Options) -> Parsed:
     end = _stamps(check, "endTime", optional=True)
     first = _stamps(check, "completionStartTime", optional=True)
     first = pl.select(pl.when(first != end).then(first).otherwise(pl.when(end.is_null()).then(first))).to_series()
-    _check_order(check, start, end, "endTime")
-    _check_order(check, start, first, "completionStartTime")
-    team = _label(check, "team_id", None) if "team_id" in table.columns else None
-    user = _label(check, "user", "default")
+    check_order(check, start, end, "endTime")
+    check_order(check, start, first, "completionStartTime")
+    team = label_or(check, "team_id", None) if "team_id" in table.columns else None
+    user = label_or(check, "user", "default")
     columns = {
         "arrival_us": start,
         "prompt_tokens": check.counts("prompt_tokens", minimum=1),
         "output_tokens": check.counts("completion_tokens", minimum=1),
-        "workload": _label(check, "model", "litellm"),
+        "workload": label_or(check, "model", "litellm"),
         "tenant": user if team is None else team.fill_null(user),
-        "observed_ttft_us": _delta(first, start),
-        "observed_e2e_us": _delta(end, start),
+        "observed_ttft_us": delta(first, start),
+        "observed_e2e_us": delta(end, start),
     }
     return conclude(check, columns, opts, dropped=dropped)
 
@@ -110,9 +110,9 @@ def aiperf(src: Source, opts: Options) -> Parsed:
     and `request_latency`. Records with an `error` are dropped as `failed`."""
     records, unit = json_records(src)
     names = ("start_ns", "isl", "osl", "ttft_us", "e2e_us")
-    rows = _Rows(src, names)
+    rows = Rows(src, names)
     for line, value in records:
-        record = _object(src, unit, line, value)
+        record = as_object(src, unit, line, value)
         if record.get("error"):
             rows.drop("failed")
             continue
@@ -128,7 +128,7 @@ def aiperf(src: Source, opts: Options) -> Parsed:
                 "osl": _metric(src, unit, line, metrics, "output_sequence_length", None),
                 "ttft_us": _metric(src, unit, line, metrics, "time_to_first_token", "ms"),
                 "e2e_us": _metric(src, unit, line, metrics, "request_latency", "ms")}
-        reason = _missing(flat, ("start_ns", "isl", "osl"))
+        reason = missing_reason(flat, ("start_ns", "isl", "osl"))
         if reason:
             rows.drop(reason.replace("start_ns", "request_start_ns").replace("isl", "input_sequence_length")
                       .replace("osl", "output_sequence_length"))
@@ -176,9 +176,9 @@ def inference_perf(src: Source, opts: Options) -> Parsed:
     TTFT = first output_token_times - start_time; E2E = end_time - start_time. Requests with an
     `error` are dropped as `failed`."""
     records, unit = json_records(src)
-    rows = _Rows(src, ("start_time", "end_time", "input_tokens", "output_tokens", "first_token"))
+    rows = Rows(src, ("start_time", "end_time", "input_tokens", "output_tokens", "first_token"))
     for line, value in records:
-        record = _object(src, unit, line, value)
+        record = as_object(src, unit, line, value)
         if record.get("error"):
             rows.drop("failed")
             continue
@@ -187,7 +187,7 @@ def inference_perf(src: Source, opts: Options) -> Parsed:
         flat = {"start_time": record.get("start_time"), "end_time": record.get("end_time"),
                 "input_tokens": info.get("input_tokens"), "output_tokens": info.get("output_tokens"),
                 "first_token": times[0] if isinstance(times, list) and times else None}
-        reason = _missing(flat, ("start_time", "input_tokens", "output_tokens"))
+        reason = missing_reason(flat, ("start_time", "input_tokens", "output_tokens"))
         if reason:
             rows.drop(reason)
             continue
@@ -196,15 +196,15 @@ def inference_perf(src: Source, opts: Options) -> Parsed:
     start = check.times("start_time", us_per_unit=1_000_000, what="seconds")
     end = _optional_seconds(check, "end_time")
     first = _optional_seconds(check, "first_token")
-    _check_order(check, start, end, "end_time")
-    _check_order(check, start, first, "first_token")
+    check_order(check, start, end, "end_time")
+    check_order(check, start, first, "first_token")
     columns = {
         "arrival_us": start,
         "prompt_tokens": check.counts("input_tokens", minimum=1),
         "output_tokens": check.counts("output_tokens", minimum=1),
         "workload": pl.repeat("inference-perf", check.frame.height, eager=True),
-        "observed_ttft_us": _delta(first, start),
-        "observed_e2e_us": _delta(end, start),
+        "observed_ttft_us": delta(first, start),
+        "observed_e2e_us": delta(end, start),
     }
     return conclude(check, columns, opts, dropped=rows.dropped)
 
@@ -236,8 +236,8 @@ def blis(src: Source, opts: Options) -> Parsed:
     last = check.times("last_chunk_time_us", us_per_unit=1, what="integer microseconds (0 = none)")
     first = pl.select(pl.when(first > 0).then(first)).to_series()
     last = pl.select(pl.when(last > 0).then(last)).to_series()
-    _check_order(check, arrival, first, "first_chunk_time_us")
-    _check_order(check, arrival, last, "last_chunk_time_us")
+    check_order(check, arrival, first, "first_chunk_time_us")
+    check_order(check, arrival, last, "last_chunk_time_us")
     prompt = check.counts("input_tokens", minimum=0)
     if "prefix_length" in table.columns:
         prompt = prompt + check.counts("prefix_length", minimum=0)
@@ -245,10 +245,10 @@ def blis(src: Source, opts: Options) -> Parsed:
         "arrival_us": arrival,
         "prompt_tokens": prompt,
         "output_tokens": check.counts("output_tokens", minimum=1),
-        "workload": _label(check, "model", "blis"),
-        "tenant": _label(check, "tenant_id", "default"),
-        "observed_ttft_us": _delta(first, arrival),
-        "observed_e2e_us": _delta(last, arrival),
+        "workload": label_or(check, "model", "blis"),
+        "tenant": label_or(check, "tenant_id", "default"),
+        "observed_ttft_us": delta(first, arrival),
+        "observed_e2e_us": delta(last, arrival),
     }
     if "session_id" in table.columns:
         columns["session_id"] = check.labels("session_id", None)

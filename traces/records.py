@@ -18,8 +18,6 @@ from common.errors import TraceError
 from traces.fields import Checker, show
 from traces.source import Source
 
-OBSERVED = ("observed_ttft_us", "observed_e2e_us")
-
 # LiteLLM's `LiteLLM_SpendLogs` table (schema.prisma; litellm-js/spend-logs/src/_types.ts):
 # request_id, startTime, endTime, completionStartTime (set on streamed responses), model, user,
 # team_id, prompt_tokens, completion_tokens, and in newer versions `status` ("success"/"failure").
@@ -92,7 +90,7 @@ def first_json_object(src: Source) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-class _Rows:
+class Rows:
     """Collects flat text columns from JSON records, dropping (and counting) rows not replayable."""
 
     def __init__(self, src: Source, names: tuple[str, ...]):
@@ -109,7 +107,7 @@ class _Rows:
         self.lines.append(line)
         for name in self.names:
             value = row.get(name)
-            self.values[name].append(None if value is None else _text(value))
+            self.values[name].append(None if value is None else json_text(value))
 
     def frame(self, unit: str) -> Checker:
         if not self.lines:
@@ -119,7 +117,7 @@ class _Rows:
         return Checker(frame, self.src.display, unit)
 
 
-def _text(value) -> str:
+def json_text(value) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -131,31 +129,31 @@ def _reasons(dropped: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())) or "none"
 
 
-def _object(src: Source, unit: str, line: int, value) -> dict:
+def as_object(src: Source, unit: str, line: int, value) -> dict:
     if not isinstance(value, dict):
         raise TraceError(f"{src.display} {unit} {line}: expected a JSON object, found {show(json.dumps(value))}")
     return value
 
 
-def _missing(row: dict, keys: tuple[str, ...]) -> str | None:
+def missing_reason(row: dict, keys: tuple[str, ...]) -> str | None:
     for key in keys:
         if row.get(key) in (None, ""):
             return f"missing_{key}"
     return None
 
 
-def _label(check: Checker, col: str, default: str) -> pl.Series:
+def label_or(check: Checker, col: str, default: str) -> pl.Series:
     if col in check.frame.columns:
         return check.labels(col, default)
     return pl.repeat(default, check.frame.height, eager=True)
 
 
-def _delta(later: pl.Series, earlier: pl.Series) -> pl.Series:
+def delta(later: pl.Series, earlier: pl.Series) -> pl.Series:
     """later - earlier, null where either is null (not recorded)."""
     return (later - earlier).cast(pl.Int64)
 
 
-def _check_order(check: Checker, start: pl.Series, end: pl.Series, col: str) -> None:
+def check_order(check: Checker, start: pl.Series, end: pl.Series, col: str) -> None:
     bad = (end < start).fill_null(False)
     check.note(bad, lambda i: f"{col}={show(check.frame[col][i])} is before the request started "
                "(expected a time at or after its start)")
