@@ -107,7 +107,8 @@ def aiperf(src: Source, opts: Options) -> Parsed:
     """aiperf `profile_export.jsonl`: one `MetricRecordInfo` per line (aiperf docs,
     working-with-profile-exports.md): `metadata.request_start_ns`, and `metrics` entries
     `{value, unit}` for `input_sequence_length`, `output_sequence_length`, `time_to_first_token`
-    and `request_latency`. Records with an `error` are dropped as `failed`."""
+    and `request_latency`. Records with an `error` are dropped as `failed`, warm-up records
+    (`benchmark_phase` "warmup") as `warmup`."""
     records, unit = json_records(src)
     names = ("start_ns", "isl", "osl", "ttft_us", "e2e_us")
     rows = Rows(src, names)
@@ -117,6 +118,9 @@ def aiperf(src: Source, opts: Options) -> Parsed:
             rows.drop("failed")
             continue
         meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+        if meta.get("benchmark_phase") == "warmup":  # aiperf's warm-up requests are not the workload
+            rows.drop("warmup")
+            continue
         metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
         start = meta.get("request_start_ns")
         if type(start) is int:  # exact: a float would round epoch nanoseconds

@@ -61,7 +61,7 @@ def test_litellm_json_array_with_iso_z_times():
 
 def test_aiperf_records_exact_nanoseconds_and_ms_metrics():
     trace = load_trace(FIXTURES / "aiperf_profile_export.jsonl")
-    assert trace.dropped == {"failed": 1, "missing_input_sequence_length": 1}
+    assert trace.dropped == {"failed": 1, "missing_input_sequence_length": 1, "warmup": 1}
     assert rows(trace, "arrival_us", "prompt_tokens", "output_tokens", "observed_ttft_us", "observed_e2e_us") == [
         (0, 512, 64, 85_500, 1_200_000), (250_000, 256, 32, 60_000, 750_000)]
 
