@@ -17,7 +17,7 @@ import polars as pl
 from common.errors import TraceError
 from traces.adapters import Options, Parsed, conclude
 from traces.fields import show
-from traces.records import Rows, as_object, json_text
+from traces.records import Rows, as_object, json_text, ns_to_us
 from traces.source import Source
 
 
@@ -30,7 +30,8 @@ def genai_perf(src: Source, opts: Options) -> Parsed:
         raise TraceError(f"{src.display}: JSON nested too deeply") from None
     experiments = document.get("experiments") if isinstance(document, dict) else None
     if not isinstance(experiments, list):
-        raise TraceError(f"{src.display}: expected an object with an 'experiments' list (genai-perf profile_export.json)")
+        raise TraceError(f"{src.display}: expected an object with an 'experiments' list "
+                         "(genai-perf profile_export.json)")
     rows = Rows(src, ("timestamp", "first_ns", "last_ns", "prompt_tokens", "completion_tokens"))
     number = 0
     for e, experiment in enumerate(experiments):
@@ -52,8 +53,9 @@ def genai_perf(src: Source, opts: Options) -> Parsed:
             if usage is None:
                 rows.drop("missing_usage")
                 continue
-            rows.add(number, {"timestamp": _us(request["timestamp"]), "first_ns": _us(stamps[0]) if len(stamps) > 1 else None,
-                              "last_ns": _us(stamps[-1]), **usage})
+            first = ns_to_us(stamps[0]) if len(stamps) > 1 else None
+            rows.add(number, {"timestamp": ns_to_us(request["timestamp"]), "first_ns": first,
+                              "last_ns": ns_to_us(stamps[-1]), **usage})
     check = rows.frame("record")
     start = check.times("timestamp", us_per_unit=1, what="nanoseconds")
     # one response (not streamed) shows no first-token time: TTFT null, as for LiteLLM
@@ -73,13 +75,6 @@ def genai_perf(src: Source, opts: Options) -> Parsed:
     bad = (first < start).fill_null(False)
     check.note(bad, lambda i: "response_timestamps[0] is before the request's timestamp (expected later)")
     return conclude(check, columns, opts, dropped=rows.dropped)
-
-
-def _us(ns):
-    # integer nanoseconds -> microseconds exactly (a float would round epoch times)
-    if type(ns) is int:
-        return ns // 1000
-    return ns / 1000 if isinstance(ns, float) else ns
 
 
 def _usage(outputs) -> dict | None:

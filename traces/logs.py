@@ -8,8 +8,8 @@ from common.errors import TraceError
 from traces.adapters import Options, Parsed, conclude
 from traces.fields import Checker, show, whole_numbers
 from traces.records import (
-    BLIS_COLUMNS, BLIS_OPTIONAL, LITELLM_COLUMNS, check_order, delta, label_or, missing_reason, as_object,
-    Rows, json_records,
+    BLIS_COLUMNS, BLIS_OPTIONAL, LITELLM_COLUMNS, Rows, as_object, check_order, delta, json_records,
+    label_or, missing_reason, ns_to_us,
 )  # fmt: skip
 from traces.source import Source
 from traces.tables import read_csv
@@ -122,12 +122,7 @@ def aiperf(src: Source, opts: Options) -> Parsed:
             rows.drop("warmup")
             continue
         metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-        start = meta.get("request_start_ns")
-        if type(start) is int:  # exact: a float would round epoch nanoseconds
-            start = start // 1000
-        elif isinstance(start, float):
-            start = start / 1000
-        flat = {"start_ns": start,
+        flat = {"start_ns": ns_to_us(meta.get("request_start_ns")),
                 "isl": _metric(src, unit, line, metrics, "input_sequence_length", None),
                 "osl": _metric(src, unit, line, metrics, "output_sequence_length", None),
                 "ttft_us": _metric(src, unit, line, metrics, "time_to_first_token", "ms"),
@@ -231,7 +226,8 @@ def blis(src: Source, opts: Options) -> Parsed:
     dropped: dict[str, int] = {}
     status = table["status"].str.strip_chars().str.to_lowercase()
     for value in sorted(set(status.to_list()) - {"ok"}):
-        table = _drop(table, dropped, f"status_{value or 'blank'}", table["status"].str.strip_chars().str.to_lowercase() == value)
+        same = table["status"].str.strip_chars().str.to_lowercase() == value
+        table = _drop(table, dropped, f"status_{value or 'blank'}", same)
     if table.height == 0:
         raise _nothing_left(src, dropped)
     check = Checker(table, src.display)

@@ -157,3 +157,14 @@ def check_order(check: Checker, start: pl.Series, end: pl.Series, col: str) -> N
     bad = (end < start).fill_null(False)
     check.note(bad, lambda i: f"{col}={show(check.frame[col][i])} is before the request started "
                "(expected a time at or after its start)")
+
+
+def ns_to_us(ns):
+    """Nanoseconds (a JSON number, or digits as text) to microseconds, exactly for integers: a
+    float would round epoch nanoseconds. Anything else is returned as it is, for the checkers to
+    name."""
+    if isinstance(ns, str) and ns.strip().isdigit():
+        ns = int(ns)
+    if type(ns) is int:
+        return ns // 1000
+    return ns / 1000 if isinstance(ns, float) else ns

@@ -48,7 +48,8 @@ def test_litellm_csv_mapping_and_dropped_rows():
 
 def test_litellm_unstreamed_call_has_no_ttft(tmp_path):
     text = (FIXTURES / "litellm_spend_logs.csv").read_text().replace(
-        "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:04.400+00:00", "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:06.000+00:00")
+        "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:04.400+00:00",
+        "2024-05-01 10:00:06.000+00:00,2024-05-01 10:00:06.000+00:00")  # completionStartTime = endTime
     trace = load_trace(write(tmp_path, "spend.csv", text))
     assert rows(trace, "observed_ttft_us", "observed_e2e_us")[-1] == (None, 2_000_000)
 
@@ -64,6 +65,13 @@ def test_aiperf_records_exact_nanoseconds_and_ms_metrics():
     assert trace.dropped == {"failed": 1, "missing_input_sequence_length": 1, "warmup": 1}
     assert rows(trace, "arrival_us", "prompt_tokens", "output_tokens", "observed_ttft_us", "observed_e2e_us") == [
         (0, 512, 64, 85_500, 1_200_000), (250_000, 256, 32, 60_000, 750_000)]
+
+
+def test_aiperf_nanoseconds_as_text(tmp_path):
+    text = (FIXTURES / "aiperf_profile_export.jsonl").read_text().replace(
+        '"request_start_ns": 1714557600250000000', '"request_start_ns": "1714557600250000000"')
+    trace = load_trace(write(tmp_path, "profile_export.jsonl", text))
+    assert trace.frame["arrival_us"].to_list() == [0, 250_000]
 
 
 def test_inference_perf_first_token_time_and_errors_dropped():
