@@ -67,7 +67,7 @@ def litellm(src: Source, opts: Options) -> Parsed:
         rows = Rows(src, LITELLM_COLUMNS + _LITELLM_OPTIONAL)
         for line, value in records:
             rows.add(line, as_object(src, unit, line, value))
-        table, unit = rows.frame(unit).frame, unit
+        table = rows.frame(unit).frame
     else:
         table, unit = read_csv(src, LITELLM_COLUMNS, _LITELLM_OPTIONAL), "line"
     dropped: dict[str, int] = {}
@@ -83,7 +83,7 @@ def litellm(src: Source, opts: Options) -> Parsed:
     start = _stamps(check, "startTime", optional=False)
     end = _stamps(check, "endTime", optional=True)
     first = _stamps(check, "completionStartTime", optional=True)
-    first = pl.select(pl.when(first != end).then(first).otherwise(pl.when(end.is_null()).then(first))).to_series()
+    first = pl.select(pl.when(end.is_null() | (first != end)).then(first)).to_series()
     check_order(check, start, end, "endTime")
     check_order(check, start, first, "completionStartTime")
     team = label_or(check, "team_id", None) if "team_id" in table.columns else None
