@@ -9,13 +9,19 @@ from collections.abc import Callable
 import polars as pl
 
 from common.errors import TraceError
-from traces import adapters
+from traces import adapters, logs
+from traces.genai_perf import genai_perf
 from traces.adapters import Options, Parsed
 from traces.generic import check_column_map, check_time_unit, generic
 from traces.limits import DEFAULT_LIMITS, TraceLimits
 from traces.source import FORMATS, GENERIC_FORMATS, Source, detect, open_source
 
 ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
+    "aiperf": logs.aiperf,
+    "blis": logs.blis,
+    "genai-perf": genai_perf,
+    "inference-perf": logs.inference_perf,
+    "litellm": logs.litellm,
     "azure": adapters.azure,
     "burstgpt": adapters.burstgpt,
     "csv": lambda src, opts: generic(src, opts, "csv"),

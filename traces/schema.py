@@ -24,6 +24,9 @@ TRACE_SCHEMA: dict[str, pl.DataType] = {
 }
 NULLABLE = frozenset({"session_id", "prefix_hashes", "adapter"})
 DEFAULTS = {"workload": "default", "tenant": "default", "priority": 0}
+# What a request log observed of each request (traces/records.py), microseconds, nullable. Kept
+# after the schema's columns only when the source has them, so other traces keep their shape.
+OBSERVED_COLUMNS: dict[str, pl.DataType] = {"observed_ttft_us": pl.Int64, "observed_e2e_us": pl.Int64}
 
 
 def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
@@ -50,6 +53,9 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             raise TraceError(
                 f"{source}: column {name!r} of type {column.dtype} cannot be cast to {dtype}"
             ) from None
+    for name, dtype in OBSERVED_COLUMNS.items():
+        if name in frame.columns:
+            columns.append(frame[name].cast(dtype, strict=False).rename(name))
     out = pl.DataFrame(columns)
     _validate(out, source)
     return out

@@ -22,7 +22,8 @@ from traces.bundled import BUNDLED, bundled_trace_path
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_bytes
 
 GENERIC_FORMATS = ("csv", "jsonl", "parquet")
-FORMATS = ("azure", "burstgpt", "csv", "jsonl", "mooncake", "parquet", "splitwise", "vidur")
+FORMATS = ("aiperf", "azure", "blis", "burstgpt", "csv", "genai-perf", "inference-perf", "jsonl", "litellm",
+           "mooncake", "parquet", "splitwise", "vidur")
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -239,6 +240,8 @@ def detect(src: Source, column_map: dict | None = None) -> str:
     if src.is_parquet:
         return "parquet"
     first = src.first_line().strip()
+    if not column_map and (log := _detect_log(src, first)):
+        return log
     if first.startswith("{"):
         if column_map:
             return "jsonl"
@@ -261,6 +264,30 @@ def detect(src: Source, column_map: dict | None = None) -> str:
     if names > set(VIDUR_COLUMNS):
         return "vidur"
     raise _undetectable(src, first)
+
+
+def _detect_log(src: Source, first: str) -> str | None:
+    """A request log of a serving or benchmarking tool (traces/records.py), from the keys of its
+    first JSON object or its CSV header."""
+    from traces.records import BLIS_COLUMNS, LITELLM_COLUMNS, first_json_object  # (records imports this module)
+
+    if first.startswith(("{", "[")):
+        keys = set(first_json_object(src) or ())
+        if keys >= set(LITELLM_COLUMNS):
+            return "litellm"
+        if keys >= {"metadata", "metrics"}:
+            return "aiperf"
+        if keys >= {"start_time", "end_time", "info"}:
+            return "inference-perf"
+        if "experiments" in keys:
+            return "genai-perf"
+        return None
+    names = set(header_names(src))
+    if names >= set(LITELLM_COLUMNS):
+        return "litellm"
+    if names >= set(BLIS_COLUMNS):
+        return "blis"
+    return None
 
 
 def _undetectable(src: Source, first: str) -> TraceError:

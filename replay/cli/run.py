@@ -138,6 +138,7 @@ def _replay(args: argparse.Namespace) -> int:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                                   progress=progress, plans=checked.plans, config_source=checked.source)
         raise_if_signalled()
+        result = _with_observed_requests(result, trace.frame)
         notes: list[str] = []
         if checked.observed is not None:
             # scored before the run is written: an export that maps to no pool, or lies outside
@@ -156,11 +157,26 @@ def _replay(args: argparse.Namespace) -> int:
             from replay.cli.observed import print_divergence
 
             print_divergence(Console(), result.summary["observed"])
+        if "observed_requests" in result.summary:
+            from replay.outputs.observed_requests import print_comparison
+
+            print_comparison(Console(), result.summary["observed_requests"])
     if args.json or args.quiet:
         # a run that went wrong says so even when its table is not printed
         for line in result.summary["verdict"]:
             console.print(f"[bold red]verdict:[/] {escape(line)}", soft_wrap=True)
     return 0
+
+
+def _with_observed_requests(result, trace_frame):
+    """A trace from a request log with observed TTFT/E2E: compare them request by request."""
+    from replay.outputs.observed_requests import compare, has_observed, with_observed
+
+    if not has_observed(trace_frame):
+        return result
+    requests = with_observed(result.requests, trace_frame)
+    return dataclasses.replace(result, requests=requests,
+                               summary={**result.summary, "observed_requests": compare(requests)})
 
 
 def _score_observed(result, checked: RunInputs):

@@ -101,7 +101,8 @@ def test_bad_text_input(tmp_path, name):
 def test_unknown_format_lists_the_known_ones():
     message = error(FIX / "vidur_small.csv", format="splitwize")
     assert "unknown trace format 'splitwize'" in message
-    assert "azure, burstgpt, csv, jsonl, mooncake, parquet, splitwise, vidur" in message
+    assert ("aiperf, azure, blis, burstgpt, csv, genai-perf, inference-perf, jsonl, litellm, mooncake, "
+            "parquet, splitwise, vidur") in message
 
 
 @pytest.mark.parametrize("content, shown", [

@@ -103,7 +103,7 @@ def test_merge_sorts_by_arrival_and_renumbers():
     ({"filter": {"min_prompt_tokens": -1}}, "min_prompt_tokens=-1"),
     ({"filter": {"min_output_tokens": 9, "max_output_tokens": 2}}, "min_output_tokens=9 > max_output_tokens=2"),
     ({"filter": {"workloads": []}}, "workloads is an empty list"),
-    ({"format": "csvv"}, "format='csvv' is not known; known: azure"),
+    ({"format": "csvv"}, "format='csvv' is not known; known: aiperf, azure"),
     ({"time_unit": "min"}, "time_unit='min' is not known"),
     ({"column_map": {"arrival": "t", "tokens": "p"}}, "column_map.tokens is not known"),
     ({"column_map": {"arrival": "t"}}, "missing prompt_tokens, output_tokens"),
