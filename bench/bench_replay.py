@@ -48,6 +48,11 @@ def engine_only(trace, cfg, engine: str) -> float:
     earlier work does not land in one engine's time."""
     plans = plan_pools(cfg)
     inputs = build_inputs(trace.frame, trace.prefix_block_tokens, plans, assign_pools(trace.frame["workload"], plans))
+    return engine_seconds(inputs, engine)
+
+
+def engine_seconds(inputs, engine: str = "numba") -> float:
+    """`engine_only` on engine inputs already built (bench_user_policy.py times user policies so)."""
     gc.collect()
     gc.disable()
     try:

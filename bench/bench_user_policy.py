@@ -16,7 +16,6 @@ loads it from numba's cache.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import resource
 import shutil
@@ -25,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 # The probe each fresh process runs: import a user's router module and resolve it as a config would.
 PROBE = textwrap.dedent("""
@@ -42,23 +40,11 @@ PROBE = textwrap.dedent("""
 
 
 def engine_seconds(inputs, policy=None) -> float:
-    from replay.engine.numba_engine import NumbaEngine
+    """Engine time (bench_replay.engine_seconds) of `inputs`, with `policy` as every pool's router."""
+    from bench_replay import engine_seconds as timed
     from replay.testing import with_user_policies
 
-    if policy is not None:
-        inputs = with_user_policies(inputs, policy)
-    gc.collect()
-    gc.disable()
-    try:
-        started = time.perf_counter()
-        engine = NumbaEngine(inputs)
-        t = 0
-        while not engine.done:
-            t += 1_000_000
-            engine.advance(t)
-        return time.perf_counter() - started
-    finally:
-        gc.enable()
+    return timed(with_user_policies(inputs, policy) if policy is not None else inputs)
 
 
 def compile_figures() -> tuple[float, float, int]:

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from common.errors import ConfigError, UserError
 from common.files import kind_of
+from policies.user import UserPolicy
 
 ENTRY_POINT_GROUP = "llm_replay.policies"
 
@@ -162,7 +163,7 @@ def plugin_rows() -> list[dict[str, Any]]:
     rows = []
     for module_name, module in _ALLOWED.items():
         items = sorted(vars(module).items())
-        per_step = {attr: obj for attr, obj in items if type(obj).__name__ == "UserPolicy"}
+        per_step = {attr: obj for attr, obj in items if isinstance(obj, UserPolicy)}
         twins = {id(obj.reference) for obj in per_step.values()}  # listed with their policy
         for attr, obj in items:
             if attr in per_step:

@@ -5,7 +5,6 @@ lifecycle changes. Its reference twin is `reference/engine.py`.
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 import numpy as np
@@ -325,9 +324,8 @@ class NumbaEngine:
     def advance(self, until_us: int) -> None:
         self.now = until_us
         while True:
-            with self._user_code():
-                status = advance_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
-                                    np.int64(until_us))
+            status = self._kernel(advance_nb, self.rq, self.blocks, self.reps, self.pools, self.ev, self.th,
+                                  self.tbs, np.int64(until_us))
             if status == STATUS_EVENTS_FULL:
                 self._drain()
                 continue
@@ -339,23 +337,22 @@ class NumbaEngine:
                 self._check_policies()
             return
 
-    @contextlib.contextmanager
-    def _user_code(self):
-        """A kernel entry that may call a user's policy: an exception it raises is the policy's
+    def _kernel(self, kernel, *args):
+        """Enter a kernel that may call a user's policy: an exception it raises is the policy's
         (the engine's own kernels raise none), named by the last call its link recorded; an
-        invalid choice it recorded ends the run the same way."""
+        invalid choice it recorded ends the run the same way. Without user policies, a plain call."""
         if self.inputs.user is None:
-            yield
-            return
+            return kernel(*args)
         err = self.pools.u_router.err
         try:
-            yield
+            result = kernel(*args)
         except Exception as exc:  # noqa: BLE001 - the user's numba code raised
             raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
                                          f"raised {type(exc).__name__}: {exc}") from None
         if err[E_STATUS] != 0:
             raise self.inputs.user.error(int(err[E_FAMILY]), int(err[E_POOL]),
                                          choice_message(int(err[E_FAMILY]), int(err[E_VALUE]), int(err[E_LIMIT])))
+        return result
 
     def _check_policies(self) -> None:
         """The kernel stopped at a pool whose policy id has no kernel: say which, never run a default."""
@@ -429,9 +426,8 @@ class NumbaEngine:
             if room <= 0:
                 self._drain()
                 continue
-            with self._user_code():
-                left -= int(release_held_nb(self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs,
-                                            p, np.int64(self.now), np.int64(min(room, left))))
+            left -= int(self._kernel(release_held_nb, self.rq, self.blocks, self.reps, self.pools, self.ev,
+                                     self.th, self.tbs, p, np.int64(self.now), np.int64(min(room, left))))
             self._check_policies()
 
     def drain_replica(self, r: int) -> None:
