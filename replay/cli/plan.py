@@ -70,13 +70,13 @@ def _prepare(args: argparse.Namespace):
     from replay.cli.run import command_inputs
     from replay.cli.trace_options import effective_trace, trace_limits
     from replay.config import load_config
-    from replay.fleet.cluster import plan_pools
     from replay.fleet.ticks import check_tick_count
     from replay.plan.fleet import with_slo
     from traces import load_from_config
 
+    # The base need not run as it is (its GPU or TP may not fit the model): the candidates replace
+    # both, and a candidate that cannot be built is reported with its reason.
     base = load_config(args.config, plugins=args.plugin)
-    plan_pools(base, args.config or "default fleet")
     if base.split.prefill_pool is not None:
         raise UserError(f"plan: {args.config}: split.prefill_pool: a prefill/decode fleet's pools depend on each "
                         "other; plan searches workload pools only")
