@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         write_atomically(args.out, lambda fh: fh.write(plan_yaml(plan, str(trace.source), space.attainment, slo)))
         err.print(f"winning config written to {args.out}", highlight=False)
     if args.plot:
-        write_figure(args.plot, plan)
+        write_figure(args.plot, plan, space.attainment)
         err.print(f"figure written to {args.plot}", highlight=False)
     return 0 if plan.winner is not None else 1
 

@@ -122,7 +122,7 @@ def check_plot_path(path: str) -> None:
         raise UserError("plan: --plot needs matplotlib: pip install 'llm-replay[plot]'") from None
 
 
-def write_figure(path: str, plan: Plan) -> None:
+def write_figure(path: str, plan: Plan, attainment: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no screen: a file only
@@ -136,6 +136,7 @@ def write_figure(path: str, plan: Plan) -> None:
                     label="fleets tried")
     cost_ax.plot([t.summary["cost_usd"] for t in plan.frontier],
                  [100 * (t.summary["slo_attainment"] or 0) for t in plan.frontier], "o-", label="frontier")
+    cost_ax.axhline(100 * attainment, color="0.3", linestyle="--", linewidth=0.8, label="target")
     ttft_ax.scatter(xs, [t.summary["ttft_p99_ms"] or 0 for t in plan.trials], s=12, c="0.6")
     ttft_ax.set_yscale("log")
     if plan.winner is not None:
