@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fleet_of(trial) -> list[str]:
-    return [f"{p.name} {p.replicas if p.autoscaler is None else p.autoscaler.max_replicas} x {p.gpu} "
+    return [f"{p.name} {p.replicas if p.autoscaler is None else f'<={p.autoscaler.max_replicas}'} x {p.gpu} "
             f"tp{p.tensor_parallel_size} {p.weight_dtype or 'native'}" for p in trial.cfg.pools]
 
 

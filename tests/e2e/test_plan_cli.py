@@ -114,3 +114,31 @@ def test_a_prefill_decode_fleet_is_refused(cli, write):
     """)
     got = cli("plan", "--config", "pd.yaml")
     assert got.code == 2 and "split.prefill_pool" in got.err
+
+
+def test_an_autoscaled_pool_gets_its_bound(cli, two_pools, write, tmp_path):
+    """An autoscaled pool's searched count is autoscaler.max_replicas: the plan's config keeps the
+    policy and a floor within the bound, and replays to the attainment."""
+    write("fleet.yaml", """
+        model: llama-3.1-8b
+        gpu: h100-sxm-80gb
+        pools:
+          - name: chat
+            workloads: [chat]
+            replicas: 1
+            autoscaler: {policy: queue-depth, min_replicas: 1, max_replicas: 2}
+          - {name: batch, workloads: [batch], replicas: 1}
+    """)
+    relaxed = [*two_pools[:-1], "ttft_ms=5000,tpot_ms=100"]
+    got = cli("plan", *relaxed, "--workers", "1", "--out", "plan.yaml", "--json")
+    assert got.code == 0, got.err
+    assert "chat <=" in got.err  # the progress shows the bound it tried
+    import yaml
+
+    chat = yaml.safe_load((tmp_path / "plan.yaml").read_text())["pools"][0]
+    assert chat["autoscaler"]["policy"] == "queue-depth"
+    bound = json.loads(got.out)["winner"]["pools"]["chat"]["replicas"]
+    assert chat["autoscaler"]["max_replicas"] == bound
+    assert chat["autoscaler"]["min_replicas"] <= chat["replicas"] <= bound
+    assert cli("run", "--config", "plan.yaml", "--out", "r", "--quiet").code == 0
+    assert read_run(tmp_path / "r").summary["pools"]["chat"]["slo_attainment"] >= 0.99
