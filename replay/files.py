@@ -61,9 +61,10 @@ def _umask() -> int:
     return mask
 
 
-def write_atomically(path: str | Path, write: Callable[[IO[str]], None], newline: str | None = None,
-                     flag: str = "--out") -> None:
-    """Call `write` on a text handle to a temp file beside `path`, then rename it over `path`.
+def write_atomically(path: str | Path, write: Callable[[IO], None], newline: str | None = None,
+                     flag: str = "--out", binary: bool = False) -> None:
+    """Call `write` on a text (`binary`: bytes) handle to a temp file beside `path`, then rename
+    it over `path`.
     The path is checked again here (it may have changed since the command's first check): never
     a FIFO, device or symlink replaced, never a directory created."""
     path = Path(path)
@@ -74,7 +75,7 @@ def write_atomically(path: str | Path, write: Callable[[IO[str]], None], newline
         raise UserError(f"{flag} {path}: cannot write it ({exc.strerror})") from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", newline=newline, encoding="utf-8") as fh:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline=newline, encoding="utf-8")) as fh:
             write(fh)
         os.replace(tmp, path)
     except OSError as exc:
