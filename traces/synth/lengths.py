@@ -61,7 +61,7 @@ def sampler(d: Dist, where: str, base_dir: Path | None) -> Sampler:
     if d.dist == "constant":
         return lambda rng, n, t_s: np.full(n, float(d.value))
     if d.dist == "uniform":
-        return lambda rng, n, t_s: rng.uniform(d.low, d.high + 1, n) if d.high > d.low else np.full(n, d.low)
+        return lambda rng, n, t_s: rng.uniform(d.low, d.high, n)  # token counts round into [low, high]
     if d.dist == "lognormal":
         if d.median is not None:
             mu, sigma = math.log(max(d.median, 1e-300)), d.sigma
