@@ -19,7 +19,7 @@ from traces.synth.arrivals import KINDS, arrivals, counts, times
 from traces.synth.lengths import clipped, token_sampler
 from traces.synth.servegen import WINDOW_S, client_files, dataset_beside, read_windows
 from traces.synth.sessions import session_rows
-from traces.synth.spec import Spec, Workload
+from traces.synth.spec import MAX_TOKENS, Spec, Workload
 from traces.synth.lengths import _windowed
 from traces.synth.servegen import read_dataset, read_dataset_fields
 
@@ -34,7 +34,7 @@ class Part:
     tenant: str
     workload: str
     priority: int
-    adapter: np.ndarray  # index into the workload's adapters, -1: none
+    adapter: np.ndarray | None  # index into the workload's adapters, -1: none; None: no adapters
     adapters: tuple[str, ...]
     session: np.ndarray | None = None  # session number, -1: none
     think_us: np.ndarray | None = None  # -1: null
@@ -51,9 +51,9 @@ def _rng(spec: Spec, *keys: int) -> np.random.Generator:
     return np.random.default_rng([spec.seed, *keys])
 
 
-def _adapters(rng, w: Workload, n: int) -> np.ndarray:
+def _adapters(rng, w: Workload, n: int) -> np.ndarray | None:
     if not w.adapters:
-        return np.full(n, -1, np.int64)
+        return None
     pick = rng.integers(0, len(w.adapters), n)
     return np.where(rng.random(n) < w.adapter_share, pick, -1)
 
@@ -80,7 +80,7 @@ def _plain(spec: Spec, index: int, w: Workload, base_dir: Path | None, where: st
     part = Part(_us(t), question, output, w.tenant or w.name, w.name, w.priority, _adapters(rng, w, n), w.adapters)
     if w.system_prompt is not None:
         g_tokens = np.where(group >= 0, w.system_prompt.tokens, 0)
-        part.prompt = question + g_tokens
+        part.prompt = np.minimum(question.astype(np.int64) + g_tokens, MAX_TOKENS)
         has = group >= 0
         part.hash_len = np.where(has, -(-part.prompt // spec.prefix_block_tokens), 0)
         ns = hashes.namespace(spec.namespace, spec.seed, w.name, "request")
@@ -99,7 +99,8 @@ def _sessions(spec: Spec, index: int, w: Workload, base_dir: Path | None, where:
     group = _groups(rng, w, len(starts))
     rows = session_rows(rng, starts, samplers, s, group, w.system_prompt.tokens if w.system_prompt else 0,
                         spec.duration_s, spec.max_requests)
-    adapter = _adapters(rng, w, len(starts))[rows.session]
+    adapter = _adapters(rng, w, len(starts))
+    adapter = adapter[rows.session] if adapter is not None else None
     part = Part(rows.arrival_us, rows.prompt, rows.output, w.tenant or w.name, w.name, w.priority, adapter, w.adapters,
                 session=rows.session, think_us=rows.think_us)
     part.hash_len = -(-rows.prompt // spec.prefix_block_tokens)
@@ -125,8 +126,8 @@ def _servegen_lengths(w: Workload, trace_file: Path, where: str, base_dir: Path 
               if name.endswith("_tokens") and name != "output_tokens" and table]
 
     def prompt(rng, n, t):
-        return np.maximum(np.rint(sum(s(rng, n, t) for s in inputs)), 1).astype(np.int64)
-    return prompt, (lambda rng, n, t: np.maximum(np.rint(output(rng, n, t)), 1).astype(np.int64))
+        return np.maximum(np.rint(sum(s(rng, n, t) for s in inputs)), 1).astype(np.int32)
+    return prompt, (lambda rng, n, t: np.maximum(np.rint(output(rng, n, t)), 1).astype(np.int32))
 
 
 def _servegen(spec: Spec, index: int, w: Workload, base_dir: Path | None, where: str):

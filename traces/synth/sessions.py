@@ -49,8 +49,8 @@ def session_rows(rng: np.random.Generator, starts: np.ndarray, samplers, s: Sess
     first = np.concatenate(([0], np.cumsum(count)[:-1]))
     turn = np.arange(len(owner)) - first[owner]
     t0 = starts[owner]
-    q = question(rng, len(owner), t0)
-    o = output(rng, len(owner), t0)
+    q = question(rng, len(owner), t0).astype(np.int64)  # contexts add up past int32
+    o = output(rng, len(owner), t0).astype(np.int64)
     wait = think(rng, len(owner), t0)
     prev_out = np.concatenate(([0], o[:-1]))
     opening = np.where(group[owner] >= 0, system_tokens, 0)
