@@ -141,3 +141,18 @@ def test_every_input_is_bounded():
         _trace(_spec({"rate": 1}, duration_s=1e9))
     with pytest.raises(ConfigError, match="window_s"):
         _trace(_spec({"rate": 1, "window_s": 1e-9}))
+
+
+def test_think_time_survives_a_merge_and_is_checked():
+    from traces.schema import cast_to_schema
+    from traces.transforms import merge
+
+    sessions = _trace({**_spec({"rate": 1}, duration_s=60, sessions={
+        "turns": {"dist": "constant", "value": 3}, "think_s": {"dist": "constant", "value": 1}})}).frame
+    plain = _trace(_spec({"rate": 1}, duration_s=60)).frame
+    assert "think_time_us" not in plain.columns
+    merged = merge([plain, sessions])
+    assert merged["think_time_us"].drop_nulls().len() == sessions["think_time_us"].drop_nulls().len() > 0
+    assert "think_time_us" not in merge([plain, plain]).columns  # other traces keep their shape
+    with pytest.raises(Exception, match="think_time_us is negative"):
+        cast_to_schema(sessions.drop("request_id").with_columns(pl.lit(-1).alias("think_time_us")))

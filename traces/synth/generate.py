@@ -10,17 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 from common.errors import ConfigError
-from traces.schema import cast_to_schema
 from traces.synth import hashes
 from traces.synth.arrivals import KINDS, arrivals, counts, times
-from traces.synth.lengths import clipped, token_sampler
+from traces.synth.lengths import windowed, clipped, token_sampler
 from traces.synth.servegen import WINDOW_S, client_files, dataset_beside, read_windows
 from traces.synth.sessions import session_rows
 from traces.synth.spec import MAX_TOKENS, Spec, Workload
-from traces.synth.lengths import _windowed
 from traces.synth.servegen import read_dataset, read_dataset_fields
 
 
@@ -121,8 +118,8 @@ def _servegen_lengths(w: Workload, trace_file: Path, where: str, base_dir: Path 
                           f"{trace_file.name}; give prompt and output distributions")
     # deepseek-r1 has input_tokens; mm-image splits the prompt into text/image/audio/video tokens
     fields = read_dataset_fields(str(dataset), where)
-    output = _windowed(read_dataset(str(dataset), "output_tokens", where), f"{dataset}: output_tokens")
-    inputs = [_windowed(table, f"{dataset}: {name}") for name, table in fields.items()
+    output = windowed(read_dataset(str(dataset), "output_tokens", where), f"{dataset}: output_tokens")
+    inputs = [windowed(table, f"{dataset}: {name}") for name, table in fields.items()
               if name.endswith("_tokens") and name != "output_tokens" and table]
 
     def prompt(rng, n, t):

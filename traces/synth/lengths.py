@@ -37,7 +37,7 @@ def _pmf(values: np.ndarray, weights: np.ndarray) -> Sampler:
     return sample
 
 
-def _windowed(table: dict[int, tuple[np.ndarray, np.ndarray]], where: str) -> Sampler:
+def windowed(table: dict[int, tuple[np.ndarray, np.ndarray]], where: str) -> Sampler:
     """ServeGen's per-window PMFs: each arrival draws from the window it falls in (the day's
     windows repeat: the data covers one day). Windows without data borrow the nearest earlier one."""
     starts = np.array(sorted(table), dtype=np.float64)
@@ -82,7 +82,7 @@ def sampler(d: Dist, where: str, base_dir: Path | None) -> Sampler:
         values = trace.frame[d.column].to_numpy().astype(np.float64)
         return lambda rng, n, t_s: values[rng.integers(0, len(values), n)]
     table = read_dataset(_resolve(d.path, base_dir), d.field, where)
-    return _windowed(table, f"{d.path}: {d.field}")
+    return windowed(table, f"{d.path}: {d.field}")
 
 
 def clipped(d: Dist, where: str, base_dir: Path | None, low: float, high: float) -> Sampler:
