@@ -120,18 +120,22 @@ def grow_prompts(frame: pl.DataFrame, factor: float, block_tokens: int | None, n
     hashes = frame["prefix_hashes"]
     if block_tokens is None or hashes.null_count() == frame.height:
         return out
-    blocks = -(-prompt // block_tokens)
-    old = hashes.list.len().fill_null(0).to_numpy()
-    grown = []
-    for i, h in enumerate(hashes.to_list()):
-        if h is None:
-            grown.append(None)
-        elif blocks[i] <= old[i]:
-            grown.append(h[: blocks[i]])
-        else:
-            extra = np.arange(old[i], blocks[i], dtype=np.uint64)
-            grown.append(h + block_hash(ns, np.full(len(extra), i, np.uint64), extra).tolist())
-    return out.with_columns(pl.Series("prefix_hashes", grown, dtype=pl.List(pl.UInt64)))
+    from traces.synth.hashes import list_column
+
+    has = hashes.is_not_null().to_numpy()
+    old = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
+    new = np.where(has, -(-prompt // block_tokens), 0)
+    flat = hashes.drop_nulls().explode().drop_nulls().to_numpy().astype(np.uint64)
+    # each row's run of ids: its first min(old, new) recorded ids, then fresh ones for the rest
+    row = np.repeat(np.arange(len(new)), new)
+    index = np.arange(int(new.sum())) - np.repeat(np.cumsum(new) - new, new)
+    recorded = index < old[row]
+    starts = np.cumsum(old) - old
+    out_flat = np.empty(len(row), np.uint64)
+    out_flat[recorded] = flat[starts[row[recorded]] + index[recorded]]
+    fresh = ~recorded
+    out_flat[fresh] = block_hash(ns, row[fresh].astype(np.uint64), index[fresh].astype(np.uint64))
+    return out.with_columns(list_column(out_flat, new, has))
 
 
 def apply_whatif(trace, cfg: WhatIfConfig, base_dir):
