@@ -92,3 +92,21 @@ def test_system_prompt_blocks_are_shared_by_their_group(p):
     assert firsts.n_unique() <= 2  # two groups
     rates = frame.group_by("session_id").len()
     assert np.all(rates["len"].to_numpy() <= p["turns"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32), st.floats(0.5, 50), st.sampled_from(["poisson", "gamma", "weibull", "constant"]),
+       st.floats(0.3, 3), st.floats(10, 600))
+def test_arrival_counts_match_the_spec_rate(seed, rate, process, cv, window_s):
+    arrival = {"process": process, "rate": rate, "window_s": window_s}
+    if process in ("gamma", "weibull"):
+        arrival["cv"] = cv
+    duration_s = 1200
+    spec = {"seed": seed, "duration_s": duration_s, "workloads": [{
+        "name": "w", "arrival": arrival, "prompt": {"dist": "constant", "value": 1},
+        "output": {"dist": "constant", "value": 1}}]}
+    frame = synthesize(parse_spec(spec, "s")).frame
+    expected = rate * duration_s
+    # Poisson counts spread by sqrt(mean); the others hold each window's count to within one
+    assert abs(frame.height - expected) <= 5 * math.sqrt(expected) + math.ceil(duration_s / window_s) + 1
+    assert frame["arrival_us"].max() < duration_s * 1e6
