@@ -25,7 +25,7 @@ def _spec(arrival: dict, duration_s: float = 3600, **workload) -> dict:
 
 
 def _trace(data: dict, base_dir=None):
-    return synthesize(parse_spec(data, "spec.yaml"), base_dir)
+    return synthesize(parse_spec(data, "spec.yaml"), base_dir, "spec.yaml")
 
 
 def _gaps_s(frame: pl.DataFrame) -> np.ndarray:
@@ -135,7 +135,7 @@ def test_bad_specs_name_the_key(change, message):
 
 
 def test_every_input_is_bounded():
-    with pytest.raises(ConfigError, match="more than max_requests=1,000"):
+    with pytest.raises(ConfigError, match=r"^spec.yaml: workloads\[0\].arrival: about .* more than max_requests=1,000"):
         _trace({**_spec({"rate": 10}), "max_requests": 1000})
     with pytest.raises(ConfigError, match="duration_s"):
         _trace(_spec({"rate": 1}, duration_s=1e9))
@@ -156,3 +156,11 @@ def test_think_time_survives_a_merge_and_is_checked():
     assert "think_time_us" not in merge([plain, plain]).columns  # other traces keep their shape
     with pytest.raises(Exception, match="think_time_us is negative"):
         cast_to_schema(sessions.drop("request_id").with_columns(pl.lit(-1).alias("think_time_us")))
+
+
+def test_the_hash_count_is_bounded(monkeypatch):
+    from traces.synth import hashes
+
+    monkeypatch.setattr(hashes, "MAX_HASHES", 1000)
+    with pytest.raises(ConfigError, match="^spec.yaml: prefix_block_tokens: 16 makes .* prompt blocks to hash"):
+        _trace(_spec({"rate": 10}, duration_s=60, system_prompt={"tokens": 4000}))

@@ -14,10 +14,14 @@ from traces.synth.spec import Spec, load_spec, parse_spec
 
 def synthesize(spec: Spec, base_dir: str | Path | None = None, source: str = "synth") -> LoadedTrace:
     """The trace `spec` describes; paths in it are relative to `base_dir`."""
-    frame = to_frame(list(parts(spec, Path(base_dir) if base_dir else None)), source)
-    if frame.height == 0:
-        from common.errors import ConfigError
+    from common.errors import ConfigError
 
+    try:
+        frame = to_frame(list(parts(spec, Path(base_dir) if base_dir else None)), source)
+    except ConfigError as exc:  # what generating found (a rate past max_requests, a ServeGen file), named by spec
+        text = str(exc)
+        raise ConfigError(text if text.startswith(f"{source}: ") else f"{source}: {text}") from None
+    if frame.height == 0:
         raise ConfigError(f"{source}: the spec generates no request (every rate is 0 over duration_s)")
     import dataclasses
 

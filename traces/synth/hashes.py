@@ -16,6 +16,7 @@ import hashlib
 import numpy as np
 import polars as pl
 
+MAX_HASHES = 250_000_000  # 2 GB of ids
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -47,6 +48,11 @@ def prompt_hashes(prompt: np.ndarray, block_tokens: int, stream_ns: np.ndarray |
     floor(group_tokens / block_tokens) from the row's group (group < 0: none), the rest from
     (stream_ns, entity). `stream_ns` is one namespace or one per row."""
     blocks = -(-prompt.astype(np.int64) // block_tokens)
+    if int(blocks.sum()) > MAX_HASHES:
+        from common.errors import ConfigError
+
+        raise ConfigError(f"prefix_block_tokens: {block_tokens} makes {int(blocks.sum()):,} prompt blocks to hash, "
+                          f"more than {MAX_HASHES:,} (8 bytes each); expected a larger block or fewer requests")
     shared = np.where(group >= 0, np.minimum(group_tokens // block_tokens, blocks), 0)
     row = np.repeat(np.arange(len(prompt)), blocks)
     starts = np.concatenate(([0], np.cumsum(blocks)[:-1]))
