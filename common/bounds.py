@@ -94,6 +94,11 @@ BY_NAME: dict[str, Bound] = {
     "start_s": SECONDS,
     "end_s": SECONDS,
     "offset_s": SECONDS,
+    # trace what-ifs (traces/whatif.py): rate and prompt factors
+    "scale_workload": Bound(1e-6, 1e3, "a rate factor"),
+    "grow_rate": Bound(1e-6, 1e3, "a rate factor"),
+    "grow_prompts": Bound(1e-6, 1e3, "a prompt-length factor"),
+    "factor": Bound(1e-6, 1e3, "a rate factor"),
     # observed metrics: the wall time of trace time 0, Unix seconds to 2099
     "ObservedConfig.offset_s": Bound(0, 4.1e9, "Unix seconds"),
     "prefix_block_tokens": Bound(1, 1_048_576, "tokens per hashed block"),
@@ -158,7 +163,7 @@ def out_of_bounds(owner: type | None, name: str, value: Any) -> str | None:
     bound = bound_for(owner, name)
     if bound is None:
         return None
-    values = value if isinstance(value, (list, tuple)) else (value,)
+    values = value if isinstance(value, (list, tuple)) else tuple(value.values()) if isinstance(value, dict) else (value,)
     for v in values:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not bound.holds(v):
             return bound.expected()

@@ -394,10 +394,18 @@ class FleetConfig:
 
     def to_dict(self, replayed: bool = False) -> dict[str, Any]:
         # An absent `observed:` stays absent; `replayed`: without it (it only says how to read exports)
-        return {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
+        out = {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
+        if isinstance(out.get("trace"), dict):  # trace keys added later stay out while unset (same config.yaml)
+            for key in _OPTIONAL_TRACE_KEYS:
+                if out["trace"].get(key) is None:
+                    out["trace"].pop(key, None)
+        return out
 
     def sha256(self) -> str:
         return hashlib.sha256(yaml.safe_dump(self.to_dict(replayed=True), sort_keys=True).encode()).hexdigest()
+
+
+_OPTIONAL_TRACE_KEYS = ("synthetic", "whatif")
 
 
 def _plain(value: Any) -> Any:

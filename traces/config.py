@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import pathlib
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from traces.generic import CANONICAL, REQUIRED, TIME_UNITS
 from traces.limits import DEFAULT_LIMITS, TraceLimits, human_span
 from traces.loader import MAX_BLOCK_TOKENS, LoadedTrace, load_trace
 from traces.source import FORMATS
+from traces.whatif import WhatIfConfig, apply_whatif, tenant_spec
 from traces.transforms import (
     MAX_SECONDS, FilterConfig, SampleConfig, WindowConfig, check_rate_scale, filter_rows, merge, sample,
     scale_rate, window,
@@ -98,9 +100,14 @@ class TraceConfig:
     sample: SampleConfig | None = None
     filter: FilterConfig | None = None
     merge: tuple[MergeSource, ...] = ()
+    # a synth spec (a YAML file, relative to the config, or an inline mapping) instead of `path`
+    synthetic: str | dict[str, Any] | None = None
+    whatif: WhatIfConfig | None = None  # traces/whatif.py
 
     def __post_init__(self):
         _check_source_fields(self)
+        if self.synthetic is not None and self.path is not None:
+            raise ValueError("synthetic: give path or synthetic, not both")
         if self.rate_scale is not None:
             check_rate_scale(self.rate_scale)
         _check_ranges(self)
@@ -128,13 +135,17 @@ def load_from_config(
     `limits` bound every file read and the span of the final trace.
     """
     main = None
+    loads: list[tuple[LoadedTrace, float]] = []
     if path_override is not None:
         main = str(path_override)
     elif cfg.path is not None:
         main = _resolve(cfg.path, base_dir)
+    elif cfg.synthetic is not None:
+        from traces.synth import synthesize_from
+
+        loads.append((synthesize_from(cfg.synthetic, base_dir), 0.0))
     elif not cfg.merge:
         main = DEFAULT_TRACE
-    loads: list[tuple[LoadedTrace, float]] = []
     if main is not None:
         loads.append((load_trace(
             main, format=format_override or cfg.format, column_map=cfg.column_map,
@@ -149,7 +160,7 @@ def load_from_config(
         )  # fmt: skip
         loads.append((_transformed(loaded, extra), extra.offset_s))
     trace = loads[0][0] if len(loads) == 1 else _merged(loads)
-    trace = _transformed(trace, cfg)
+    trace = _transformed(trace, cfg, base_dir)
     _check_final_span(trace, limits.max_span_s)
     return trace
 
@@ -225,7 +236,20 @@ def _shared_hash_notes(traces: list[LoadedTrace]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource) -> LoadedTrace:
+def _with_whatif(trace: LoadedTrace, whatif: WhatIfConfig, base_dir) -> LoadedTrace:
+    """The what-ifs, then the added tenant merged in (its hashes checked against the trace's)."""
+    if trace.frame.height == 0:
+        raise TraceError(f"{trace.source}: no requests left for trace.whatif after the filter/window")
+    trace = apply_whatif(trace, whatif, base_dir)
+    if whatif.add_tenant is None:
+        return trace
+    from traces.synth import synthesize
+
+    spec, folder, name = tenant_spec(whatif, trace, base_dir)
+    return _merged([(trace, 0.0), (synthesize(spec, folder, name), 0.0)])
+
+
+def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource, base_dir=None) -> LoadedTrace:
     frame = trace.frame
     dropped = dict(trace.dropped)
 
@@ -239,6 +263,10 @@ def _transformed(trace: LoadedTrace, cfg: TraceConfig | MergeSource) -> LoadedTr
         step("filtered", filter_rows(frame, cfg.filter))
     if cfg.window is not None:
         step("outside_window", window(frame, cfg.window.start_s, cfg.window.end_s))
+    whatif = getattr(cfg, "whatif", None)
+    if whatif is not None:
+        trace = _with_whatif(dataclasses.replace(trace, frame=frame), whatif, base_dir)
+        frame = trace.frame
     if cfg.rate_scale is not None:
         frame = scale_rate(frame, cfg.rate_scale)
     if cfg.sample is not None:

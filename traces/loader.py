@@ -10,6 +10,7 @@ import polars as pl
 
 from common.errors import TraceError
 from traces import adapters, logs
+from traces.canonical import canonical, is_canonical
 from traces.genai_perf import genai_perf
 from traces.adapters import Options, Parsed
 from traces.generic import check_column_map, check_time_unit, generic
@@ -89,6 +90,11 @@ def load_trace(
         check_time_unit(time_unit, display)
     src = open_source(path, limits)
     fmt = format or detect(src, column_map)
+    if fmt == "parquet" and not column_map and time_unit is None and is_canonical(src):
+        # a trace already in the schema (llm-replay synth's output): no column map to ask for
+        parsed = canonical(src, Options(workload=workload, prefix_block_tokens=prefix_block_tokens))
+        return LoadedTrace(frame=parsed.frame, source=display, format="parquet",
+                           prefix_block_tokens=parsed.prefix_block_tokens, sha256=src.sha256, dropped={}, reordered=0)
     if fmt in GENERIC_FORMATS:
         if not column_map:
             raise TraceError(

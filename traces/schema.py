@@ -27,6 +27,11 @@ DEFAULTS = {"workload": "default", "tenant": "default", "priority": 0}
 # What a request log observed of each request (traces/records.py), microseconds, nullable. Kept
 # after the schema's columns only when the source has them, so other traces keep their shape.
 OBSERVED_COLUMNS: dict[str, pl.DataType] = {"observed_ttft_us": pl.Int64, "observed_e2e_us": pl.Int64}
+# A session turn's delay between the previous turn's finish and its own release (a user's think
+# time, an agent's tool time), microseconds, null on a session's first turn. Kept like the
+# observed columns: only when the source has it (synthesized sessions, a canonical Parquet).
+SESSION_COLUMNS: dict[str, pl.DataType] = {"think_time_us": pl.Int64}
+EXTRA_COLUMNS: dict[str, pl.DataType] = {**OBSERVED_COLUMNS, **SESSION_COLUMNS}
 
 
 def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
@@ -53,7 +58,7 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             raise TraceError(
                 f"{source}: column {name!r} of type {column.dtype} cannot be cast to {dtype}"
             ) from None
-    for name, dtype in OBSERVED_COLUMNS.items():
+    for name, dtype in EXTRA_COLUMNS.items():
         if name in frame.columns:
             columns.append(frame[name].cast(dtype, strict=False).rename(name))
     out = pl.DataFrame(columns)
@@ -73,6 +78,8 @@ def _validate(frame: pl.DataFrame, source: str) -> None:
     fail(frame["prompt_tokens"] < 1, "prompt_tokens < 1 (expected at least 1 token)")
     fail(frame["output_tokens"] < 1, "output_tokens < 1 (expected at least 1 token)")
     fail(frame["arrival_us"] < 0, "arrival_us is negative (expected >= 0)")
+    if "think_time_us" in frame.columns:
+        fail(frame["think_time_us"] < 0, "think_time_us is negative (expected >= 0 microseconds, or null)")
     arrival = frame["arrival_us"]
     fail(arrival < arrival.shift(1), "arrival_us is earlier than the previous row's (expected sorted)")
     expected = pl.int_range(frame.height, dtype=pl.Int64, eager=True)

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from common.errors import TraceError
-from traces.schema import OBSERVED_COLUMNS, TRACE_SCHEMA
+from traces.schema import OBSERVED_COLUMNS, SESSION_COLUMNS, TRACE_SCHEMA
 
 RATE_SCALE_RANGE = (1e-6, 1e6)
 MAX_SECONDS = 1e9  # 31 years: any time in seconds beyond it cannot be a trace time
@@ -152,8 +152,12 @@ def merge(frames: list[pl.DataFrame], offsets_us: list[int] | None = None) -> pl
     offsets_us = offsets_us or [0] * len(frames)
     # a request log's observed columns survive only when every source has them
     kept = list(TRACE_SCHEMA) + [c for c in OBSERVED_COLUMNS if all(c in f.columns for f in frames)]
+    # a session's think time survives when any source has it (null for the others' rows)
+    kept += [c for c in SESSION_COLUMNS if any(c in f.columns for f in frames)]
     shifted = [
-        f.select(kept).with_columns(pl.col("arrival_us") + off)
+        f.with_columns(*[pl.lit(None, dtype=SESSION_COLUMNS[c]).alias(c) for c in kept
+                         if c in SESSION_COLUMNS and c not in f.columns])
+        .select(kept).with_columns(pl.col("arrival_us") + off)
         for f, off in zip(frames, offsets_us, strict=True)
     ]
     merged = pl.concat(shifted, how="vertical").sort("arrival_us", maintain_order=True)

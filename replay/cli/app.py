@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from common.errors import UserError
-from replay.cli import calibrate, capacity, catalog, demo, export, plan, policies, profile, run, trace, validate
+from replay.cli import calibrate, capacity, catalog, demo, export, plan, policies, profile, run, synth, trace, validate
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
@@ -26,6 +26,7 @@ COMMANDS = {
     "capacity": capacity,
     "plan": plan,
     "trace": trace,
+    "synth": synth,
     "demo": demo,
     "policies": policies,
     "catalog": catalog,

@@ -107,6 +107,7 @@ def command_inputs(config: str | None, cfg) -> tuple[str, ...]:
     paths = [config] if config else []
     if trace is not None:
         paths += [trace.path] + [m.path for m in trace.merge]
+        paths += [spec for spec in (trace.synthetic, trace.whatif and trace.whatif.add_tenant) if isinstance(spec, str)]
     paths += [p for pool in cfg.pools for p in (pool.step_model.profile, pool.step_model.table)]
     return tuple(p for p in paths if p and p not in BUNDLED)
 

@@ -94,14 +94,19 @@ def effective_trace(
     if args.format and args.format not in FORMATS:
         raise UserError(f"{trace_arg or cfg.path or DEFAULT_TRACE}: --format {args.format!r} is not a known format; "
                         f"known: {', '.join(FORMATS)}")
-    if trace_arg is not None:
+    if trace_arg is not None:  # the command line's trace replaces the config's, synthetic or not
         changes["path"] = _absolute(trace_arg, Path.cwd()) if absolute else trace_arg
+        changes["synthetic"] = None
     elif cfg.path is not None:
         changes["path"] = _absolute(cfg.path, base_dir)
-    elif not cfg.merge:
+    elif isinstance(cfg.synthetic, str):
+        changes["synthetic"] = _absolute(cfg.synthetic, base_dir)
+    elif cfg.synthetic is None and not cfg.merge:
         changes["path"] = DEFAULT_TRACE
     if args.format:
         changes["format"] = args.format
+    if cfg.whatif is not None and isinstance(cfg.whatif.add_tenant, str):
+        changes["whatif"] = dataclasses.replace(cfg.whatif, add_tenant=_absolute(cfg.whatif.add_tenant, base_dir))
     try:
         if cfg.merge:
             changes["merge"] = tuple(dataclasses.replace(m, path=_absolute(m.path, base_dir)) for m in cfg.merge)

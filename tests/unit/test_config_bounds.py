@@ -23,7 +23,8 @@ from replay.config import FleetConfig, load_config
 # What a section needs besides the key under test, so its own checks reach that key.
 REQUIRED = {"MergeSource": {"path": "x.csv"}, "SampleConfig": {"n": 10},
             "SpeculativeConfig": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.5},
-            "QueueLimitParams": {"max_waiting": 5}}
+            "QueueLimitParams": {"max_waiting": 5},
+            "BurstConfig": {"at_s": 10.0, "duration_s": 5.0, "factor": 2.0}}
 
 
 def _leaf_types(hint) -> set:
