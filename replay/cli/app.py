@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from common.errors import UserError
-from replay.cli import calibrate, capacity, catalog, demo, export, policies, profile, run, trace, validate
+from replay.cli import calibrate, capacity, catalog, demo, export, policies, profile, run, sweep, trace, validate
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
@@ -24,6 +24,7 @@ from replay.cli.parsing import EXIT_USAGE, OneLineParser
 COMMANDS = {
     "run": run,
     "capacity": capacity,
+    "sweep": sweep,
     "trace": trace,
     "demo": demo,
     "policies": policies,
