@@ -118,3 +118,30 @@ def test_ray_flags_without_ray_or_with_a_dead_address(cli, write):
     res = cli("sweep", spec, "--out", "q", "--backend", "ray", "--address", "127.0.0.1:1")
     assert res.code == 2 and res.err.startswith("llm-replay: error: --address 127.0.0.1:1: no Ray cluster answers")
     assert not Path("q").exists()
+
+
+def test_a_killed_sweep_rerun_finishes_without_redoing_finished_cells(cli, write, tmp_path):
+    """SIGKILL mid-sweep (no handler runs): the records written before stay, the re-run replays the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = sweep_file(write, "  pools.0.replicas: [1, 2, 3, 4, 5, 6]\n  trace.rate_scale: [1.0, 2.0]\n")
+    code = "import sys; from llm_replay.app import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "sweep", str(spec), "--out", "q", "--workers", "1"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(Path("q/cells").glob("*.json"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in Path("q/cells").glob("*.json")}
+    assert 2 <= len(finished) < 12, "the sweep was killed before or after it ran"
+    res = cli("sweep", spec, "--out", "q")
+    assert res.code == 0, res.err
+    assert f"12 cells ({12 - len(finished)} replayed, {len(finished)} done before)" in res.out
+    assert {name: Path(f"q/cells/{name}").stat().st_mtime_ns for name in finished} == finished
+    table = pl.read_parquet("q/results.parquet")
+    assert table.height == 12 and set(table["status"]) == {"ok"}
