@@ -145,3 +145,16 @@ def test_a_killed_sweep_rerun_finishes_without_redoing_finished_cells(cli, write
     assert {name: Path(f"q/cells/{name}").stat().st_mtime_ns for name in finished} == finished
     table = pl.read_parquet("q/results.parquet")
     assert table.height == 12 and set(table["status"]) == {"ok"}
+
+
+def test_the_local_backend_never_imports_ray(write, tmp_path):
+    import subprocess
+    import sys
+
+    spec = sweep_file(write, "  pools.0.replicas: [1, 2]\n")
+    code = ("import sys; from llm_replay.app import main; assert main(sys.argv[1:]) == 0; "
+            "assert 'ray' not in sys.modules, 'ray was imported'")
+    done = subprocess.run([sys.executable, "-c", code, "sweep", str(spec), "--out", "q", "--workers", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(tmp_path / "q/results.parquet").height == 2
