@@ -24,7 +24,6 @@ from replay.cli.parsing import EXIT_USAGE, OneLineParser
 COMMANDS = {
     "run": run,
     "capacity": capacity,
-    "sweep": sweep,
     "trace": trace,
     "demo": demo,
     "policies": policies,
@@ -33,6 +32,7 @@ COMMANDS = {
     "validate": validate,
     "profile": profile,
     "export": export,
+    "sweep": sweep,
 }
 
 # What `run --tui` shows while the replay runs: show(run_dir) returns when the user quits.

@@ -67,7 +67,7 @@ def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(subparsers.choices) == list(COMMANDS) == [
         "run", "capacity", "trace", "demo", "policies", "catalog", "tui", "calibrate", "validate", "profile",
-        "export"]
+        "export", "sweep"]
     done = subprocess.run([sys.executable, "-m", "llm_replay", "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in COMMANDS)
