@@ -431,10 +431,17 @@ def load_config(path: str | Path | None, plugins: Sequence[str] | None = None) -
     data = read_yaml(path)
     if data is None:
         raise ConfigError(f"{path}: config file is empty (expected a mapping with 'pools', 'model', ...)")
-    cfg = from_dict(FleetConfig, data, "", source=str(path))
-    if plugins is not None:
-        check_user_policies(cfg, str(path))
-    return _resolve_profiles(cfg, path.parent)
+    return build_config(data, str(path), path.parent, checked=plugins is not None)
+
+
+def build_config(data: Any, source: str, base_dir: Path, *, checked: bool = True) -> FleetConfig:
+    """A fleet config from a mapping as load_config reads one (`llm-replay sweep` builds each cell
+    so): every problem a ConfigError naming `source`; paths relative to `base_dir`. `checked`:
+    every user policy it names is loaded and checked (the plugins already loaded)."""
+    cfg = from_dict(FleetConfig, data, "", source=source)
+    if checked:
+        check_user_policies(cfg, source)
+    return _resolve_profiles(cfg, Path(base_dir))
 
 
 def _resolve_model(model: str | None, base_dir: Path) -> str | None:

@@ -16,7 +16,9 @@ import threading
 from collections.abc import Callable
 
 from common.errors import UserError
-from replay.cli import calibrate, capacity, catalog, demo, export, plan, policies, profile, run, synth, trace, validate
+from replay.cli import (
+    calibrate, capacity, catalog, demo, export, plan, policies, profile, run, sweep, synth, trace, validate,
+)
 from replay.cli.parsing import EXIT_USAGE, OneLineParser
 
 # Command name -> its module, in the order `llm-replay --help` lists them. Every module's
@@ -25,6 +27,7 @@ COMMANDS = {
     "run": run,
     "capacity": capacity,
     "plan": plan,
+    "sweep": sweep,
     "trace": trace,
     "synth": synth,
     "demo": demo,

@@ -66,8 +66,8 @@ def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
 
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(subparsers.choices) == list(COMMANDS) == [
-        "run", "capacity", "plan", "trace", "synth", "demo", "policies", "catalog", "tui", "calibrate", "validate",
-        "profile", "export"]
+        "run", "capacity", "plan", "sweep", "trace", "synth", "demo", "policies", "catalog", "tui", "calibrate",
+        "validate", "profile", "export"]
     done = subprocess.run([sys.executable, "-m", "llm_replay", "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in COMMANDS)
