@@ -234,6 +234,12 @@ def load_run(path: Path | str) -> RunData:
     return LiveFollower(path).data
 
 
+def load_run_config(path: Path) -> dict:
+    """A run directory's config.yaml (a live run's, under live/, while it is written)."""
+    src, _ = run_source(path)
+    return _load_config(src / CONFIG_FILE)
+
+
 def _load_config(file: Path) -> dict:
     """A run's config.yaml through the bounded YAML reader every input uses (a regular file,
     bounded size, depth and alias expansion: a crafted run directory cannot blow up the dashboard)."""
