@@ -128,7 +128,8 @@ class Dashboard(App):
         gc.freeze()
         self._player = self.set_interval(PLAY_INTERVAL_S, self._play_tick, pause=True)
         self._fit_events()
-        self._score_when_finished()
+        # after the first frame: the scoring thread would hold the GIL in front of it
+        self.call_after_refresh(self._score_when_finished)
         if self.follow and self.followers:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(FOLLOW_SWITCH_INTERVAL_S)
@@ -268,6 +269,7 @@ class Dashboard(App):
     def on_observed_scored(self, message: ObservedScored) -> None:
         self._scoring = False
         self.model.observed = message.overlay
+        gc.freeze()  # long-lived as the run is (on_mount)
         if message.overlay.error is not None:
             self.model.view.message = f"observed: not scored: {message.overlay.error}"
         self._fit_events()
@@ -335,6 +337,12 @@ class Dashboard(App):
             self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
 
     def _apply_pending(self) -> None:
+        # Shown now (the reload itself may come at LIVE_DEFER_MAX_S): a timer set for held data
+        # would otherwise fire later with nothing held and the defer start reset (a TypeError
+        # on the next key: bench_tui's "live-key race").
+        if self._apply_timer is not None:
+            self._apply_timer.stop()
+            self._apply_timer = None
         pending, self._pending, self._deferred_since = self._pending, {}, None
         if not pending:
             return
