@@ -29,6 +29,7 @@ from common.errors import UserError
 
 DEFAULT_THRESHOLD = 0.25
 PEAK_FLOOR = 0.1
+LIVE_SPAN_MAX_S = 7 * 86400  # a live run's grid before its replay says how far it goes
 FLEET = "fleet"
 
 
@@ -189,7 +190,11 @@ def load_overlay(paths: Sequence[str], run, cfg: dict, threshold: float = DEFAUL
         start, n = int(run.t_us[0]) if len(run.t_us) else run.tick_us, len(run.t_us)
     else:  # the ticks the replay will reach: to its last arrival, and its drain
         drain_s = float(cfg.get("max_drain_s", 3600.0) or 0.0)
-        start, n = run.tick_us, max(1, math.ceil((run.live.end_us / 1e6 + drain_s) / tick_s))
+        end_s = run.live.end_us / 1e6 + drain_s
+        if not run.live.end_us:  # before the replay's first status: as far as the export goes
+            last = raw.samples["t"].max()
+            end_s = min(float(last) - config.offset_s, LIVE_SPAN_MAX_S) if last is not None else drain_s
+        start, n = run.tick_us, max(1, math.ceil(end_s / tick_s))
     _align(overlay, start / 1e6, max(n, 1))
     return overlay
 
