@@ -174,6 +174,14 @@ def _rows_in(path: Path) -> int | None:
         return None
 
 
+def _columns_in(path: Path) -> list[str] | None:
+    """A parquet file's column names from its footer (None when unreadable)."""
+    try:
+        return list(pl.read_parquet_schema(path))
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
+
+
 def _read_status(path: Path) -> LiveStatus:
     try:
         body = json.loads(path.read_text())
@@ -563,7 +571,9 @@ class LiveFollower:
         b = self.builder
         if b is not None and self.seen is not None and self.seen[1] == "writing":
             held = sum(f.height for f in self.requests) + (self.inflight.height if self.inflight is not None else 0)
+            # the same rows, and no column the live chunks lack (a request log's observed TTFT/E2E)
             if (_rows_in(src / TICKS.table.file) == b.tick_rows and _rows_in(src / REQUESTS.table.file) == held
-                    and _rows_in(src / EVENTS.table.file) == b.event_rows):
+                    and _rows_in(src / EVENTS.table.file) == b.event_rows
+                    and _columns_in(src / REQUESTS.table.file) == self.data.requests.columns):
                 return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)

@@ -210,3 +210,28 @@ def test_snapshot_of_the_overlay(snap_compare, observed_run):
         await _scored(pilot)
 
     assert snap_compare(make_app(run, at="0:15", observed=[str(export)]), run_before=scored, terminal_size=(120, 40))
+
+
+def test_run_tui_on_a_request_log_keeps_its_observed_latencies(cli, tmp_path, monkeypatch):
+    """`run --tui` writes a request log's TTFT/E2E into requests.parquet as `run` does, and the
+    finished run's drill-down shows them (the dashboard stops once the run is whole)."""
+    from tests.tui.test_cli_tui import _finished
+    from tui.app import Dashboard
+    from tui.requests import columns_of
+
+    log = Path(__file__).parents[1] / "fixtures" / "traces" / "inference_perf_per_request_lifecycle_metrics.json"
+    seen = {}
+
+    def finished(app):
+        if _finished(app):
+            seen["columns"] = columns_of(app.model.runs[0])
+            return True
+        return False
+
+    monkeypatch.setattr(Dashboard, "run", _headless(finished))
+    code, out, err = cli("run", log, "--out", "watched", "--tui")
+    assert code == 0, err
+    assert "observed ttft: 1 requests" in out  # the comparison `run` prints
+    assert pl.read_parquet(tmp_path / "watched" / "requests.parquet").columns[-2:] == \
+        ["observed_ttft_us", "observed_e2e_us"]
+    assert "obs TTFT" in seen["columns"]
