@@ -538,13 +538,19 @@ class LiveFollower:
                                  "stopped before its end; shown as far as it was written")
             if (status.seq, status.state) == self.seen:
                 return None
-            chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
+            # The in-flight file first: the writer keeps only the newest two, so reading many
+            # chunks before it (a first open on a busy machine) let it go every time, and five
+            # tries failed ("flushed faster than the dashboard could read"); chunks stay.
             inflight = None
             if status.seq:
                 file = src / inflight_name(status.seq)
-                if not file.is_file():
-                    continue
-                inflight = _read_parquet(file, REQUESTS)
+                try:
+                    inflight = _read_parquet(file, REQUESTS)
+                except UserError:
+                    if file.is_file():
+                        raise
+                    continue  # dropped between the status and here: read the status again
+            chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
             for ticks, events, requests, firsts in chunks:  # everything read: now append
                 b = self.builder
                 b.add_requests(_ended(requests), firsts["first_token_us"].to_numpy(),

@@ -340,3 +340,24 @@ def test_data_shown_at_the_defer_limit_leaves_no_stale_timer(tmp_path):
         assert app.is_running
 
     drive(app, script)
+
+
+def test_a_first_open_slower_than_the_writer_still_reads_the_run(tmp_path, monkeypatch):
+    """bench_tui under load: opening a live run of many chunks takes long enough that the writer
+    drops the in-flight file named by the status read before them (it keeps the newest two);
+    the in-flight requests are read first, so the open does not fail five times over."""
+    from replay.outputs.schema import LIVE_DIR
+    from tui.data import LiveFollower
+
+    out = tmp_path / "run"
+    live_until(out, 10)
+    read_chunk = LiveFollower._read_chunk
+
+    def slow(self, src, k):  # the writer moves on while the chunks are read
+        for file in (out / LIVE_DIR).glob("inflight-*.parquet"):
+            file.unlink()
+        return read_chunk(self, src, k)
+
+    monkeypatch.setattr(LiveFollower, "_read_chunk", slow)
+    data = LiveFollower(out).data
+    assert data.live is not None and len(data.t_us) == 10
