@@ -17,6 +17,8 @@ MIN_SIZE = (40, 12)
 
 
 def add_parser(sub) -> None:
+    from replay.cli.observed import add_observed_option
+
     tui = sub.add_parser("tui", help="the incident dashboard over a run directory (Textual)")
     tui.add_argument("run", help="run directory (the --out of llm-replay run), finished or being written")
     tui.add_argument("--compare", metavar="RUN2", help="a second run on the same time axis, differences highlighted")
@@ -24,6 +26,11 @@ def add_parser(sub) -> None:
                      "H:MM:SS or seconds (e.g. 14:05)")
     tui.add_argument("--warmup", type=float, metavar="SECONDS", help="'first SLO breach' (b, and the "
                      "timeline's !) skips this start-up transient (default: the run's metrics_window_s)")
+    add_observed_option(tui, help="observed serving metrics of the run's window (the formats of run --observed), "
+                        "read with the run's config.yaml `observed:` section: drawn under each chart, marked where "
+                        "the replay parts from them, scored per signal (o); with --compare, against the first run")
+    tui.add_argument("--diverge-threshold", type=float, metavar="SHARE", help="mark a divergence window whose gap "
+                     "exceeds this share of the larger of the two values (default 0.25)")
     tui.add_argument("--screenshot", metavar="FILE.svg", help="draw the dashboard without a terminal into an SVG "
                      "file and exit")
     tui.add_argument("--size", default="120x40", metavar="COLSxROWS", help="terminal size of --screenshot "
@@ -51,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     from tui.app import make_app
 
-    app = make_app(args.run, args.compare, args.at, follow=shot is None, warmup_s=args.warmup)
+    if args.diverge_threshold is not None and not args.observed:
+        raise UserError("--diverge-threshold: applies to an observed export; give --observed FILE too")
+    app = make_app(args.run, args.compare, args.at, follow=shot is None, warmup_s=args.warmup,
+                   observed=args.observed, diverge_threshold=args.diverge_threshold)
     if shot is not None:
         import asyncio
 
@@ -66,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def follow(out: Path) -> None:
+def follow(out: Path, observed: list[str] | None = None) -> None:
     """The dashboard over run directory `out` while it is being written, until the user quits
-    (or, the replay having failed, at once with its error: exit_on_failure)."""
+    (or, the replay having failed, at once with its error: exit_on_failure); `observed`: the
+    export of `run --tui --observed`, drawn from the start and scored once the run is written."""
     from tui.app import make_app
 
-    make_app(out, exit_on_failure=True).run()
+    make_app(out, exit_on_failure=True, observed=observed).run()

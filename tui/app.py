@@ -19,8 +19,9 @@ from textual.message import Message
 from common.errors import UserError
 from tui.data import LiveFollower, RunData, load_run, run_source
 from tui.model import Model
-from tui.panels import METRICS, max_metric_offset
-from tui.screens import GotoScreen, HelpScreen, ReplicasScreen, RequestsScreen
+from tui.panels import METRICS, OBSERVED_METRICS, max_metric_offset, row_groups
+from tui.observed_view import scored_only_keys
+from tui.screens import GotoScreen, HelpScreen, ObservedScreen, ReplicasScreen, RequestsScreen
 from tui.timefmt import fmt_time, parse_time
 from tui.widgets import Events, Metrics, Panel, Timeline, header, hints
 
@@ -42,6 +43,14 @@ class RunUpdated(Message):
     def __init__(self, index: int, data: RunData | None, error: str | None = None):
         super().__init__()
         self.index, self.data, self.error = index, data, error
+
+
+class ObservedScored(Message):
+    """The export's overlay, scored against the finished first run (tui/observed.py)."""
+
+    def __init__(self, overlay):
+        super().__init__()
+        self.overlay = overlay
 
 
 class Dashboard(App):
@@ -82,19 +91,20 @@ class Dashboard(App):
         Binding("up", "scroll_metrics(-1)", "back up"),
         Binding("v", "decisions", "log: decisions only / all"),
         Binding("d", "requests", "worst requests at cursor"),
+        Binding("o", "observed", "observed vs replayed"),
         Binding("question_mark", "help", "this help"),
         Binding("q", "quit", "quit"),
     ]
 
     def __init__(self, runs: list[RunData], at_us: int | None = None, follow: bool = True, poll_s: float = 0.5,
                  exit_on_failure: bool = False, followers: dict | None = None, clock=time.monotonic,
-                 warmup_us: int | None = None):
+                 warmup_us: int | None = None, observed=None):
         super().__init__()
         self.clock = clock  # seconds; the input-quiet rule below reads it (tests drive it by hand)
         # live runs: index -> tui.data.LiveFollower (one is made for a live run given as data)
         self.followers = followers if followers is not None else {
             i: LiveFollower(r.path) for i, r in enumerate(runs) if r.live is not None}
-        self.model = Model(runs, at_us, warmup_us)
+        self.model = Model(runs, at_us, warmup_us, observed)
         self.follow = follow
         self.exit_on_failure = exit_on_failure
         self.poll_s = poll_s
@@ -118,6 +128,8 @@ class Dashboard(App):
         gc.freeze()
         self._player = self.set_interval(PLAY_INTERVAL_S, self._play_tick, pause=True)
         self._fit_events()
+        # after the first frame: the scoring thread would hold the GIL in front of it
+        self.call_after_refresh(self._score_when_finished)
         if self.follow and self.followers:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(FOLLOW_SWITCH_INTERVAL_S)
@@ -130,7 +142,7 @@ class Dashboard(App):
         """The metric rows get whole lines each (up to 4 per metric on a tall terminal); the
         event log takes every line left, and at least 4 (plus its rule)."""
         rows_left = self.size.height - 4  # header, timeline (2), key hints
-        needed = len(self.model.runs) * len(METRICS)
+        needed = row_groups(self.model, len(self.model.runs)) * len(METRICS + scored_extra(self.model))
         per_metric = min(4, max(1, (rows_left - EVENTS_MIN) // needed))
         self.query_one("#events").styles.height = max(EVENTS_MIN, rows_left - needed * per_metric)
 
@@ -233,6 +245,38 @@ class Dashboard(App):
     def action_requests(self) -> None:
         self.push_screen(RequestsScreen())
 
+    def action_observed(self) -> None:
+        self.push_screen(ObservedScreen())
+
+    # -- the observed export ------------------------------------------------------------------
+    def _score_when_finished(self) -> None:
+        """Score the export once the first run is whole (a finished run at once; a live one when
+        its replay has written it), off the interface's thread."""
+        overlay, run = self.model.observed, self.model.runs[0]
+        if overlay is None or overlay.scored or overlay.error is not None or run.live is not None:
+            return
+        if getattr(self, "_scoring", False):
+            return
+        self._scoring = True
+        self._score(overlay, run)
+
+    @work(thread=True, exclusive=True, group="observed")
+    def _score(self, overlay, run) -> None:
+        from tui.observed import score_run_dir
+
+        self.post_message(ObservedScored(score_run_dir(overlay, run.path, run.requests)))
+
+    def on_observed_scored(self, message: ObservedScored) -> None:
+        self._scoring = False
+        self.model.observed = message.overlay
+        gc.freeze()  # long-lived as the run is (on_mount)
+        if message.overlay.error is not None:
+            self.model.view.message = f"observed: not scored: {message.overlay.error}"
+        self._fit_events()
+        self.redraw()
+        if isinstance(self.screen, ObservedScreen):
+            self.screen.fill()
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -293,6 +337,12 @@ class Dashboard(App):
             self._apply_timer = self.set_timer(INPUT_QUIET_S - quiet, self._apply_later)
 
     def _apply_pending(self) -> None:
+        # Shown now (the reload itself may come at LIVE_DEFER_MAX_S): a timer set for held data
+        # would otherwise fire later with nothing held and the defer start reset (a TypeError
+        # on the next key: bench_tui's "live-key race").
+        if self._apply_timer is not None:
+            self._apply_timer.stop()
+            self._apply_timer = None
         pending, self._pending, self._deferred_since = self._pending, {}, None
         if not pending:
             return
@@ -306,15 +356,22 @@ class Dashboard(App):
                 self.model.view.message = f"stopped following: {message.error}"
         self.model.set_runs(runs)
         gc.freeze()
+        self._score_when_finished()
         self.redraw()
+
+
+def scored_extra(model: Model) -> tuple:
+    keys = scored_only_keys(model)
+    return tuple(spec for spec in OBSERVED_METRICS if spec.key in keys)
 
 
 def make_app(run: str | Path, compare: str | Path | None = None, at: str | None = None, *,
              follow: bool = True, poll_s: float = 0.5, exit_on_failure: bool = False,
-             warmup_s: float | None = None) -> Dashboard:
+             warmup_s: float | None = None, observed=None, diverge_threshold: float | None = None) -> Dashboard:
     """Load the run(s) (a UserError for anything unreadable) and build the dashboard, its cursor
     at `at` (M:SS from the start) when given; "first SLO breach" skips `warmup_s` (default: the
-    run's first metrics window)."""
+    run's first metrics window). `observed`: export files read against the first run (its
+    config.yaml's `observed:` section), drawn under its charts and scored against it."""
     if warmup_s is not None and not (math.isfinite(warmup_s) and warmup_s >= 0):
         raise UserError(f"--warmup {warmup_s:g}: expected a number of seconds, 0 or more")
     runs, followers = [], {}
@@ -325,6 +382,13 @@ def make_app(run: str | Path, compare: str | Path | None = None, at: str | None 
         else:
             followers[i] = LiveFollower(path)
             runs.append(followers[i].data)
+    overlay = None
+    if observed:
+        from tui.data import load_run_config
+        from tui.observed import DEFAULT_THRESHOLD, load_overlay
+
+        threshold = DEFAULT_THRESHOLD if diverge_threshold is None else diverge_threshold
+        overlay = load_overlay(observed, runs[0], load_run_config(Path(run)), threshold)
     at_us = None
     if at is not None:
         at_us = parse_time(at)
@@ -332,12 +396,15 @@ def make_app(run: str | Path, compare: str | Path | None = None, at: str | None 
         if at_us > end:
             raise UserError(f"--at {at}: outside the run (0:00 to {fmt_time(end)})")
     return Dashboard(runs, at_us, follow=follow, poll_s=poll_s, exit_on_failure=exit_on_failure,
-                     followers=followers, warmup_us=None if warmup_s is None else round(warmup_s * 1e6))
+                     followers=followers, warmup_us=None if warmup_s is None else round(warmup_s * 1e6),
+                     observed=overlay)
 
 
 async def render_svg(app: Dashboard, size: tuple[int, int]) -> str:
     """The dashboard drawn headless at `size` (columns, rows), as SVG."""
     async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()  # an export's scoring: the picture shows its marks
         await pilot.pause()
         return app.export_screenshot(title=f"llm-replay: {app.model.runs[0].name}", simplify=True)
 

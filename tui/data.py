@@ -174,6 +174,14 @@ def _rows_in(path: Path) -> int | None:
         return None
 
 
+def _columns_in(path: Path) -> list[str] | None:
+    """A parquet file's column names from its footer (None when unreadable)."""
+    try:
+        return list(pl.read_parquet_schema(path))
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
+
+
 def _read_status(path: Path) -> LiveStatus:
     try:
         body = json.loads(path.read_text())
@@ -232,6 +240,12 @@ def load_run(path: Path | str) -> RunData:
     if status_file is None:
         return _load_finished(path, src)
     return LiveFollower(path).data
+
+
+def load_run_config(path: Path) -> dict:
+    """A run directory's config.yaml (a live run's, under live/, while it is written)."""
+    src, _ = run_source(path)
+    return _load_config(src / CONFIG_FILE)
 
 
 def _load_config(file: Path) -> dict:
@@ -524,13 +538,19 @@ class LiveFollower:
                                  "stopped before its end; shown as far as it was written")
             if (status.seq, status.state) == self.seen:
                 return None
-            chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
+            # The in-flight file first: the writer keeps only the newest two, so reading many
+            # chunks before it (a first open on a busy machine) let it go every time, and five
+            # tries failed ("flushed faster than the dashboard could read"); chunks stay.
             inflight = None
             if status.seq:
                 file = src / inflight_name(status.seq)
-                if not file.is_file():
-                    continue
-                inflight = _read_parquet(file, REQUESTS)
+                try:
+                    inflight = _read_parquet(file, REQUESTS)
+                except UserError:
+                    if file.is_file():
+                        raise
+                    continue  # dropped between the status and here: read the status again
+            chunks = [self._read_chunk(src, k) for k in range(self.read_seq + 1, status.seq + 1)]
             for ticks, events, requests, firsts in chunks:  # everything read: now append
                 b = self.builder
                 b.add_requests(_ended(requests), firsts["first_token_us"].to_numpy(),
@@ -557,7 +577,9 @@ class LiveFollower:
         b = self.builder
         if b is not None and self.seen is not None and self.seen[1] == "writing":
             held = sum(f.height for f in self.requests) + (self.inflight.height if self.inflight is not None else 0)
+            # the same rows, and no column the live chunks lack (a request log's observed TTFT/E2E)
             if (_rows_in(src / TICKS.table.file) == b.tick_rows and _rows_in(src / REQUESTS.table.file) == held
-                    and _rows_in(src / EVENTS.table.file) == b.event_rows):
+                    and _rows_in(src / EVENTS.table.file) == b.event_rows
+                    and _columns_in(src / REQUESTS.table.file) == self.data.requests.columns):
                 return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)

@@ -10,6 +10,8 @@ import numpy as np
 
 from tui.charts import column_edges, column_of, downsample
 from tui.data import FLEET, RunData
+from tui.observed import SCORED_ONLY
+from tui.observed_view import replayed_at, replayed_columns
 from tui.views import WORKLOAD_PREFIX, workload_of, workload_values, workloads
 
 SPEEDS = (1, 2, 5, 10, 30, 60, 120, 300, 600)  # simulated seconds per wall second
@@ -37,8 +39,11 @@ class View:
 class Model:
     """runs[0] is the run; runs[1], when present, the one it is compared with."""
 
-    def __init__(self, runs: list[RunData], at_us: int | None = None, warmup_us: int | None = DEFAULT_WARMUP):
+    def __init__(self, runs: list[RunData], at_us: int | None = None, warmup_us: int | None = DEFAULT_WARMUP,
+                 observed=None):
         self.view = View()
+        # tui.observed.Overlay of an export, scored against runs[0] (tui/observed_view.py draws it)
+        self.observed = observed
         self._warmup_us = warmup_us
         self.runs: list[RunData] = []
         self._cache: dict = {}
@@ -140,6 +145,8 @@ class Model:
         """A metric of the current scope, one value per chart column (cached per run, scope,
         width and axis; after a live run grows, only the columns from its old end on are redone)."""
         scope = self.view.scope
+        if key in SCORED_ONLY:  # a row only an export brings: the replayed side of its scoring
+            return replayed_columns(self, key, width, how) if run is self.runs[0] else np.full(width, np.nan)
         k = next(i for i, r in enumerate(self.runs) if r is run)
         cache_key = (k, scope, key, width, how, self.t_end)
         edges = column_edges(0, self.t_end, width)
@@ -179,6 +186,8 @@ class Model:
 
     def value_at(self, run: RunData, key: str) -> float | None:
         """The metric of the current scope at the cursor (None where the run has no such tick)."""
+        if key in SCORED_ONLY:
+            return replayed_at(self, key) if run is self.runs[0] else None
         i = run.index_at(self.view.cursor_us)
         wl = workload_of(self.view.scope)
         if wl is not None:

@@ -13,6 +13,8 @@ from rich.text import Text
 from tui.charts import bar_cells, cells_text, chart_top, column_of, columns_of, cursor_cell
 from tui.data import FLEET, RunData
 from tui.model import SPEEDS, Model
+from tui.observed_view import (MARK, OBS_STYLE, PARTED_STYLE, observed_at, observed_columns, overlay_of, parted_at,
+                               parted_columns, scored_only_keys, timeline_marks)
 from tui.timefmt import fmt_duration_ms, fmt_time
 from tui.views import workload_of
 
@@ -80,8 +82,26 @@ WORKLOAD_METRICS = (
 )
 
 
+# Rows only an export brings (tui/observed.py SCORED_ONLY): the run's ticks have no ITL or E2E
+# quantile; with an export both sides come from its scoring (histogram_quantile per rate window).
+OBSERVED_METRICS = (
+    MetricSpec("itl_p50_ms", "ITL p50 (rate win)", fmt_duration_ms, better=-1),
+    MetricSpec("itl_p99_ms", "ITL p99 (rate win)", fmt_duration_ms, better=-1),
+    MetricSpec("e2e_p50_ms", "E2E p50 (rate win)", fmt_duration_ms, better=-1),
+    MetricSpec("e2e_p99_ms", "E2E p99 (rate win)", fmt_duration_ms, better=-1),
+)
+
+
 def metrics_of(model: Model) -> tuple[MetricSpec, ...]:
-    return WORKLOAD_METRICS if workload_of(model.view.scope) is not None else METRICS
+    if workload_of(model.view.scope) is not None:
+        return WORKLOAD_METRICS
+    extra = scored_only_keys(model)
+    return METRICS + tuple(spec for spec in OBSERVED_METRICS if spec.key in extra) if extra else METRICS
+
+
+def row_groups(model: Model, runs: int) -> int:
+    """Charts per metric: one per run with the scope, and the export's line under them."""
+    return runs + (1 if overlay_of(model) is not None else 0)
 
 
 def value_width(width: int) -> int:
@@ -138,7 +158,7 @@ def max_metric_offset(model: Model, height: int) -> int:
     """How far the metric rows scroll: until the last one shows (one line says there are more)."""
     runs = [run for run in model.runs if model.has_scope(run)]
     n = len(metrics_of(model))
-    fit = max(height - (len(model.runs) - len(runs)), 1) // max(len(runs), 1)
+    fit = max(height - (len(model.runs) - len(runs)), 1) // max(row_groups(model, len(runs)), 1)
     return 0 if fit >= n else n - max(fit - 1, 1)
 
 
@@ -200,14 +220,15 @@ def metric_rows(model: Model, width: int, height: int) -> list[Text | ChartRow]:
             wl = workload_of(scope)
             what = f"no requests of workload {wl!r}" if wl is not None else f"no pool {scope!r}"
             lines.append(Text(f"{'':<{LABEL_W}}{run.name} has {what}", RUN_STYLES[k] + " italic"))
-    fit = max(height - len(lines), 1) // max(len(runs), 1)
+    fit = max(height - len(lines), 1) // max(row_groups(model, len(runs)), 1)
     rows = min(max(fit // len(metrics), 1), 4)
     offset = min(model.view.metric_offset, max_metric_offset(model, height))
     shown = metrics if fit >= len(metrics) else metrics[offset:][: max(fit - 1, 1)]
     cursor_col = column_of(model.view.cursor_us, 0, model.t_end, chart_w)
     for spec in shown if runs else ():
         cols = [model.column_values(run, spec.key, chart_w, spec.how) for _, run in runs]
-        top = chart_top(*cols, fixed=spec.top)
+        observed = observed_columns(model, spec.key, chart_w, spec.how)
+        top = chart_top(*cols, observed, fixed=spec.top)
         values = [model.value_at(run, spec.key) for _, run in runs]
         for n, ((k, run), col) in enumerate(zip(runs, cols)):
             styles = _diff_styles(spec, cols[0], col) if n == 1 else None
@@ -224,10 +245,37 @@ def metric_rows(model: Model, width: int, height: int) -> list[Text | ChartRow]:
                         value.append_text(_delta(spec, values[0], values[1]))
                     value.truncate(value_w + 2)
                 lines.append(ChartRow(f"{label[:LABEL_W - 1]:<{LABEL_W}}", lab_style, cells, cursor_col, value))
+        if observed is not None:
+            lines += observed_rows(model, spec, observed, top, rows, cursor_col, value_w)
     if len(shown) < len(metrics):
         rest = len(metrics) - len(shown) - offset
         lines.append(Text(f"{'':<{LABEL_W}}↑↓ more metrics ({offset} above, {rest} below)", "grey50 italic"))
     return lines
+
+
+def observed_rows(model: Model, spec: MetricSpec, observed: np.ndarray, top: float, rows: int, cursor_col: int,
+                  value_w: int) -> list[ChartRow]:
+    """The export's line under a metric's runs: its columns where it parts from the run in red,
+    its value at the cursor with the replay's gap to it (red where that window parts)."""
+    parted = parted_columns(model, spec.key, len(observed))
+    styles = None if parted is None else [PARTED_STYLE if p else None for p in parted.tolist()]
+    out = []
+    for r, cells in enumerate(_chart_cells(observed, top, rows, OBS_STYLE, styles)):
+        value = None
+        if r == 0:
+            v = observed_at(model, spec.key)
+            shown = "-" if v is None else f"{v:.0f} replicas" if spec.key == "gpus" else spec.fmt(v)
+            value = Text(f" {shown} obs", OBS_STYLE)
+            replayed = model.value_at(model.runs[0], "replicas_active" if spec.key == "gpus" else spec.key)
+            if spec.key == "gpus" and replayed is not None:
+                replayed += model.value_at(model.runs[0], "replicas_loading") or 0.0
+            if v is not None and replayed is not None and v:
+                style = PARTED_STYLE if parted_at(model, spec.key) else "grey50"
+                value.append(f" Δ{(replayed - v) / abs(v):+.0%}", style)
+            value.truncate(value_w + 2)
+        label = f"{'  observed' if r == 0 else '':<{LABEL_W}}"
+        out.append(ChartRow(label, OBS_STYLE, cells, cursor_col, value))
+    return out
 
 
 def metric_lines(model: Model, width: int, height: int) -> list[Text]:
@@ -299,11 +347,14 @@ def saturation_text(model: Model) -> Text:
 
 def timeline_lines(model: Model, width: int) -> list[Text]:
     """The run as one bar: elapsed up to the cursor, scaling decisions (▲ up, ▼ down) of the first
-    run (of the second one too in compare mode, in its colour), the first SLO breach (!)."""
+    run (of the second one too in compare mode, in its colour), the first SLO breach (!), and with
+    an export, where the replay parts from it (≠)."""
     w = max(width, 2)
     t_end = model.t_end
     cur = column_of(model.view.cursor_us, 0, t_end, w)
     cells = [("━", "white") if i <= cur else ("─", "grey50") for i in range(w)]
+    for col in timeline_marks(model, w):  # where the replay parts from the export (tui/observed.py)
+        cells[col] = MARK
     for k, run in enumerate(model.runs):
         times, kinds = run.scaling_events(model.event_scope)
         for col, kind in zip(columns_of(times, 0, t_end, w).tolist(), kinds):

@@ -39,9 +39,23 @@ def disaggregated(run: RunData) -> bool:
     return "prefill_replica" in req.columns and req["prefill_replica"].null_count() < req.height
 
 
+# a run from a request log that recorded each request's TTFT and E2E (traces/records.py;
+# requests.parquet's observed_ttft_us / observed_e2e_us, replay/outputs/observed_requests.py)
+OBSERVED = {"obs TTFT": "observed_ttft_us", "obs E2E": "observed_e2e_us"}
+
+
+def has_observed(run: RunData) -> bool:
+    req = run.requests
+    return all(c in req.columns for c in OBSERVED.values()) and req["observed_ttft_us"].null_count() < req.height
+
+
 def columns_of(run: RunData) -> tuple[str, ...]:
-    """The table's columns: a P/D run's add where each request was prefilled and its KV transfer."""
-    return PD_COLUMNS if disaggregated(run) else COLUMNS
+    """The table's columns: a P/D run's add where each request was prefilled and its KV transfer;
+    a run from a request log with observed latencies, each beside the replayed one."""
+    columns = PD_COLUMNS if disaggregated(run) else COLUMNS
+    if has_observed(run):
+        columns = tuple(c for name in columns for c in ((name, "obs " + name) if "obs " + name in OBSERVED else (name,)))
+    return columns
 
 
 def sorts_of(run: RunData) -> tuple[str, ...]:
@@ -85,6 +99,9 @@ def request_rows(frame: pl.DataFrame, columns: tuple[str, ...] = COLUMNS) -> lis
             "prompt": f"{r['prompt_tokens']:,}", "output": f"{r['output_tokens']:,}",
             "status": r["status"] if r["status"] != "rejected" else f"rejected: {r['reject_reason']}",
         }
+        for name, column in OBSERVED.items():
+            if name in columns:
+                cells[name] = ms(r.get(column))
         if "prefill" in columns:
             local = r.get("prefill_replica") is None
             cells["prefill"] = "local" if local else f"{r['prefill_pool']} r{r['prefill_replica']}"
@@ -175,10 +192,33 @@ def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
         step("finished", r["finished_us"], note, "" if tpot is None or tpot <= tpot_target * 1000 else "red")
     elif r["status"] == "unfinished":
         step("unfinished", None, "still in flight when the replay ended", "yellow")
+    _observed_lines(t, r)
     t.append(f"\n  status {r['status']} · SLO {'met' if r['slo_met'] else 'missed'}\n\n",
              "bold green" if r["slo_met"] else "bold red")
     t.append_text(_life_bar(r, preempts["t_us"].to_list(), max(width - 4, 10)))
     return t
+
+
+def _observed_lines(t: Text, r: dict) -> None:
+    """What the request log recorded of this request beside what the replay made of it."""
+    replayed = {"TTFT": r.get("ttft_us"), "E2E": None if r["finished_us"] is None else r["finished_us"] - r["arrival_us"]}
+    shown = False
+    for name, column in OBSERVED.items():
+        observed = r.get(column)
+        if observed is None:
+            continue
+        label = name.removeprefix("obs ")
+        mine = replayed[label]
+        t.append(f"\n  {'observed ' + label:<13}", "bold yellow")
+        note = f"{fmt_duration_ms(observed / 1000)} in the request log"
+        if mine is not None:
+            note += f", replayed {fmt_duration_ms(mine / 1000)}"
+            if observed > 0:
+                note += f" ({(mine - observed) / observed:+.0%})"
+        t.append(f"{'':>12}  {note}", "yellow")
+        shown = True
+    if shown:
+        t.append("\n")
 
 
 def _transfer_note(r: dict) -> str:

@@ -47,13 +47,12 @@ def help_table() -> Table:
     rows: list[tuple] = []
     sections = (("dashboard", Dashboard.BINDINGS), ("requests (d)", RequestsScreen.BINDINGS),
                 ("request life", RequestLifeScreen.BINDINGS), ("go to time (g)", GotoScreen.BINDINGS),
-                ("replicas (r)", ReplicasScreen.BINDINGS))
+                ("replicas (r), observed (o)", merged(ReplicasScreen.BINDINGS, ObservedScreen.BINDINGS)))
     for title, bindings in sections:
         rows.append(("", Text(title, "bold underline")))  # in the wide column: the key column stays narrow
         rows += paired(bindings)
-    rows.append(("", Text("mouse", "bold underline")))
+    rows.append(("", Text("mouse, and notes", "bold underline")))  # one title: the help fits 80x24
     rows += MOUSE_HELP
-    rows.append(("", Text("notes", "bold underline")))
     rows += NOTES
     half = (len(rows) + 1) // 2
     table = Table(box=None, show_header=False, padding=(0, 1, 0, 0), expand=True)
@@ -70,6 +69,22 @@ NOTES = (
     ("SLO breach", "window SLO met under 99%"),
     ("warm-up", "b skips it: tui --warmup S"),
 )
+
+
+def merged(*screens) -> list[Binding]:
+    """The bindings of screens shown as one help section: one row for a description they share
+    ("esc r o  back to the dashboard"), each key once."""
+    out: list[Binding] = []
+    for bindings in screens:
+        for b in bindings:
+            same = next((i for i, o in enumerate(out) if o.description == b.description), None)
+            if same is None:
+                out.append(b)
+                continue
+            keys = [k for k in out[same].key.split(",")]
+            keys += [k for k in b.key.split(",") if k not in keys]
+            out[same] = Binding(",".join(keys), out[same].action, b.description)
+    return out
 
 
 def paired(bindings) -> list[tuple[str, str]]:
@@ -242,3 +257,60 @@ class RequestLifeScreen(ModalScreen):
         width = min(self.app.size.width, 100) - 4
         with VerticalScroll():
             yield Static(request_life(run, self.request_id, width), id="life")
+
+
+class ObservedScreen(Screen):
+    """Observed vs replayed per signal and pool (tui/observed_view.py): MAPE, r, the largest gap
+    and when; enter goes there, in that pool."""
+
+    BINDINGS = [Binding("escape,o", "app.pop_screen", "back to the dashboard"),
+                Binding("enter", "go", "observed: go to its gap")]
+    DEFAULT_CSS = """
+    ObservedScreen #obs-title { height: auto; }
+    ObservedScreen DataTable { height: 1fr; }
+    ObservedScreen #obs-notes { height: auto; color: $text-muted; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="obs-title")
+        yield DataTable(cursor_type="row", zebra_stripes=True, id="divergence")
+        yield Static(id="obs-notes")
+
+    def on_mount(self) -> None:
+        self.fill()
+        self.query_one(DataTable).focus()
+
+    def fill(self) -> None:
+        from tui.observed_view import HEADERS, divergence_cells, divergence_rows, divergence_title
+
+        overlay = self.app.model.observed
+        self.rows = divergence_rows(overlay) if overlay is not None else []
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        if overlay is None:
+            self.query_one("#obs-title", Static).update(Text(" no observed export: tui RUN --observed FILE", "italic"))
+            return
+        self.query_one("#obs-title", Static).update(divergence_title(overlay))
+        for name in HEADERS:
+            table.add_column(name, key=name)
+        for row in divergence_cells(overlay):
+            table.add_row(*row)
+        notes = list(overlay.notes)
+        if not self.rows and overlay.section is not None:
+            notes.insert(0, "no signal of the export was replayed for any pool")
+        self.query_one("#obs-notes", Static).update(Text("\n".join(notes)))
+
+    def action_go(self) -> None:
+        table = self.query_one(DataTable)
+        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
+            return
+        _, pool, d = self.rows[table.cursor_row]
+        model = self.app.model
+        if d["gap_at_s"] is None:
+            return
+        model.view.scope = pool if pool in model.scopes else "fleet"
+        self.app.pop_screen()
+        self.app.seek_to(round(d["gap_at_s"] * 1e6))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_go()

@@ -46,13 +46,14 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         live.mkdir(parents=True)
         (live / "config.yaml").write_text(yaml.safe_dump(resolved.to_dict(), sort_keys=False))
         _write_status(live, os.getpid())
+        # the child scores the export itself (the parent's checked copy does not travel: it needs no pickling)
         proc = multiprocessing.get_context("spawn").Process(target=replay_child, args=(args, str(out), trace, load_s),
                                                             daemon=True)
         proc.start()
         # The writer of live/ is the child from now on: a dashboard that finds it dead stops following.
         _write_status(live, proc.pid)
         try:
-            show(out)
+            show(out, observed=list(args.observed or []) or None)
         except BaseException:  # SIGTERM (or Ctrl-C) in the parent: stop the replay, leave nothing
             proc.terminate()
             proc.join()
@@ -75,11 +76,14 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
     if proc.exitcode == 0:
         from rich.console import Console
 
+        from replay.cli.run import print_observed
         from replay.outputs.report import print_summary
 
         report_trace_fixes(Console(stderr=True), trace)
-        if not args.quiet:  # the table `run` prints: the dashboard has left the screen
-            print_summary(Console(), json.loads((out / "summary.json").read_text()), out)
+        if not args.quiet:  # the tables `run` prints: the dashboard has left the screen
+            summary = json.loads((out / "summary.json").read_text())
+            print_summary(Console(), summary, out)
+            print_observed(Console(), summary)
         else:
             print(f"run written to {out}")
         return 0
@@ -90,6 +94,15 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
         raise UserError(error)
     print(f"llm-replay: the replay process failed (exit code {proc.exitcode}); nothing written", file=sys.stderr)
     return 1
+
+
+def _observed(args: argparse.Namespace, cfg, source: str):
+    """--observed read again in the child (the parent checked it before the dashboard started)."""
+    if not getattr(args, "observed", None):
+        return None
+    from replay.cli.observed import read_observed_files
+
+    return read_observed_files(args.observed, cfg.observed, source, [p.name for p in cfg.pools])
 
 
 def _write_status(live: Path, pid: int) -> None:
@@ -132,6 +145,7 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
     os.dup2(devnull, 2)
     import dataclasses
 
+    from replay.cli.run import RunInputs, with_observed
     from replay.cli.trace_options import effective_trace
     from replay.fleet.cluster import plan_pools
     from replay.config import load_config
@@ -161,6 +175,7 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
                               plans=plans, config_source=source, on_tick=writer.on_tick)
         writer.flush()  # the last ticks: the dashboard then holds the whole run and keeps it
         writer.status("writing")
+        result, _ = with_observed(result, RunInputs(cfg, source, plans, out_dir, trace, (), _observed(args, cfg, source)))
         write_run(out_dir, result, force=True, timing=timing)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the dashboard
         message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"

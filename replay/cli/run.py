@@ -79,9 +79,6 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
         raise UserError("--out: empty path; give a directory for the run")
     out = Path(args.out) if args.out else _default_out(args, cfg)
     observed_files = getattr(args, "observed", None) or []
-    if observed_files and getattr(args, "tui", False):
-        raise UserError("--observed: not with --tui (the dashboard draws no observed line yet); run without "
-                        "--tui, or score the run afterwards: llm-replay validate RUN --observed FILE")
     inputs = command_inputs(args.config, cfg) + tuple(observed_files)
     check_out_dir(out, args.force, inputs)
     observed = None
@@ -139,12 +136,7 @@ def _replay(args: argparse.Namespace) -> int:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                                   progress=progress, plans=checked.plans, config_source=checked.source)
         raise_if_signalled()
-        result = _with_observed_requests(result, trace.frame)
-        notes: list[str] = []
-        if checked.observed is not None:
-            # scored before the run is written: an export that maps to no pool, or lies outside
-            # the run's window, leaves no directory behind
-            result, notes = _score_observed(result, checked)
+        result, notes = with_observed(result, checked)
         write_run(out, result, force=args.force, timing=timing)
     if notes:
         from replay.cli.observed import print_notes
@@ -154,19 +146,34 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps(result.summary, indent=2))
     elif not args.quiet:
         print_summary(Console(), result.summary, out, wall_s=result.timing["replay_s"])
-        if "observed" in result.summary:
-            from replay.cli.observed import print_divergence
-
-            print_divergence(Console(), result.summary["observed"])
-        if "observed_requests" in result.summary:
-            from replay.outputs.observed_requests import print_comparison
-
-            print_comparison(Console(), result.summary["observed_requests"])
+        print_observed(Console(), result.summary)
     if args.json or args.quiet:
         # a run that went wrong says so even when its table is not printed
         for line in result.summary["verdict"]:
             console.print(f"[bold red]verdict:[/] {escape(line)}", soft_wrap=True)
     return 0
+
+
+def with_observed(result, checked: RunInputs):
+    """The run with what was observed: a request log's own TTFT/E2E per request, and the export
+    of --observed scored, before the run is written (an export that maps to no pool, or lies
+    outside the run's window, leaves no directory behind). (result, the notes to print)."""
+    result = _with_observed_requests(result, checked.trace.frame)
+    if checked.observed is None:
+        return result, []
+    return _score_observed(result, checked)
+
+
+def print_observed(console, summary: dict) -> None:
+    """The tables under the run's: the divergence from the export, the per-request comparison."""
+    if "observed" in summary:
+        from replay.cli.observed import print_divergence
+
+        print_divergence(console, summary["observed"])
+    if "observed_requests" in summary:
+        from replay.outputs.observed_requests import print_comparison
+
+        print_comparison(console, summary["observed_requests"])
 
 
 def _with_observed_requests(result, trace_frame):

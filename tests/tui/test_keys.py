@@ -18,7 +18,8 @@ S = 1_000_000
 TESTED_KEYS = {"space", "plus", "equals_sign", "minus", "right", "left", "shift+right", "shift+left", "pagedown",
                "pageup", "home", "end", "g", "b", "w", "n", "N", "p", "P", "f", "down", "up", "v", "d",
                "question_mark", "q",
-               "l", "L", "r"}  # tests/tui/test_review_views.py
+               "l", "L", "r",  # tests/tui/test_review_views.py
+               "o"}  # tests/tui/test_observed.py
 
 
 def drive(app, script, size=(100, 30)):

@@ -307,3 +307,57 @@ def test_new_data_waits_while_keys_come_but_not_for_long(tmp_path):
         await until(pilot, lambda: app.model.runs[0] is first)
 
     drive(app, script)
+
+
+def test_data_shown_at_the_defer_limit_leaves_no_stale_timer(tmp_path):
+    """The live-key race (bench_tui under load): data held while keys come is shown at the
+    LIVE_DEFER_MAX_S limit by the next reload itself; the timer set for the earlier one must not
+    fire after that on a key just pressed (it used to read the reset defer start, None, and the
+    dashboard died with a TypeError)."""
+    from tui.app import INPUT_QUIET_S, LIVE_DEFER_MAX_S, RunUpdated
+
+    out = tmp_path / "run"
+    live_until(out, 10)
+    live_until(tmp_path / "more", 20)
+    newer = load_run(tmp_path / "more")
+    clock = FakeClock(64.0)
+    app = make_app(out, follow=False)
+    app.clock = clock
+
+    async def script(pilot):
+        first = app.model.runs[0]
+        await pilot.press("left")
+        app.post_message(RunUpdated(0, newer))  # a key just came: held, a timer set
+        await pilot.pause()
+        assert app.model.runs[0] is first
+        clock.t += LIVE_DEFER_MAX_S + INPUT_QUIET_S / 4
+        await pilot.press("left")  # keys still coming, but the limit has passed
+        app.post_message(RunUpdated(0, first))
+        await until(pilot, lambda: app.model.runs[0] is first and app._deferred_since is None)
+        await pilot.pause(3 * INPUT_QUIET_S)  # the earlier timer's time comes and goes
+        assert app.is_running and app.model.runs[0] is first
+        await pilot.press("right")
+        assert app.is_running
+
+    drive(app, script)
+
+
+def test_a_first_open_slower_than_the_writer_still_reads_the_run(tmp_path, monkeypatch):
+    """bench_tui under load: opening a live run of many chunks takes long enough that the writer
+    drops the in-flight file named by the status read before them (it keeps the newest two);
+    the in-flight requests are read first, so the open does not fail five times over."""
+    from replay.outputs.schema import LIVE_DIR
+    from tui.data import LiveFollower
+
+    out = tmp_path / "run"
+    live_until(out, 10)
+    read_chunk = LiveFollower._read_chunk
+
+    def slow(self, src, k):  # the writer moves on while the chunks are read
+        for file in (out / LIVE_DIR).glob("inflight-*.parquet"):
+            file.unlink()
+        return read_chunk(self, src, k)
+
+    monkeypatch.setattr(LiveFollower, "_read_chunk", slow)
+    data = LiveFollower(out).data
+    assert data.live is not None and len(data.t_us) == 10
