@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numba
 import numpy as np
 import polars as pl
 
@@ -89,7 +90,7 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
         group = groups[key]
         factor = row["scale"] if group.kind == "gauge" else row["scale"] / config.rate_window_s
         passes[group.kind].add(row["series"], group, row["le"], factor)
-    scratch = np.empty(int(lengths.max()) if len(lengths) else 0)
+    scratch = np.empty((numba.get_num_threads(), int(lengths.max()) if len(lengths) else 0))
     passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s)
     passes["counter"].run(increases_nb, t_all, v_all, offsets, ticks, window_starts(ticks, config.rate_window_s),
                           config.rate_window_s, scratch)
@@ -134,16 +135,21 @@ class _Pass:
         for group in groups:
             group.total = self.total[group.base:group.base + len(group.les)]
             group.present = self.present[group.base:group.base + len(group.les)]
-        self.sids: list[int] = []
-        self.rows: list[int] = []
-        self.factors: list[float] = []
+        self.sids: list[list[int]] = [[] for _ in groups]
+        self.rows: list[list[int]] = [[] for _ in groups]
+        self.factors: list[list[float]] = [[] for _ in groups]
+        self.index = {id(group): i for i, group in enumerate(groups)}
 
     def add(self, sid: int, group: _Group, le: float | None, factor: float) -> None:
-        self.sids.append(sid)
-        self.rows.append(group.base + group.slot(le))
-        self.factors.append(factor)
+        i = self.index[id(group)]
+        self.sids[i].append(sid)
+        self.rows[i].append(group.base + group.slot(le))
+        self.factors[i].append(factor)
 
     def run(self, kernel, t_all, v_all, offsets, *args) -> None:
-        if self.sids:
-            kernel(t_all, v_all, offsets, np.array(self.sids, np.int64), np.array(self.rows, np.int64),
-                   np.array(self.factors, np.float64), self.total, self.present, *args)
+        if not any(self.sids):
+            return
+        flat = (lambda lists, dtype: np.array([x for part in lists for x in part], dtype))
+        groups = np.concatenate(([0], np.cumsum([len(part) for part in self.sids]))).astype(np.int64)
+        kernel(t_all, v_all, offsets, flat(self.sids, np.int64), flat(self.rows, np.int64),
+               flat(self.factors, np.float64), groups, self.total, self.present, *args)

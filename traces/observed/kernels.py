@@ -18,25 +18,55 @@ find counter resets.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import get_thread_id, njit, prange
 
 _MAX = np.finfo(np.float64).max  # what np.nan_to_num makes of +Inf
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _count_le_nb(t, x, c):
-    """How many of `t` are <= x, searched forward from `c`, the previous answer (for an x no
-    smaller than the previous one; a smaller x walks back, so the answer is right either way)."""
+def _count_le_nb(t, x, guess):
+    """How many of `t` are <= x: `guess` (_guess_nb) is checked first, then the answer is
+    galloped to from there, so the result does not depend on the guess."""
     m = len(t)
-    while c > 0 and t[c - 1] > x:
-        c -= 1
-    if c >= m or t[c] > x:
+    c = min(max(guess, 0), m)
+    if (c == 0 or t[c - 1] <= x) and (c == m or t[c] > x):
         return c
-    lo, step = c, 1  # t[lo] <= x
-    while lo + step < m and t[lo + step] <= x:
-        lo += step
+    step = 1
+    if c > 0 and t[c - 1] > x:  # too far: gallop back until an index at or below x, or the start
+        while c - step - 1 >= 0 and t[c - step - 1] > x:
+            step *= 2
+        return _bisect_nb(t, x, max(c - step - 1, -1), c - step // 2 - 1)
+    while c + step < m and t[c + step] <= x:  # t[c] <= x: gallop forward
         step *= 2
-    hi = min(lo + step, m)  # t[hi] > x, or past the end
+    return _bisect_nb(t, x, c + step // 2, min(c + step, m))
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _spacing_nb(t):
+    """The mean interval of `t`, or 0 where there is none to speak of."""
+    m = len(t)
+    spacing = (t[m - 1] - t[0]) / (m - 1) if m > 1 else 0.0
+    return spacing if spacing > 0 and np.isfinite(spacing) else 0.0
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _guess_nb(t, spacing, x, fallback):
+    """Where x would fall among evenly spaced `t`: a guess for _count_le_nb from arithmetic
+    alone, not from the previous search, so that the searches of consecutive ticks do not wait
+    on each other's memory reads (a bucket's windows are 60 samples apart: a cache miss each)."""
+    if spacing == 0.0:
+        return fallback
+    g = (x - t[0]) / spacing
+    if not g >= 0.0:
+        return 0
+    if g >= len(t):
+        return len(t)
+    return int(g) + 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _bisect_nb(t, x, lo, hi):
+    """The count of `t` <= x, given t[lo] <= x (or lo == -1) and t[hi] > x (or hi == len)."""
     while hi - lo > 1:
         mid = (lo + hi) >> 1
         if t[mid] <= x:
@@ -61,20 +91,25 @@ def _add_nb(total, present, i, value, factor):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def instants_nb(t_all, v_all, offsets, sids, rows, factors, total, present, ticks, lookback):
+def _instants_one_nb(t, v, ticks, lookback, factor, out_t, out_p):
+    c = 0
+    for i in range(len(ticks)):
+        c = _count_le_nb(t, ticks[i], c + 1)  # scrapes and ticks advance together
+        value = np.nan
+        if c > 0 and t[c - 1] > ticks[i] - lookback:
+            value = v[c - 1]
+        _add_nb(out_t, out_p, i, value, factor)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def instants_nb(t_all, v_all, offsets, sids, rows, factors, groups, total, present, ticks, lookback):
     """Each listed series' latest sample in (tick - lookback, tick] at every tick, added into
-    `total[rows[k]]`, `present[rows[k]]` times factors[k]."""
-    for k in range(len(sids)):
-        a, b = offsets[sids[k]], offsets[sids[k] + 1]
-        t, v = t_all[a:b], v_all[a:b]
-        out_t, out_p = total[rows[k]], present[rows[k]]
-        c = 0
-        for i in range(len(ticks)):
-            c = _count_le_nb(t, ticks[i], c)
-            value = np.nan
-            if c > 0 and t[c - 1] > ticks[i] - lookback:
-                value = v[c - 1]
-            _add_nb(out_t, out_p, i, value, factors[k])
+    `total[rows[k]]`, `present[rows[k]]` times factors[k]. `groups`: where each output's series
+    begin in the lists; outputs run in parallel, an output's series in their listed order."""
+    for g in prange(len(groups) - 1):
+        for k in range(groups[g], groups[g + 1]):
+            a, b = offsets[sids[k]], offsets[sids[k] + 1]
+            _instants_one_nb(t_all[a:b], v_all[a:b], ticks, lookback, factors[k], total[rows[k]], present[rows[k]])
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
@@ -129,25 +164,36 @@ def _increase_nb(t, v, level, at, c_hi, lo, window):
 
 @njit(cache=True, _nrt=False, error_model="numpy")
 def _increases_one_nb(t, v, level, on, lower, window, factor, out_t, out_p):
+    m = len(t)
+    spacing = _spacing_nb(t) if m else 0.0
+    # points many samples apart (a bucket's windows): guess from arithmetic, else follow on
+    jump = len(on) > 1 and spacing > 0 and on[1] - on[0] > 8 * spacing
     c_hi, lo = 0, 0
     for i in range(len(on)):
         value = np.nan
-        if len(t):
-            c_hi, lo = _count_le_nb(t, on[i], c_hi), _count_le_nb(t, lower[i], lo)
+        if m:
+            c_hi = _count_le_nb(t, on[i], _guess_nb(t, spacing, on[i], c_hi) if jump else c_hi + 1)
+            lo = _count_le_nb(t, lower[i], _guess_nb(t, spacing, lower[i], lo) if jump else lo + 1)
             value = _increase_nb(t, v, level, on[i], c_hi, lo, window)
         _add_nb(out_t, out_p, i, value, factor)
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def increases_nb(t_all, v_all, offsets, sids, rows, factors, total, present, on, lower, window, scratch):
+def _increases_series_nb(t, v, on, lower, window, factor, out_t, out_p, scratch):
+    if _level_nb(v, scratch):
+        _increases_one_nb(t, v, scratch[:len(v)], on, lower, window, factor, out_t, out_p)
+    else:
+        _increases_one_nb(t, v, v, on, lower, window, factor, out_t, out_p)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def increases_nb(t_all, v_all, offsets, sids, rows, factors, groups, total, present, on, lower, window, scratch):
     """Each listed series' extrapolated increase over (on[i] - window, on[i]] at every point of
-    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k]. `scratch`: as long as
-    the longest series, for a counter that resets."""
-    for k in range(len(sids)):
-        a, b = offsets[sids[k]], offsets[sids[k] + 1]
-        t, v = t_all[a:b], v_all[a:b]
-        out_t, out_p = total[rows[k]], present[rows[k]]
-        if _level_nb(v, scratch):
-            _increases_one_nb(t, v, scratch[:b - a], on, lower, window, factors[k], out_t, out_p)
-        else:
-            _increases_one_nb(t, v, v, on, lower, window, factors[k], out_t, out_p)
+    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], outputs in parallel
+    as instants_nb. `scratch`: a row per thread as long as the longest series, for a counter
+    that resets."""
+    for g in prange(len(groups) - 1):
+        for k in range(groups[g], groups[g + 1]):
+            a, b = offsets[sids[k]], offsets[sids[k] + 1]
+            _increases_series_nb(t_all[a:b], v_all[a:b], on, lower, window, factors[k], total[rows[k]],
+                                 present[rows[k]], scratch[get_thread_id()])
