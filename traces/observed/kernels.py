@@ -102,12 +102,13 @@ def _instants_one_nb(t, v, ticks, lookback, factor, out_t, out_p):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def instants_nb(t_all, v_all, offsets, sids, rows, factors, groups, total, present, ticks, lookback):
+def instants_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, ticks, lookback):
     """Each listed series' latest sample in (tick - lookback, tick] at every tick, added into
-    `total[rows[k]]`, `present[rows[k]]` times factors[k]. `groups`: where each output's series
-    begin in the lists; outputs run in parallel, an output's series in their listed order."""
-    for g in prange(len(groups) - 1):
-        for k in range(groups[g], groups[g + 1]):
+    `total[rows[k]]`, `present[rows[k]]` times factors[k]. `parts`: where each part's series
+    begin in the lists; parts run in parallel, a part's series in their listed order (a part
+    holds every series of the outputs it adds into: a group's sum has one order)."""
+    for g in prange(len(parts) - 1):
+        for k in range(parts[g], parts[g + 1]):
             a, b = offsets[sids[k]], offsets[sids[k] + 1]
             _instants_one_nb(t_all[a:b], v_all[a:b], ticks, lookback, factors[k], total[rows[k]], present[rows[k]])
 
@@ -130,10 +131,10 @@ def _level_nb(v, scratch):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy", inline="always")
-def _increase_nb(t, v, level, at, c_hi, lo, window):
-    """promql.increase_at(windows(...)) at one point: the range (at - window, at], with `c_hi`
-    its samples <= at and `lo` those <= the range's open edge (promql.windows' shifted grid);
-    `level` from _level_nb."""
+def _geometry_nb(t, at, c_hi, lo, window):
+    """promql.windows at one point: the range (at - window, at], `c_hi` its samples <= at and
+    `lo` those <= the range's open edge (promql.windows' shifted grid). (whether it has a rate,
+    last and first sample, their span, the extrapolation to the range's start and end)."""
     count = c_hi - lo
     hi = max(c_hi - 1, 0)
     lo = min(lo, max(len(t) - 1, 0))
@@ -147,8 +148,12 @@ def _increase_nb(t, v, level, at, c_hi, lo, window):
     to_end = at - last_t
     if to_end >= threshold:
         to_end = average / 2
-    if not (count >= 2 and sampled > 0):
-        return np.nan
+    return count >= 2 and sampled > 0, hi, lo, sampled, to_start, to_end
+
+
+@njit(cache=True, _nrt=False, error_model="numpy", inline="always")
+def _extrapolate_nb(v, level, hi, lo, sampled, to_start, to_end):
+    """promql.increase_at at one point of a window with a rate; `level` from _level_nb."""
     result = level[hi] - level[lo]
     first_v = v[lo]
     if result > 0 and first_v >= 0:
@@ -163,37 +168,86 @@ def _increase_nb(t, v, level, at, c_hi, lo, window):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def _increases_one_nb(t, v, level, on, lower, window, factor, out_t, out_p):
-    m = len(t)
-    spacing = _spacing_nb(t) if m else 0.0
-    # points many samples apart (a bucket's windows): guess from arithmetic, else follow on
-    jump = len(on) > 1 and spacing > 0 and on[1] - on[0] > 8 * spacing
+def _sparse_nb(t, v, level, on, lower, window, factor, out_t, out_p):
+    """Points many samples apart (a bucket's windows): each search starts from a guess by
+    arithmetic, so consecutive searches do not wait on each other's cache misses."""
+    spacing = _spacing_nb(t)
     c_hi, lo = 0, 0
     for i in range(len(on)):
-        value = np.nan
-        if m:
-            c_hi = _count_le_nb(t, on[i], _guess_nb(t, spacing, on[i], c_hi) if jump else c_hi + 1)
-            lo = _count_le_nb(t, lower[i], _guess_nb(t, spacing, lower[i], lo) if jump else lo + 1)
-            value = _increase_nb(t, v, level, on[i], c_hi, lo, window)
+        c_hi = _count_le_nb(t, on[i], _guess_nb(t, spacing, on[i], c_hi))
+        lo = _count_le_nb(t, lower[i], _guess_nb(t, spacing, lower[i], lo))
+        ok, hi, first, sampled, to_start, to_end = _geometry_nb(t, on[i], c_hi, lo, window)
+        value = _extrapolate_nb(v, level, hi, first, sampled, to_start, to_end) if ok else np.nan
         _add_nb(out_t, out_p, i, value, factor)
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def _increases_series_nb(t, v, on, lower, window, factor, out_t, out_p, scratch):
-    if _level_nb(v, scratch):
-        _increases_one_nb(t, v, scratch[:len(v)], on, lower, window, factor, out_t, out_p)
-    else:
-        _increases_one_nb(t, v, v, on, lower, window, factor, out_t, out_p)
+def _place_nb(t, on, lower, window, at, geo):
+    """Every point's window geometry over `t` into `at` (hi, first; first = -1: no rate) and
+    `geo` (span, to start, to end): shared by the series scraped at the same instants."""
+    c_hi, lo = 0, 0
+    for i in range(len(on)):
+        c_hi = _count_le_nb(t, on[i], c_hi + 1)
+        lo = _count_le_nb(t, lower[i], lo + 1)
+        ok, hi, first, sampled, to_start, to_end = _geometry_nb(t, on[i], c_hi, lo, window)
+        at[0, i], at[1, i] = hi, first if ok else -1
+        geo[0, i], geo[1, i], geo[2, i] = sampled, to_start, to_end
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _dense_nb(v, level, at, geo, factor, out_t, out_p):
+    for i in range(at.shape[1]):
+        value = np.nan
+        if at[1, i] >= 0:
+            value = _extrapolate_nb(v, level, at[0, i], at[1, i], geo[0, i], geo[1, i], geo[2, i])
+        _add_nb(out_t, out_p, i, value, factor)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _same_nb(a, b):
+    if len(a) != len(b):
+        return False
+    for j in range(len(a)):
+        if a[j] != b[j]:
+            return False
+    return True
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _increases_series_nb(t_all, offsets, sid, v, level, on, lower, window, factor, out_t, out_p, at, geo, held):
+    """One series: the sparse search or the dense walk, whose geometry is kept for the next
+    series scraped at the same instants (`held[0]`: the series it was placed for)."""
+    t = t_all[offsets[sid]:offsets[sid + 1]]
+    if len(t) == 0:
+        for i in range(len(on)):
+            _add_nb(out_t, out_p, i, np.nan, factor)
+        return
+    spacing = _spacing_nb(t)
+    if len(on) > 1 and spacing > 0 and on[1] - on[0] > 8 * spacing:
+        _sparse_nb(t, v, level, on, lower, window, factor, out_t, out_p)
+        return
+    if held[0] < 0 or not _same_nb(t, t_all[offsets[held[0]]:offsets[held[0] + 1]]):
+        _place_nb(t, on, lower, window, at, geo)
+        held[0] = sid
+    _dense_nb(v, level, at, geo, factor, out_t, out_p)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def increases_nb(t_all, v_all, offsets, sids, rows, factors, groups, total, present, on, lower, window, scratch):
+def increases_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, on, lower, window, scratch,
+                 at, geo, held):
     """Each listed series' extrapolated increase over (on[i] - window, on[i]] at every point of
-    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], outputs in parallel
-    as instants_nb. `scratch`: a row per thread as long as the longest series, for a counter
-    that resets."""
-    for g in prange(len(groups) - 1):
-        for k in range(groups[g], groups[g + 1]):
+    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], parts in parallel
+    as instants_nb. Per thread: `scratch` (as long as the longest series, for a counter that
+    resets), `at` / `geo` / `held` (the last placed geometry, _increases_series_nb)."""
+    for g in prange(len(parts) - 1):
+        me = get_thread_id()
+        held[me, 0] = -1
+        for k in range(parts[g], parts[g + 1]):
             a, b = offsets[sids[k]], offsets[sids[k] + 1]
-            _increases_series_nb(t_all[a:b], v_all[a:b], on, lower, window, factors[k], total[rows[k]],
-                                 present[rows[k]], scratch[get_thread_id()])
+            v = v_all[a:b]
+            if _level_nb(v, scratch[me]):  # two calls: the level is v itself or scratch, two types
+                _increases_series_nb(t_all, offsets, sids[k], v, scratch[me][:b - a], on, lower, window, factors[k],
+                                     total[rows[k]], present[rows[k]], at[me], geo[me], held[me])
+            else:
+                _increases_series_nb(t_all, offsets, sids[k], v, v, on, lower, window, factors[k],
+                                     total[rows[k]], present[rows[k]], at[me], geo[me], held[me])
