@@ -94,7 +94,7 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
     threads = numba.get_num_threads()
     scratch = np.empty((threads, int(lengths.max()) if len(lengths) else 0))
     at, geo, held = np.empty((threads, 2, grid.n), np.int64), np.empty((threads, 3, grid.n)), np.empty((threads, 1), np.int64)
-    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s)
+    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s, at, held)
     for kind, on in (("counter", ticks), ("histogram", ends)):
         passes[kind].run(increases_nb, t_all, v_all, offsets, on, window_starts(on, config.rate_window_s),
                          config.rate_window_s, scratch, at[:, :, :len(on)], geo[:, :, :len(on)], held)

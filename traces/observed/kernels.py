@@ -50,13 +50,19 @@ def _spacing_nb(t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _guess_nb(t, spacing, x, fallback):
+def _per_sample_nb(spacing):
+    """1 / spacing for _guess_nb (a guess needs no exact division), 0 for no spacing."""
+    return 1.0 / spacing if spacing > 0.0 else 0.0
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _guess_nb(t, per_sample, x, fallback):
     """Where x would fall among evenly spaced `t`: a guess for _count_le_nb from arithmetic
     alone, not from the previous search, so that the searches of consecutive ticks do not wait
     on each other's memory reads (a bucket's windows are 60 samples apart: a cache miss each)."""
-    if spacing == 0.0:
+    if per_sample == 0.0:
         return fallback
-    g = (x - t[0]) / spacing
+    g = (x - t[0]) * per_sample
     if not g >= 0.0:
         return 0
     if g >= len(t):
@@ -90,27 +96,45 @@ def _add_nb(total, present, i, value, factor):
         total[i] += value * factor
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def _same_nb(a, b):
+    if len(a) != len(b):
+        return False
+    for j in range(len(a)):
+        if a[j] != b[j]:
+            return False
+    return True
+
+
 @njit(cache=True, _nrt=False, error_model="numpy")
-def _instants_one_nb(t, v, ticks, lookback, factor, out_t, out_p):
+def _latest_nb(t, ticks, lookback, last):
+    """promql.latest: each tick's latest sample in (tick - lookback, tick], -1 for none."""
     c = 0
     for i in range(len(ticks)):
         c = _count_le_nb(t, ticks[i], c + 1)  # scrapes and ticks advance together
-        value = np.nan
-        if c > 0 and t[c - 1] > ticks[i] - lookback:
-            value = v[c - 1]
-        _add_nb(out_t, out_p, i, value, factor)
+        last[i] = c - 1 if c > 0 and t[c - 1] > ticks[i] - lookback else -1
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def instants_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, ticks, lookback):
+def instants_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, ticks, lookback, at, held):
     """Each listed series' latest sample in (tick - lookback, tick] at every tick, added into
     `total[rows[k]]`, `present[rows[k]]` times factors[k]. `parts`: where each part's series
     begin in the lists; parts run in parallel, a part's series in their listed order (a part
-    holds every series of the outputs it adds into: a group's sum has one order)."""
+    holds every series of the outputs it adds into: a group's sum has one order). Per thread,
+    `at[0]` keeps the positions of the last series placed (`held`) for the next one scraped at
+    the same instants."""
     for g in prange(len(parts) - 1):
+        me = get_thread_id()
+        held[me, 0] = -1
         for k in range(parts[g], parts[g + 1]):
-            a, b = offsets[sids[k]], offsets[sids[k] + 1]
-            _instants_one_nb(t_all[a:b], v_all[a:b], ticks, lookback, factors[k], total[rows[k]], present[rows[k]])
+            sid, last = sids[k], at[me, 0]
+            t, v = t_all[offsets[sid]:offsets[sid + 1]], v_all[offsets[sid]:offsets[sid + 1]]
+            if held[me, 0] < 0 or not _same_nb(t, t_all[offsets[held[me, 0]]:offsets[held[me, 0] + 1]]):
+                _latest_nb(t, ticks, lookback, last)
+                held[me, 0] = sid
+            out_t, out_p = total[rows[k]], present[rows[k]]
+            for i in range(len(ticks)):
+                _add_nb(out_t, out_p, i, v[last[i]] if last[i] >= 0 else np.nan, factors[k])
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
@@ -171,11 +195,22 @@ def _extrapolate_nb(v, level, hi, lo, sampled, to_start, to_end):
 def _sparse_nb(t, v, level, on, lower, window, factor, out_t, out_p):
     """Points many samples apart (a bucket's windows): each search starts from a guess by
     arithmetic, so consecutive searches do not wait on each other's cache misses."""
-    spacing = _spacing_nb(t)
+    per_sample = _per_sample_nb(_spacing_nb(t))
+    # Touch each point's guessed sample first: independent reads, so their cache misses overlap,
+    # where the searches below would take them one at a time. (Kept by being looked at.)
+    warm = 0.0
+    for i in range(len(on)):
+        g = _guess_nb(t, per_sample, on[i], 0)
+        warm += t[g - 1] if g > 0 else 0.0
+    if warm == -1.0:
+        out_p[0] += 0
     c_hi, lo = 0, 0
     for i in range(len(on)):
-        c_hi = _count_le_nb(t, on[i], _guess_nb(t, spacing, on[i], c_hi))
-        lo = _count_le_nb(t, lower[i], _guess_nb(t, spacing, lower[i], lo))
+        # windows that tile the range (a quantile query's step is its window) begin where the
+        # previous one ended: that count is the guess
+        guess = c_hi if i > 0 and lower[i] == on[i - 1] else _guess_nb(t, per_sample, lower[i], lo)
+        c_hi = _count_le_nb(t, on[i], _guess_nb(t, per_sample, on[i], c_hi))
+        lo = _count_le_nb(t, lower[i], guess)
         ok, hi, first, sampled, to_start, to_end = _geometry_nb(t, on[i], c_hi, lo, window)
         value = _extrapolate_nb(v, level, hi, first, sampled, to_start, to_end) if ok else np.nan
         _add_nb(out_t, out_p, i, value, factor)
@@ -201,16 +236,6 @@ def _dense_nb(v, level, at, geo, factor, out_t, out_p):
         if at[1, i] >= 0:
             value = _extrapolate_nb(v, level, at[0, i], at[1, i], geo[0, i], geo[1, i], geo[2, i])
         _add_nb(out_t, out_p, i, value, factor)
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _same_nb(a, b):
-    if len(a) != len(b):
-        return False
-    for j in range(len(a)):
-        if a[j] != b[j]:
-            return False
-    return True
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
