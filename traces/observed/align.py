@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 import polars as pl
 
@@ -89,15 +88,14 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
         key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
         group = groups[key]
         factor = row["scale"] if group.kind == "gauge" else row["scale"] / config.rate_window_s
-        passes[group.kind].add(row["pool"], row["series"], group, row["le"], factor)
-    # per thread: a resetting counter's level; the window geometry of the last target placed
-    threads = numba.get_num_threads()
-    scratch = np.empty((threads, int(lengths.max()) if len(lengths) else 0))
-    at, geo, held = np.empty((threads, 2, grid.n), np.int64), np.empty((threads, 3, grid.n)), np.empty((threads, 1), np.int64)
-    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s, at, held)
+        passes[group.kind].add(row["series"], group, row["le"], factor)
+    # a resetting counter's level; the sample positions / window geometry of the last target
+    scratch = np.empty(int(lengths.max()) if len(lengths) else 0)
+    at, geo = np.empty((2, grid.n), np.int64), np.empty((3, grid.n))
+    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s, at[0])
     for kind, on in (("counter", ticks), ("histogram", ends)):
         passes[kind].run(increases_nb, t_all, v_all, offsets, on, window_starts(on, config.rate_window_s),
-                         config.rate_window_s, scratch, at[:, :, :len(on)], geo[:, :, :len(on)], held)
+                         config.rate_window_s, scratch, at[:, :len(on)], geo[:, :len(on)], np.zeros(1, np.int64))
     out: dict[tuple[str, ...], np.ndarray] = {}
     for key, group in sorted(groups.items()):
         if group.kind == "histogram":
@@ -124,8 +122,7 @@ class _Group:
 
 class _Pass:
     """Every series of one kind, listed for one compiled call: which series, into which row of
-    `total` / `present` (a group's slot), times what; in parts by pool (a group is within one
-    pool), which the call runs in parallel."""
+    `total` / `present` (a group's slot), times what."""
 
     def __init__(self, kind: str, groups: list[_Group], width: int) -> None:
         base = 0
@@ -138,19 +135,16 @@ class _Pass:
         for group in groups:
             group.total = self.total[group.base:group.base + len(group.les)]
             group.present = self.present[group.base:group.base + len(group.les)]
-        self.parts: dict[str, tuple[list[int], list[int], list[float]]] = {}
+        self.sids: list[int] = []
+        self.rows: list[int] = []
+        self.factors: list[float] = []
 
-    def add(self, pool: str, sid: int, group: _Group, le: float | None, factor: float) -> None:
-        sids, rows, factors = self.parts.setdefault(pool, ([], [], []))
-        sids.append(sid)
-        rows.append(group.base + group.slot(le))
-        factors.append(factor)
+    def add(self, sid: int, group: _Group, le: float | None, factor: float) -> None:
+        self.sids.append(sid)
+        self.rows.append(group.base + group.slot(le))
+        self.factors.append(factor)
 
     def run(self, kernel, t_all, v_all, offsets, *args) -> None:
-        if not self.parts:
-            return
-        parts = list(self.parts.values())
-        flat = (lambda i, dtype: np.array([x for part in parts for x in part[i]], dtype))
-        starts = np.concatenate(([0], np.cumsum([len(part[0]) for part in parts]))).astype(np.int64)
-        kernel(t_all, v_all, offsets, flat(0, np.int64), flat(1, np.int64), flat(2, np.float64), starts,
-               self.total, self.present, *args)
+        if self.sids:
+            kernel(t_all, v_all, offsets, np.array(self.sids, np.int64), np.array(self.rows, np.int64),
+                   np.array(self.factors, np.float64), self.total, self.present, *args)

@@ -18,7 +18,7 @@ find counter resets.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_thread_id, njit, prange
+from numba import njit
 
 _MAX = np.finfo(np.float64).max  # what np.nan_to_num makes of +Inf
 
@@ -115,26 +115,21 @@ def _latest_nb(t, ticks, lookback, last):
         last[i] = c - 1 if c > 0 and t[c - 1] > ticks[i] - lookback else -1
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def instants_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, ticks, lookback, at, held):
+@njit(cache=True, _nrt=False, error_model="numpy")
+def instants_nb(t_all, v_all, offsets, sids, rows, factors, total, present, ticks, lookback, last):
     """Each listed series' latest sample in (tick - lookback, tick] at every tick, added into
-    `total[rows[k]]`, `present[rows[k]]` times factors[k]. `parts`: where each part's series
-    begin in the lists; parts run in parallel, a part's series in their listed order (a part
-    holds every series of the outputs it adds into: a group's sum has one order). Per thread,
-    `at[0]` keeps the positions of the last series placed (`held`) for the next one scraped at
-    the same instants."""
-    for g in prange(len(parts) - 1):
-        me = get_thread_id()
-        held[me, 0] = -1
-        for k in range(parts[g], parts[g + 1]):
-            sid, last = sids[k], at[me, 0]
-            t, v = t_all[offsets[sid]:offsets[sid + 1]], v_all[offsets[sid]:offsets[sid + 1]]
-            if held[me, 0] < 0 or not _same_nb(t, t_all[offsets[held[me, 0]]:offsets[held[me, 0] + 1]]):
-                _latest_nb(t, ticks, lookback, last)
-                held[me, 0] = sid
-            out_t, out_p = total[rows[k]], present[rows[k]]
-            for i in range(len(ticks)):
-                _add_nb(out_t, out_p, i, v[last[i]] if last[i] >= 0 else np.nan, factors[k])
+    `total[rows[k]]`, `present[rows[k]]` times factors[k], in the listed order. `last` keeps
+    the positions placed for one series for the next ones scraped at the same instants."""
+    held = -1
+    for k in range(len(sids)):
+        sid = sids[k]
+        t, v = t_all[offsets[sid]:offsets[sid + 1]], v_all[offsets[sid]:offsets[sid + 1]]
+        if held < 0 or not _same_nb(t, t_all[offsets[held]:offsets[held + 1]]):
+            _latest_nb(t, ticks, lookback, last)
+            held = sid
+        out_t, out_p = total[rows[k]], present[rows[k]]
+        for i in range(len(ticks)):
+            _add_nb(out_t, out_p, i, v[last[i]] if last[i] >= 0 else np.nan, factors[k])
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
@@ -257,22 +252,20 @@ def _increases_series_nb(t_all, offsets, sid, v, level, on, lower, window, facto
     _dense_nb(v, level, at, geo, factor, out_t, out_p)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def increases_nb(t_all, v_all, offsets, sids, rows, factors, parts, total, present, on, lower, window, scratch,
-                 at, geo, held):
+@njit(cache=True, _nrt=False, error_model="numpy")
+def increases_nb(t_all, v_all, offsets, sids, rows, factors, total, present, on, lower, window, scratch, at, geo,
+                 held):
     """Each listed series' extrapolated increase over (on[i] - window, on[i]] at every point of
-    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], parts in parallel
-    as instants_nb. Per thread: `scratch` (as long as the longest series, for a counter that
-    resets), `at` / `geo` / `held` (the last placed geometry, _increases_series_nb)."""
-    for g in prange(len(parts) - 1):
-        me = get_thread_id()
-        held[me, 0] = -1
-        for k in range(parts[g], parts[g + 1]):
-            a, b = offsets[sids[k]], offsets[sids[k] + 1]
-            v = v_all[a:b]
-            if _level_nb(v, scratch[me]):  # two calls: the level is v itself or scratch, two types
-                _increases_series_nb(t_all, offsets, sids[k], v, scratch[me][:b - a], on, lower, window, factors[k],
-                                     total[rows[k]], present[rows[k]], at[me], geo[me], held[me])
-            else:
-                _increases_series_nb(t_all, offsets, sids[k], v, v, on, lower, window, factors[k],
-                                     total[rows[k]], present[rows[k]], at[me], geo[me], held[me])
+    `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], in the listed order.
+    `scratch`: as long as the longest series, for a counter that resets; `at` / `geo` / `held`:
+    the last placed geometry and the series it was placed for (_increases_series_nb)."""
+    held[0] = -1
+    for k in range(len(sids)):
+        a, b = offsets[sids[k]], offsets[sids[k] + 1]
+        v = v_all[a:b]
+        if _level_nb(v, scratch):  # two calls: the level is v itself or scratch, two types
+            _increases_series_nb(t_all, offsets, sids[k], v, scratch[:b - a], on, lower, window, factors[k],
+                                 total[rows[k]], present[rows[k]], at, geo, held)
+        else:
+            _increases_series_nb(t_all, offsets, sids[k], v, v, on, lower, window, factors[k],
+                                 total[rows[k]], present[rows[k]], at, geo, held)
