@@ -23,8 +23,11 @@ _LES = (0.1, 1.0, math.inf)
 
 
 @st.composite
-def _times(draw):
-    gaps = draw(st.lists(st.integers(1, 20_000), min_size=0, max_size=25))
+def _times(draw, dense=False):
+    """Sample times in seconds from integer gaps in ms; `dense`: scrapes many to a rate window,
+    which kernels.py searches by guessing instead of walking."""
+    gaps = draw(st.lists(st.integers(100, 900), min_size=100, max_size=400) if dense
+                else st.lists(st.integers(1, 20_000), min_size=0, max_size=25))
     return draw(st.integers(0, 60_000)) / 1000.0 + np.cumsum(gaps) / 1000.0
 
 
@@ -61,9 +64,10 @@ def _fleet(draw):
                 t = shared if draw(st.booleans()) else draw(_times())
                 add(name, pool, replica, t, draw(_counter(len(t))))
             if draw(st.booleans()):
-                counts = np.sort(np.array([draw(_counter(len(shared))) for _ in _LES]), axis=0)
+                t = shared if draw(st.booleans()) else draw(_times(dense=True))
+                counts = np.sort(np.array([draw(_counter(len(t))) for _ in _LES]), axis=0)
                 for le, row in zip(_LES, counts):
-                    add("vllm:time_to_first_token_seconds", pool, replica, shared, row, le)
+                    add("vllm:time_to_first_token_seconds", pool, replica, t, row, le)
     series = pl.DataFrame(rows, orient="row", schema={
         "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
         "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})
