@@ -21,7 +21,8 @@ import polars as pl
 from traces.observed.config import ObservedConfig
 from traces.observed.mapping import Mapped
 from traces.observed.metrics import QUANTILES
-from traces.observed.promql import bucket_quantile, increase_at, instant_at, latest, windows
+from traces.observed.kernels import increases_nb, instants_nb
+from traces.observed.promql import bucket_quantile, window_starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +60,12 @@ class Aligned:
 def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool = False) -> Aligned:
     ticks = grid.times()
     ids = mapped.samples["series"].to_numpy()
-    t_all = mapped.samples["t"].to_numpy()
-    v_all = mapped.samples["value"].to_numpy()
+    t_all = np.ascontiguousarray(mapped.samples["t"].to_numpy(), dtype=np.float64)
+    v_all = np.ascontiguousarray(mapped.samples["value"].to_numpy(), dtype=np.float64)
     # where each series' samples begin, found once (searchsorted with a needle of another dtype
     # would cast the whole column on every call)
     top = int(mapped.series["series"].max() or 0) + 2 if mapped.series.height else 1
-    offsets = np.searchsorted(ids, np.arange(top, dtype=ids.dtype))
+    offsets = np.searchsorted(ids, np.arange(top, dtype=ids.dtype)).astype(np.int64)
     # Histograms: one quantile per window, a query whose step is the rate window, the last
     # window ending at the last tick; each tick carries the quantile of the window it is in.
     per = max(1, round(config.rate_window_s / grid.tick_s))
@@ -76,30 +77,25 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
     for row in rows:
         key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
         groups.setdefault(key, _Group(row["kind"], row["combine"])).bounds.add(row["le"])
-    for group in groups.values():
-        group.start(len(ends) if group.kind == "histogram" else grid.n)
-    # A target's series (one scrape: a replica's gauges, counters and buckets) share their
-    # sample times, and so where those fall among the ticks: computed once per target.
+    passes = {kind: _Pass(kind, [g for g in groups.values() if g.kind == kind],
+                          len(ends) if kind == "histogram" else grid.n) for kind in ("gauge", "counter", "histogram")}
+    # Each group's sum is taken in this order of its series (a target's series together), so
+    # the floats do not depend on the order the series were read in.
     lengths = np.diff(offsets)
     first_t = t_all[np.minimum(offsets[:-1], len(t_all) - 1)] if len(t_all) else np.zeros(top - 1)
     rows.sort(key=lambda r: (r["replica"], int(lengths[r["series"]]), float(first_t[r["series"]]), r["series"]))
-    cache: dict[tuple, tuple[np.ndarray, object]] = {}
     for row in rows:
         key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
         group = groups[key]
-        t = t_all[offsets[row["series"]]:offsets[row["series"] + 1]]
-        v = v_all[offsets[row["series"]]:offsets[row["series"] + 1]]
-        on = ends if group.kind == "histogram" else ticks
-        how = ("gauge" if group.kind == "gauge" else "rate", group.kind == "histogram")
-        hit = cache.get(how)
-        if hit is None or len(hit[0]) != len(t) or not np.array_equal(hit[0], t):
-            shared = latest(t, on, config.lookback_s) if group.kind == "gauge" else windows(t, on, config.rate_window_s)
-            cache[how] = hit = (t, shared)
-        if group.kind == "gauge":
-            values, factor = instant_at(hit[1], v), row["scale"]
-        else:
-            values, factor = increase_at(hit[1], v), row["scale"] / config.rate_window_s
-        group.add(row["le"], values, factor)
+        factor = row["scale"] if group.kind == "gauge" else row["scale"] / config.rate_window_s
+        passes[group.kind].add(row["series"], group, row["le"], factor)
+    # a resetting counter's level; the sample positions / window geometry of the last target
+    scratch = np.empty(int(lengths.max()) if len(lengths) else 0)
+    at, geo = np.empty((2, grid.n), np.int64), np.empty((3, grid.n))
+    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s, at[0])
+    for kind, on in (("counter", ticks), ("histogram", ends)):
+        passes[kind].run(increases_nb, t_all, v_all, offsets, on, window_starts(on, config.rate_window_s),
+                         config.rate_window_s, scratch, at[:, :len(on)], geo[:, :len(on)], np.zeros(1, np.int64))
     out: dict[tuple[str, ...], np.ndarray] = {}
     for key, group in sorted(groups.items()):
         if group.kind == "histogram":
@@ -113,18 +109,42 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
 
 
 class _Group:
-    """The running sum (NaN as absent) and count of present values of one output, per slot
-    (a histogram's le, else the one)."""
+    """One output's running sum (NaN as absent) and count of present values, per slot (a
+    histogram's le, else the one): rows of its kind's _Pass arrays."""
 
     def __init__(self, kind: str, combine: str) -> None:
         self.kind, self.combine, self.bounds = kind, combine, set()
+        self.les = np.zeros(1)
 
-    def start(self, width: int) -> None:
-        self.les = np.array(sorted(self.bounds)) if self.kind == "histogram" else np.zeros(1)
-        self.total = np.zeros((len(self.les), width))
-        self.present = np.zeros((len(self.les), width), dtype=np.int64)
+    def slot(self, le: float | None) -> int:
+        return int(np.searchsorted(self.les, le)) if self.kind == "histogram" else 0
 
-    def add(self, le: float | None, values: np.ndarray, factor: float) -> None:
-        slot = int(np.searchsorted(self.les, le)) if self.kind == "histogram" else 0
-        self.present[slot] += ~np.isnan(values)
-        self.total[slot] += np.nan_to_num(values, copy=False) * factor
+
+class _Pass:
+    """Every series of one kind, listed for one compiled call: which series, into which row of
+    `total` / `present` (a group's slot), times what."""
+
+    def __init__(self, kind: str, groups: list[_Group], width: int) -> None:
+        base = 0
+        for group in groups:
+            if kind == "histogram":
+                group.les = np.array(sorted(group.bounds))
+            group.base, base = base, base + len(group.les)
+        self.total = np.zeros((base, width))
+        self.present = np.zeros((base, width), dtype=np.int64)
+        for group in groups:
+            group.total = self.total[group.base:group.base + len(group.les)]
+            group.present = self.present[group.base:group.base + len(group.les)]
+        self.sids: list[int] = []
+        self.rows: list[int] = []
+        self.factors: list[float] = []
+
+    def add(self, sid: int, group: _Group, le: float | None, factor: float) -> None:
+        self.sids.append(sid)
+        self.rows.append(group.base + group.slot(le))
+        self.factors.append(factor)
+
+    def run(self, kernel, t_all, v_all, offsets, *args) -> None:
+        if self.sids:
+            kernel(t_all, v_all, offsets, np.array(self.sids, np.int64), np.array(self.rows, np.int64),
+                   np.array(self.factors, np.float64), self.total, self.present, *args)

@@ -73,7 +73,7 @@ def score(observed: np.ndarray, replayed: np.ndarray, grid: Grid, window_s: floa
         corr = r if math.isfinite(r) else None
     i = int(np.argmax(diff))
     return Divergence(len(obs), mape, int((~nonzero).sum()), float(diff.mean()), corr, float(diff[i]),
-                      float(grid.times()[last[i]]), float(obs[i]), float(rep[i]))
+                      float(grid.start_s + grid.tick_s * last[i]), float(obs[i]), float(rep[i]))
 
 
 def score_all(observed: Mapping[tuple, np.ndarray], replayed: Mapping[tuple, np.ndarray], grid: Grid,

@@ -69,17 +69,22 @@ class Windows(NamedTuple):
     to_end: np.ndarray
 
 
-def windows(t: np.ndarray, ticks: np.ndarray, window: float) -> Windows:
+def window_starts(ticks: np.ndarray, window: float) -> np.ndarray:
+    """Each tick's `tick - window`, the open edge of its range: for a window of whole ticks, the
+    grid's own earlier ticks (extended before the first), so that a sample on a tick falls in
+    the same windows whatever rounding `tick - window` would have."""
     n = len(ticks)
     step = (ticks[-1] - ticks[0]) / (n - 1) if n > 1 else window
     shift = window / step
     if n > 1 and abs(shift - round(shift)) < 1e-9 and 0 < round(shift) <= 10 * n:
-        # a window of whole ticks is the same count shifted: one pass over a longer grid
         m = int(round(shift))
-        upto = _upto(t, np.concatenate((ticks[0] + step * np.arange(-m, 0), ticks)))
-        below, upto = upto[:n], upto[m:]
-    else:
-        upto, below = _upto(t, ticks), _upto(t, ticks - window)
+        return np.concatenate((ticks[0] + step * np.arange(-m, 0), ticks))[:n]
+    return ticks - window
+
+
+def windows(t: np.ndarray, ticks: np.ndarray, window: float) -> Windows:
+    n = len(ticks)
+    upto, below = _upto(t, ticks), _upto(t, window_starts(ticks, window))
     hi, lo = upto - 1, below  # the last sample <= tick; the first > tick - window
     count = hi - lo + 1
     ok = count >= 2
