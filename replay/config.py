@@ -394,7 +394,10 @@ class FleetConfig:
 
     def to_dict(self, replayed: bool = False) -> dict[str, Any]:
         # An absent `observed:` stays absent; `replayed`: without it (it only says how to read exports)
-        return {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
+        out = {k: v for k, v in _plain(asdict(self)).items() if k != "observed" or (v is not None and not replayed)}
+        if out.get("trace") is not None and not out["trace"]["closed_loop"]:
+            del out["trace"]["closed_loop"]  # an open-loop config keeps its shape and hash
+        return out
 
     def sha256(self) -> str:
         return hashlib.sha256(yaml.safe_dump(self.to_dict(replayed=True), sort_keys=True).encode()).hexdigest()

@@ -98,9 +98,15 @@ class TraceConfig:
     sample: SampleConfig | None = None
     filter: FilterConfig | None = None
     merge: tuple[MergeSource, ...] = ()
+    # Replay sessions closed-loop: a session's next turn is sent when the replay ends the one
+    # before it, plus its think time (replay/fleet/sessions.py); requests without a session_id
+    # arrive at their recorded time.
+    closed_loop: bool = False
 
     def __post_init__(self):
         _check_source_fields(self)
+        if not isinstance(self.closed_loop, bool):
+            raise ValueError(f"closed_loop={self.closed_loop!r} (expected true or false)")
         if self.rate_scale is not None:
             check_rate_scale(self.rate_scale)
         _check_ranges(self)

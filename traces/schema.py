@@ -27,6 +27,9 @@ DEFAULTS = {"workload": "default", "tenant": "default", "priority": 0}
 # What a request log observed of each request (traces/records.py), microseconds, nullable. Kept
 # after the schema's columns only when the source has them, so other traces keep their shape.
 OBSERVED_COLUMNS: dict[str, pl.DataType] = {"observed_ttft_us": pl.Int64, "observed_e2e_us": pl.Int64}
+# A session's think time before a turn (microseconds, nullable; replay/fleet/sessions.py): kept
+# after those, only when the source has it, as OBSERVED_COLUMNS.
+SESSION_COLUMNS: dict[str, pl.DataType] = {"think_time_us": pl.Int64}
 
 
 def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
@@ -53,7 +56,7 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             raise TraceError(
                 f"{source}: column {name!r} of type {column.dtype} cannot be cast to {dtype}"
             ) from None
-    for name, dtype in OBSERVED_COLUMNS.items():
+    for name, dtype in {**OBSERVED_COLUMNS, **SESSION_COLUMNS}.items():
         if name in frame.columns:
             columns.append(frame[name].cast(dtype, strict=False).rename(name))
     out = pl.DataFrame(columns)
