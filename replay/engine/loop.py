@@ -20,7 +20,7 @@ from replay.engine.events import update_event
 from replay.engine.kvblocks import U64
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
-from replay.engine.sessions import CL_SIZE, rheap_pop, skip_released
+from replay.engine.sessions import next_arrival, rheap_pop, skip_released
 from replay.engine.state import (
     C_BUSY,
     C_STEPS,
@@ -58,13 +58,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             best_r = -1
         a = skip_released(rq, pools, ev.clock[0])
         ev.clock[0] = a
-        t_arr = rq.arrival[a] if a < n else NO_EVENT
-        # Closed loop: the next arrival is the earlier of the walk's and the release heap's (a
-        # tie goes to the lower request index, as the reference engine's event heap orders them).
-        q_arr = a
-        if pools.cl[CL_SIZE] > 0 and (pools.rl_t[0] < t_arr or (pools.rl_t[0] == t_arr and pools.rl_q[0] < a)):
-            t_arr = pools.rl_t[0]
-            q_arr = pools.rl_q[0]
+        t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
         # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
         # arrivals (kind 2) and wake-ups (kind 3).
         ref_p = -1
@@ -89,12 +83,11 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
                 return STATUS_OK
-            if q_arr == a:
-                arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
-                ev.clock[0] = a + 1
-            else:
+            if q_arr != a:
                 rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
-                arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
+            arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
+            if q_arr == a:
+                ev.clock[0] = a + 1
             if ev.clock[6] != 0:
                 return STATUS_UNKNOWN_POLICY
             continue

@@ -13,6 +13,8 @@ import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
 from numba import njit
 
+from replay.engine.common import NO_EVENT
+
 # Pools.cl: [0] 1 in closed-loop runs, [1] releases in the heap.
 CL_ON, CL_SIZE = 0, 1
 
@@ -75,3 +77,13 @@ def skip_released(rq, pools, a):
         while a < n and rq.gap[a] >= 0:
             a += 1
     return a
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def next_arrival(rq, pools, a):
+    """(time, request) of the next arrival: request a of the walk, or the release heap's first
+    when it is earlier (a tie goes to the lower request index, as the reference's event heap)."""
+    t = rq.arrival[a] if a < rq.arrival.shape[0] else NO_EVENT
+    if pools.cl[CL_SIZE] > 0 and (pools.rl_t[0] < t or (pools.rl_t[0] == t and pools.rl_q[0] < a)):
+        return pools.rl_t[0], pools.rl_q[0]
+    return t, a

@@ -155,3 +155,17 @@ def with_sent_times(columns: dict[str, np.ndarray], frame: pl.DataFrame, inputs,
     delay = client_delay_us(inputs.prompt_tokens, inputs.pool, terms)
     sent = np.where(later, columns["arrival_us"] - delay, frame["arrival_us"].to_numpy())
     return {**columns, "sent_us": sent.astype(np.int64)}
+
+
+def session_summary(frame: pl.DataFrame, requests: pl.DataFrame) -> dict[str, int]:
+    """summary.json's `closed_loop`: sessions, their later turns, those whose think time was
+    assumed, and the rejected turns whose session went on."""
+    sessions = find_sessions(frame)
+    has_next = sessions.next_turn >= 0
+    rejected = (requests.sort("request_id")["status"] == "rejected").to_numpy()
+    return {
+        "sessions": int(frame["session_id"].drop_nulls().n_unique()),
+        "later_turns": int((sessions.source != THINK_NONE).sum()),
+        "think_time_assumed": int((sessions.source == THINK_GAP).sum()),
+        "rejected_turns_continued": int((rejected & has_next).sum()),
+    }

@@ -35,7 +35,10 @@ def test_closed_loop_run_releases_turns_after_the_previous_one(cli, write):
     config = write("fleet.yaml", small_fleet(f"{{path: {trace}, closed_loop: true}}"))
     result = cli("run", "--config", config, "--out", "out", "--quiet")
     assert result.code == 0, result.err
-    requests = read_run(Path("out")).requests.sort("request_id")
+    run = read_run(Path("out"))
+    assert run.summary["closed_loop"] == {"sessions": 2, "later_turns": 3, "think_time_assumed": 0,
+                                          "rejected_turns_continued": 0}
+    requests = run.requests.sort("request_id")
     assert "recorded_arrival_us" in requests.columns
     assert requests["recorded_arrival_us"].to_list() == [0, 200_000, 300_000, 2_000_000, 2_300_000, 4_000_000]
     assert (requests["status"] == "finished").all()
