@@ -17,6 +17,7 @@ _KERNEL_SOURCES = (
     "engine/queues.py",
     "engine/kvblocks.py",
     "engine/routing.py",
+    "engine/sessions.py",
     "engine/transfer.py",
     "engine/lora.py",
     "engine/scheduling.py",

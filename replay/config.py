@@ -399,6 +399,8 @@ class FleetConfig:
             for key in _OPTIONAL_TRACE_KEYS:
                 if out["trace"].get(key) is None:
                     out["trace"].pop(key, None)
+            if not out["trace"].get("closed_loop"):
+                out["trace"].pop("closed_loop", None)  # an open-loop config keeps its shape and hash
         return out
 
     def sha256(self) -> str:

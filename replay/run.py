@@ -95,6 +95,10 @@ def replay_trace(
             for p in raw.plans
         },
     }
+    if cfg.trace is not None and cfg.trace.closed_loop:
+        from replay.fleet.sessions import session_summary
+
+        summary["closed_loop"] = session_summary(frame, requests)
     summary["verdict"] = verdict(summary, {"ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms}, cfg.max_drain_s)
     # Wall time goes to timing.json, not summary.json: every other file of a rerun is byte-identical.
     return RunOutputs(requests, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started})

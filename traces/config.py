@@ -103,11 +103,17 @@ class TraceConfig:
     # a synth spec (a YAML file, relative to the config, or an inline mapping) instead of `path`
     synthetic: str | dict[str, Any] | None = None
     whatif: WhatIfConfig | None = None  # traces/whatif.py
+    # Replay sessions closed-loop: a session's next turn is sent when the replay ends the one
+    # before it, plus its think time (replay/fleet/sessions.py); requests without a session_id
+    # arrive at their recorded time.
+    closed_loop: bool = False
 
     def __post_init__(self):
         _check_source_fields(self)
         if self.synthetic is not None and self.path is not None:
             raise ValueError("synthetic: give path or synthetic, not both")
+        if not isinstance(self.closed_loop, bool):
+            raise ValueError(f"closed_loop={self.closed_loop!r} (expected true or false)")
         if self.rate_scale is not None:
             check_rate_scale(self.rate_scale)
         _check_ranges(self)

@@ -88,6 +88,10 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
         observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
     trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
+    if cfg.trace is not None and cfg.trace.closed_loop:
+        from replay.fleet.sessions import with_session_notes
+
+        trace = with_session_notes(trace, source)
     if observed is not None:
         from replay.cli.observed import check_against_trace
 

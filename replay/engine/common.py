@@ -150,6 +150,26 @@ class EngineInputs:
     # while a replica has requests running, the step that starts at the end of step k was
     # scheduled when step k started, so a request queued after that waits for the one after.
     pool_async_scheduling: np.ndarray | None = None
+    # Closed-loop sessions (replay/fleet/sessions.py; None: open loop): each request's next turn
+    # (-1: none) and, for a later turn, its delay after the previous turn ends (-1: a first turn
+    # or no session, which arrives at arrival_us); and the prompt tokens its prefix hashes cover
+    # (None: the prompt), which for a turn with a successor covers its answer too.
+    next_turn: np.ndarray | None = None
+    turn_gap_us: np.ndarray | None = None
+    hash_tokens: np.ndarray | None = None
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.next_turn is not None
+
+    @property
+    def hashed_tokens(self) -> np.ndarray:
+        return self.prompt_tokens.astype(np.int64) if self.hash_tokens is None else self.hash_tokens.astype(np.int64)
+
+    def session_column(self, name: str) -> np.ndarray:
+        """`next_turn` or `turn_gap_us`, -1 for every request in an open-loop run."""
+        value = getattr(self, name)
+        return np.full(self.num_requests, -1, np.int64) if value is None else value.astype(np.int64)
 
     @property
     def adapters(self) -> np.ndarray:

@@ -11,7 +11,9 @@ Two deliberate simplifications, both of which can only lower hit rates against v
   already caches, its copy is not added (vLLM keeps both and serves hits from either), so once
   that other copy is evicted the duplicate cannot serve a hit;
 - blocks of generated tokens get a key private to their request: the trace gives no content for
-  outputs, so a later turn of a conversation hits the earlier turn's prompt but not its answer.
+  outputs, so a later turn of a conversation hits the earlier turn's prompt but not its answer;
+  except in closed-loop replays, where a turn's answer is hashed as its session's next turn
+  hashes those tokens of its prompt (replay/fleet/sessions.py).
 """
 
 from __future__ import annotations
@@ -72,9 +74,11 @@ def mix64_ref(a: int, b: int) -> int:
 def block_key_nb(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_tokens, request, j, block_size):
     """Hash of engine block `j` of a request.
 
-    A full prompt block inside the trace's hashed prefix takes the trace block that holds its
-    last token plus its end offset, so equal trace prefixes give equal engine blocks whatever
-    the two block sizes. Any other block (outputs, traces without hashes) is the request's own.
+    A full block of the first `prompt_tokens` tokens inside the trace's hashed prefix takes the
+    trace block that holds its last token plus its end offset, so equal trace prefixes give equal
+    engine blocks whatever the two block sizes. Any other block (outputs, traces without hashes)
+    is the request's own. (`prompt_tokens` is the request's `hash_tokens`: its prompt, except for
+    a closed-loop turn, whose answer is hashed by its successor's blocks: replay/fleet/sessions.py.)
     """
     end = (j + 1) * block_size
     if hash_len > 0 and end <= prompt_tokens:
@@ -231,7 +235,7 @@ def table_size(num_blocks: int) -> int:
 
 @njit(cache=True, _nrt=False, inline="always")
 def request_key(rq, th, tbs, q, j, bs):
-    return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.prompt[q], q, j, bs)
+    return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.hash_tokens[q], q, j, bs)
 
 
 

@@ -20,6 +20,7 @@ from replay.engine.events import update_event
 from replay.engine.kvblocks import U64
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
+from replay.engine.sessions import next_arrival, rheap_pop, skip_released
 from replay.engine.state import (
     C_BUSY,
     C_STEPS,
@@ -55,8 +56,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             best_kind = reps.ekey[best_r] % 4
         else:
             best_r = -1
-        a = ev.clock[0]
-        t_arr = rq.arrival[a] if a < n else NO_EVENT
+        a = skip_released(rq, pools, ev.clock[0])
+        ev.clock[0] = a
+        t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
         # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
         # arrivals (kind 2) and wake-ups (kind 3).
         ref_p = -1
@@ -78,11 +80,14 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                     return STATUS_OK
                 refresh_views(reps, pools, ref_p, t_ref)
                 continue
-        if a < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
+        if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
                 return STATUS_OK
-            arrive(rq, blocks, reps, pools, ev, th, tbs, a, t_arr)
-            ev.clock[0] = a + 1
+            if q_arr != a:
+                rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
+            arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
+            if q_arr == a:
+                ev.clock[0] = a + 1
             if ev.clock[6] != 0:
                 return STATUS_UNKNOWN_POLICY
             continue

@@ -114,6 +114,9 @@ def make_requests(inputs: EngineInputs) -> Requests:
         spec_credit=full(n, 0),
         skip_next=full(n, -1),
         queued=full(n, -1),
+        hash_tokens=inputs.hashed_tokens,
+        next_turn=inputs.session_column("next_turn"),
+        gap=inputs.session_column("turn_gap_us"),
     )
 
 
@@ -263,6 +266,9 @@ def make_pools(inputs: EngineInputs) -> Pools:
         held_tail=full(npool, -1),
         nheld=full(npool, 0),
         async_sched=inputs.per_pool("async_scheduling", 0),
+        cl=np.array([int(inputs.closed_loop), 0], dtype=i64),
+        rl_t=full(max(n, 1), 0),
+        rl_q=full(max(n, 1), 0),
         **user_calls(inputs),
     )
 
@@ -471,4 +477,5 @@ class NumbaEngine:
             "kv_transfer_start_us": rq.xfer_start,
             "kv_transfer_end_us": rq.xfer_done,
             "kv_transfers": rq.xfers,
+            **({"arrival_us": rq.arrival} if self.inputs.closed_loop else {}),
         }

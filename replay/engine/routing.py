@@ -27,6 +27,7 @@ from replay.engine.common import (
 from replay.engine.events import record, wake_idle
 from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
+from replay.engine.sessions import release_next
 from replay.engine.state import (
     PD_DECODE,
     PD_PREFILL,
@@ -161,6 +162,7 @@ def reject(rq, pools, ev, q, reason, t):
     rq.reject[q] = reason
     pools.rejected[rq.pool[q]] += 1
     record(ev, t, EV_REJECT, -1, q, reason)
+    release_next(rq, pools, q, t)
 
 
 @njit(cache=True, _nrt=False)

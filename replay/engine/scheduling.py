@@ -27,6 +27,7 @@ from replay.engine.kvblocks import free_request_blocks, grow_request, ht_find, p
 from replay.engine.lora import lora_activate, lora_in_batch, lora_of, loras_scheduled
 from replay.engine.queues import wq_push_front, wq_remove
 from replay.engine.routing import request_columns
+from replay.engine.sessions import release_next
 from replay.engine.state import (
     C_ADMITTED,
     C_BUSY,
@@ -380,6 +381,7 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
                     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
                     rq.state[q] = FINISHED
                     rq.finished[q] = t
+                    release_next(rq, pools, q, t)
                     reps.counters[r, C_FINISHED] += 1
                     if detailed:
                         record(ev, t, EV_FINISH, r, q, rq.generated[q])

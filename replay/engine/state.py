@@ -56,6 +56,12 @@ class Requests(NamedTuple):
     spec_credit: np.ndarray  # speculative decoding: fractional tokens carried, in SPEC_CREDIT_SCALE units
     skip_next: np.ndarray  # links of the requests a step skipped for want of a LoRA slot
     queued: np.ndarray  # when it last joined its replica's waiting queue (async scheduling's cutoff)
+    # Prompt tokens the trace's prefix hashes cover (the prompt; a closed-loop turn's answer too),
+    # and closed-loop sessions (engine/sessions.py): the next turn (-1: none), and a later turn's
+    # delay after the previous one ends (-1: it arrives at its recorded time).
+    hash_tokens: np.ndarray
+    next_turn: np.ndarray
+    gap: np.ndarray
 
 
 
@@ -158,6 +164,11 @@ class Pools(NamedTuple):
     held_tail: np.ndarray
     nheld: np.ndarray
     async_sched: np.ndarray  # 1: vLLM's async scheduling (step k + 1 is scheduled as step k starts)
+    # Closed-loop sessions (engine/sessions.py): [on, heap size], and the min-heap of the next
+    # turns released, by (arrival, request).
+    cl: np.ndarray
+    rl_t: np.ndarray
+    rl_q: np.ndarray
     # The pools' user-written policies, one UserCall per family (policies/_userview.py); every
     # family's shares one err array, which advance_nb checks after each event.
     u_router: UserCall

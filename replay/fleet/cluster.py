@@ -30,6 +30,7 @@ from replay.fleet.ticks import check_drain, check_tick_count, tick_arrays
 from replay.engine.common import SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.fleet.sessions import closed_loop_inputs, with_sent_times
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
@@ -294,7 +295,7 @@ def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
 def build_inputs(
     frame: pl.DataFrame, trace_block_tokens: int | None, plans: list[PoolPlan], pool_index: np.ndarray,
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
-    pd: dict[str, Any] | None = None, source: str = "config",
+    pd: dict[str, Any] | None = None, source: str = "config", closed_loop: bool = False,
 ) -> EngineInputs:
     tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
     hashes = frame["prefix_hashes"]
@@ -305,6 +306,9 @@ def build_inputs(
         raise ValueError("prefix_hashes contain null entries")
     engines = [p.config.engine for p in plans]
     routers = router_columns([p.config.router for p in plans])
+    # closed loop (replay/fleet/sessions.py): a session's turns are released by the replay
+    sessions = closed_loop_inputs(frame, pool_index, [p.serving for p in plans], hash_off, hash_len, flat,
+                                  source) if closed_loop else {}
     return EngineInputs(
         arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
                                    [p.serving for p in plans]),
@@ -312,8 +316,8 @@ def build_inputs(
         output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
         priority=frame["priority"].to_numpy().astype(np.int64),
         pool=pool_index.astype(np.int64),
-        hash_off=hash_off,
-        hash_len=hash_len,
+        hash_off=sessions.pop("hash_off", hash_off),
+        hash_len=sessions.pop("hash_len", hash_len),
         trace_hashes=flat,
         trace_block_tokens=int(trace_block_tokens or 1),
         pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
@@ -351,6 +355,7 @@ def build_inputs(
         **admission_inputs(plans),
         **(pd or {}),
         **lora_spec_inputs(frame, plans),
+        **sessions,
     )
 
 
@@ -524,8 +529,9 @@ def simulate(
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
+    closed = cfg.trace is not None and cfg.trace.closed_loop
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
-                          pd_inputs(cfg, plans), config_source)
+                          pd_inputs(cfg, plans), config_source, closed)
     eng = make_engine(engine, inputs)
 
     tick_us = max(1, round(cfg.tick_s * 1e6))
@@ -566,8 +572,10 @@ def simulate(
         check_drain(len(snapshots), len(plans), tick_us, last_arrival)
     ticks = tick_arrays(snapshots, pool_counts, by_state, billed, tick_us)
     ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
-    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, eng.request_columns(), t,
-                  tick_us)
+    columns = eng.request_columns()
+    if closed:
+        columns = with_sent_times(columns, frame, inputs, [p.serving for p in plans])
+    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, columns, t, tick_us)
 
 
 def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:

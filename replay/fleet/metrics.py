@@ -49,7 +49,8 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
             "workload": trace["workload"],
             "pool": pool_names[raw.pool_index].tolist(),
             "replica": when(cols["replica"]).cast(pl.Int32),
-            "arrival_us": trace["arrival_us"],
+            # closed loop: when the client sent it, after the turn before it ended
+            "arrival_us": pl.Series(cols["sent_us"], dtype=pl.Int64) if "sent_us" in cols else trace["arrival_us"],
             "prompt_tokens": trace["prompt_tokens"],
             "output_tokens": trace["output_tokens"],
             "cached_tokens": pl.Series(cols["cached_tokens"]).cast(pl.Int32),
@@ -97,7 +98,9 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
         & (pl.col("ttft_us") <= ttft_target)
         & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= tpot_target))
     )
-    return df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
+    df = df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
+    # A closed-loop run keeps the trace's own arrival too, last (only there: other runs keep their shape).
+    return df.with_columns(recorded_arrival_us=trace["arrival_us"]) if "sent_us" in cols else df
 
 
 @njit(cache=True)

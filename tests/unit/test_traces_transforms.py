@@ -110,7 +110,7 @@ def test_merge_sorts_by_arrival_and_renumbers():
     ({"prefix_block_tokens": 0}, "prefix_block_tokens=0"),
     ({"merge": [{"path": "a.csv", "offset_s": -1}]}, "trace.merge[0]: offset_s=-1.0"),
     ({"merge": [{"path": "a.csv", "label": "x"}]}, "unknown key 'trace.merge[0].label'; known keys: column_map"),
-    ({"windows": {}}, "unknown key 'trace.windows' (did you mean 'window'?); known keys: column_map, filter, format, merge"),
+    ({"windows": {}}, "unknown key 'trace.windows' (did you mean 'window'?); known keys: closed_loop, column_map, filter, format, merge"),
 ])  # fmt: skip
 def test_config_validation_names_the_field(section, message):
     with pytest.raises(ConfigError) as err:

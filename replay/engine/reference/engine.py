@@ -31,6 +31,7 @@ from replay.engine.reference.lora import LoraMixin
 from replay.engine.reference.loop import LoopMixin
 from replay.engine.reference.routing import RoutingMixin
 from replay.engine.reference.scheduling import SchedulingMixin
+from replay.engine.reference.sessions import SessionsMixin
 from replay.engine.reference.state import ARRIVAL, REFRESH, Column, Replica, Request
 from replay.engine.reference.transfer import TransferMixin
 from replay.engine.reference.user import USER_FAMILIES, request_columns, user_call, user_code
@@ -39,7 +40,8 @@ from policies.queue_orders._view import QueueView
 from policies.victims._view import VictimView
 
 
-class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, LoraMixin, KvMixin, EventsMixin):
+class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, LoraMixin, KvMixin, EventsMixin,
+                      SessionsMixin):
     """The `Engine` in plain Python: a heap of (time, kind, seq) events, one scheduler per replica."""
 
     def __init__(self, inputs: EngineInputs):
@@ -47,6 +49,7 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
         self.spec_credit = inputs.spec_credits
         self.spec_k = [int(k) for k in inputs.per_pool("spec_k", 0)]
         self.lora_slots = [int(n) for n in inputs.per_pool("lora_slots", 0)]
+        self.hashed = inputs.hashed_tokens  # tokens each request's trace hashes cover
         self.requests = [self._make_request(i) for i in range(inputs.num_requests)]
         self.replicas = [
             Replica(r, int(p), BlockPool(int(inputs.pool_kv_blocks[p])))
@@ -71,8 +74,12 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
         self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
+        # Closed loop: a session's later turns join the heap when the turn before them ends.
+        self.next_turn = inputs.session_column("next_turn")
+        self.turn_gap = inputs.session_column("turn_gap_us")
         for i, r in enumerate(self.requests):
-            heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
+            if self.turn_gap[i] < 0:
+                heapq.heappush(self.heap, (r.arrival_us, ARRIVAL, i))
         self.router_params = [list(row) for row in inputs.router_params]
         self.victims = inputs.policy_ids("victim")
         reqs = self.requests
@@ -123,10 +130,11 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
         pool = int(inp.pool[i])
         bs = int(inp.pool_block_size[pool])  # the prefill pool of a P/D pair has the same block size
         max_blocks = (prompt + output) // bs
+        hashed = int(self.hashed[i])
         visits = [pool] + ([inp.pd_prefill_pool] if pool == inp.pd_decode_pool else [])
         keys = [
             block_key_ref(inp.trace_hashes, int(inp.hash_off[i]), int(inp.hash_len[i]),
-                          max(1, inp.trace_block_tokens), prompt, i, j, bs)
+                          max(1, inp.trace_block_tokens), hashed, i, j, bs)
             for j in range(max_blocks)
         ] if any(inp.pool_enable_prefix_caching[p] for p in visits) else []
         return Request(i, int(inp.arrival_us[i]), prompt, output, keys, int(inp.priority[i]),
@@ -211,4 +219,5 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
             "kv_transfer_start_us": col("kv_transfer_start_us"),
             "kv_transfer_end_us": col("kv_transfer_end_us"),
             "kv_transfers": col("kv_transfers"),
+            **({"arrival_us": col("arrival_us")} if self.inp.closed_loop else {}),
         }

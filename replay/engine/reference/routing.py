@@ -60,6 +60,7 @@ class RoutingMixin:
         self.rejected[int(self.inp.pool[req.index])] += 1
         self.ended += 1
         self._record(t, EV_REJECT, -1, req.index, reason)
+        self._release_next(req, t)
 
     def _place(self, req: Request, t: int) -> None:
         """Route a request (arriving, or held at its pool until now) and admit it. With no replica

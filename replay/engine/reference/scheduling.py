@@ -279,6 +279,7 @@ class SchedulingMixin:
                         self.ended += 1
                         if self.inp.detailed_events:
                             self._record(t, EV_FINISH, rep.index, req.index, req.generated)
+                        self._release_next(req, t)
                         continue
             still_running.append(req)
         rep.running = still_running
