@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from common.errors import ConfigError, TraceError
+from common.errors import ConfigError
 from replay.engine.common import PENDING
 from replay.model.serving import ServingTerms, token_return_us
 from traces import LoadedTrace
@@ -78,12 +78,7 @@ def find_sessions(frame: pl.DataFrame) -> Sessions:
         source[known] = THINK_OBSERVED
     if "think_time_us" in frame.columns:
         given = frame["think_time_us"].to_numpy()[later].astype(np.float64)
-        known = ~np.isnan(given)
-        bad = np.nonzero(known & (given < 0))[0]
-        if bad.size:
-            row = int(later[bad[0]])
-            raise TraceError(f"row {row} (request_id {frame['request_id'][row]}): think_time_us is {int(given[bad[0]])} "
-                             "(expected >= 0 microseconds)")
+        known = ~np.isnan(given)  # never negative: traces/schema.py refuses that as the trace loads
         think[known] = given[known].astype(np.int64)
         source[known] = THINK_TRACE
     think_us = np.full(n, -1, np.int64)

@@ -33,7 +33,7 @@ def test_observed_e2e_is_taken_off_the_gap_and_think_time_us_wins():
 
 
 def test_negative_think_time_and_no_sessions_are_errors():
-    with pytest.raises(TraceError, match="think_time_us is -5"):
-        find_sessions(_frame(think_time_us=[None, None, -5, None]))
+    with pytest.raises(TraceError, match="row 2 .request_id 2.: think_time_us is negative"):
+        _frame(think_time_us=[None, None, -5, None])  # refused as the trace is read
     with pytest.raises(ConfigError, match="trace.closed_loop: true, but the trace has no session_id"):
         check_closed_loop(_frame(session_id=[None] * 4), "fleet.yaml")
