@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from rich.text import Text
 
+from replay.cli.observed import divergence_figure as fig
 from tui.charts import column_edges, columns_of, downsample
 from tui.observed import SCORED_ONLY, SIGNALS
 from tui.timefmt import fmt_time
@@ -113,14 +114,6 @@ def scored_only_keys(model) -> tuple[str, ...]:
     return tuple(k for k in SCORED_ONLY if has_observed(model, k))
 
 
-def _num(value: float | None, pct: bool = False) -> str:
-    if value is None:
-        return "-"
-    if pct:
-        return f"{value:.1%}"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-
-
 def divergence_rows(overlay) -> list[tuple[str, str, dict]]:
     """(signal, pool, its Divergence fields), in the section's order."""
     section = overlay.section or {}
@@ -138,8 +131,8 @@ def divergence_cells(overlay) -> list[tuple[Text, ...]]:
         r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"
         at = "-" if d["gap_at_s"] is None else fmt_time(round(d["gap_at_s"] * 1e6))
         style = "red" if d["mape"] is not None and d["mape"] > overlay.threshold else ""
-        cells = (signal, pool, _num(d["mape"], pct=True), r, _num(d["gap"]), at, _num(d["observed_at_gap"]),
-                 _num(d["replayed_at_gap"]))
+        cells = (signal, pool, fig(d["mape"], pct=True), r, fig(d["gap"]), at, fig(d["observed_at_gap"]),
+                 fig(d["replayed_at_gap"]))
         out.append(tuple(Text(c, style, justify="left" if i < 2 else "right") for i, c in enumerate(cells)))
     return out
 

@@ -39,12 +39,14 @@ def check_against_trace(config, observed, pools: list[str], trace_frame, max_dra
     select(observed, config, pools, (0.0, last_s + max_drain_s))
 
 
-def _num(value: float | None, pct: bool = False) -> str:
+def divergence_figure(value: float | None, pct: bool = False) -> str:
+    """A divergence table's figure as the CLI and the dashboard's `o` screen print it."""
     if value is None:
         return "-"
     if pct:
         return f"{value:.1%}"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
 
 
 def _when(seconds: float | None, offset_s: float | None) -> str:
@@ -78,8 +80,9 @@ def print_divergence(console: Any, section: dict) -> None:
         for pool, d in pools.items():
             r = "-" if d["correlation"] is None else f"{d['correlation']:.2f}"
             at = _when(d["gap_at_s"], section.get("offset_s"))
-            table.add_row(escape(signal), escape(pool), _num(d["mape"], pct=True), r, _num(d["gap"]), at,
-                          _num(d["observed_at_gap"]), _num(d["replayed_at_gap"]))
+            fig = divergence_figure
+            table.add_row(escape(signal), escape(pool), fig(d["mape"], pct=True), r, fig(d["gap"]), at,
+                          fig(d["observed_at_gap"]), fig(d["replayed_at_gap"]))
     if not section["signals"]:
         console.print("[yellow]observed:[/] no signal of the export was replayed for any pool", soft_wrap=True)
         return
