@@ -1,5 +1,6 @@
 """The waiting queues: each replica's doubly linked list of waiting requests, and each pool's FIFO
-of requests held while it has no replica (both linked through Requests.qprev/qnext)."""
+of requests held while it has no replica (both linked through Requests.qprev/qnext); and the
+binary min-heap of (time, request) that orders KV transfers and closed-loop releases."""
 
 from __future__ import annotations
 
@@ -67,3 +68,43 @@ def held_push(rq, pools, p, q):
         pools.held_head[p] = q
     pools.held_tail[p] = q
     pools.nheld[p] += 1
+
+
+# --- a min-heap of (time, request) in two parallel arrays; ties go to the lower request -------
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def heap_push(ts, qs, n, t, q):
+    """Add (t, q) to the heap of the first `n` entries of ts/qs (the caller counts it as n + 1)."""
+    i = n
+    while i > 0:
+        up = (i - 1) // 2
+        if ts[up] < t or (ts[up] == t and qs[up] < q):
+            break
+        ts[i] = ts[up]
+        qs[i] = qs[up]
+        i = up
+    ts[i] = t
+    qs[i] = q
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def heap_pop(ts, qs, n):
+    """Remove the top of the heap of the first `n` entries (the caller counts n - 1 after)."""
+    n -= 1
+    t = ts[n]
+    q = qs[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (ts[c + 1] < ts[c] or (ts[c + 1] == ts[c] and qs[c + 1] < qs[c])):
+            c += 1
+        if ts[c] > t or (ts[c] == t and qs[c] > q):
+            break
+        ts[i] = ts[c]
+        qs[i] = qs[c]
+        i = c
+    ts[i] = t
+    qs[i] = q

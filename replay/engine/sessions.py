@@ -14,6 +14,7 @@ import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 from numba import njit
 
 from replay.engine.common import NO_EVENT
+from replay.engine.queues import heap_pop, heap_push
 
 # Pools.cl: [0] 1 in closed-loop runs, [1] releases in the heap.
 CL_ON, CL_SIZE = 0, 1
@@ -21,41 +22,15 @@ CL_ON, CL_SIZE = 0, 1
 
 @njit(cache=True, _nrt=False, inline="always")
 def rheap_push(pools, t, q):
-    i = pools.cl[CL_SIZE]
-    pools.cl[CL_SIZE] = i + 1
-    while i > 0:
-        up = (i - 1) // 2
-        if pools.rl_t[up] < t or (pools.rl_t[up] == t and pools.rl_q[up] < q):
-            break
-        pools.rl_t[i] = pools.rl_t[up]
-        pools.rl_q[i] = pools.rl_q[up]
-        i = up
-    pools.rl_t[i] = t
-    pools.rl_q[i] = q
+    heap_push(pools.rl_t, pools.rl_q, pools.cl[CL_SIZE], t, q)
+    pools.cl[CL_SIZE] += 1
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def rheap_pop(pools):
     """Remove the earliest release; the caller read it at rl_t[0], rl_q[0]."""
-    n = pools.cl[CL_SIZE] - 1
-    pools.cl[CL_SIZE] = n
-    t = pools.rl_t[n]
-    q = pools.rl_q[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and (pools.rl_t[c + 1] < pools.rl_t[c] or (
-                pools.rl_t[c + 1] == pools.rl_t[c] and pools.rl_q[c + 1] < pools.rl_q[c])):
-            c += 1
-        if pools.rl_t[c] > t or (pools.rl_t[c] == t and pools.rl_q[c] > q):
-            break
-        pools.rl_t[i] = pools.rl_t[c]
-        pools.rl_q[i] = pools.rl_q[c]
-        i = c
-    pools.rl_t[i] = t
-    pools.rl_q[i] = q
+    heap_pop(pools.rl_t, pools.rl_q, pools.cl[CL_SIZE])
+    pools.cl[CL_SIZE] -= 1
 
 
 @njit(cache=True, _nrt=False, inline="always")

@@ -12,7 +12,7 @@ from numba import njit
 from replay.engine.common import EV_ARRIVE, TRANSFERRING, WAITING
 from replay.engine.events import record, wake_idle
 from replay.engine.kvblocks import free_request_blocks, grow_request
-from replay.engine.queues import wq_push_back
+from replay.engine.queues import heap_pop, heap_push, wq_push_back
 from replay.engine.state import PD_BASE_US, PD_DECODE, PD_INFLIGHT, PD_LAYERS
 
 # After its prefill the request leaves the prefill replica's batch but keeps its blocks there
@@ -44,42 +44,16 @@ def transfer_us(rq, pools, q, t):
 
 @njit(cache=True, _nrt=False, inline="always")
 def xheap_push(pools, t, q):
-    i = pools.pd[PD_INFLIGHT]
-    pools.pd[PD_INFLIGHT] = i + 1
-    while i > 0:
-        up = (i - 1) // 2
-        if pools.xh_t[up] < t or (pools.xh_t[up] == t and pools.xh_q[up] < q):
-            break
-        pools.xh_t[i] = pools.xh_t[up]
-        pools.xh_q[i] = pools.xh_q[up]
-        i = up
-    pools.xh_t[i] = t
-    pools.xh_q[i] = q
+    heap_push(pools.xh_t, pools.xh_q, pools.pd[PD_INFLIGHT], t, q)
+    pools.pd[PD_INFLIGHT] += 1
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def xheap_pop(pools):
     """Remove the transfer that completes first; returns its request."""
     top = pools.xh_q[0]
-    n = pools.pd[PD_INFLIGHT] - 1
-    pools.pd[PD_INFLIGHT] = n
-    t = pools.xh_t[n]
-    q = pools.xh_q[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and (pools.xh_t[c + 1] < pools.xh_t[c] or (
-                pools.xh_t[c + 1] == pools.xh_t[c] and pools.xh_q[c + 1] < pools.xh_q[c])):
-            c += 1
-        if pools.xh_t[c] > t or (pools.xh_t[c] == t and pools.xh_q[c] > q):
-            break
-        pools.xh_t[i] = pools.xh_t[c]
-        pools.xh_q[i] = pools.xh_q[c]
-        i = c
-    pools.xh_t[i] = t
-    pools.xh_q[i] = q
+    heap_pop(pools.xh_t, pools.xh_q, pools.pd[PD_INFLIGHT])
+    pools.pd[PD_INFLIGHT] -= 1
     return top
 
 
