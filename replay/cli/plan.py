@@ -31,7 +31,11 @@ def add_parser(sub: Any) -> None:
                    help="weight precisions to try: none (the checkpoint's own), fp8, int8, int4, bf16 (default none)")
     p.add_argument("--max-replicas", type=int, default=64, help="most replicas per pool to try (default 64)")
     p.add_argument("--workers", type=int, default=None,
-                   help="replays at once, in worker processes (default: one per core, at most one per candidate)")
+                   help="replays at once, in worker processes (default: one per core, at most one per candidate; "
+                        "with ray and no --address, the local cluster's CPUs)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local worker processes (default), or a Ray cluster (pip install 'llm-replay[ray]')")
+    p.add_argument("--address", metavar="ADDR", help="--backend ray: the cluster's HOST:PORT (default: start a local one)")
     p.add_argument("--out", "-o", help="write the winning fleet config here (YAML), for llm-replay run --config")
     p.add_argument("--plot", metavar="FILE", help="also draw cost against attainment and TTFT p99 (.svg or .png; "
                                                    "needs the plot extra: pip install 'llm-replay[plot]')")
@@ -63,6 +67,14 @@ def _check_outputs(args: argparse.Namespace, inputs: tuple) -> None:
         check_plot_path(args.plot)
     if args.workers is not None and not 1 <= args.workers <= 256:
         raise UserError(f"plan: --workers: got {args.workers}, expected 1 .. 256")
+    if args.address is not None and args.backend != "ray":
+        raise UserError("plan: --address: only with --backend ray")
+    if args.backend == "ray":  # before the trace is read: a missing extra or a dead head says so at once
+        from replay.sweep.ray_backend import _import_ray, check_reachable
+
+        _import_ray()
+        if args.address is not None:
+            check_reachable(args.address)
 
 
 def _prepare(args: argparse.Namespace):
@@ -107,15 +119,16 @@ def run(args: argparse.Namespace) -> int:
     engine_ready(err, terminal=err.is_terminal)  # compiled here once, so that no two workers compile
     workers = args.workers or default_workers(len(space.candidates))
     started = time.monotonic()
+    on = " on Ray" if args.backend == "ray" else ""
     err.print(f"plan: {len(space.candidates)} candidates on {trace.frame.height:,} requests, {workers} "
-              f"worker{'s' if workers > 1 else ''}", highlight=False)
+              f"worker{'s' if workers > 1 else ''}{on}", highlight=False)
 
     def progress(trial) -> None:
         s = trial.summary
         err.print(f"  {time.monotonic() - started:6.1f} s  {', '.join(_fleet_of(trial))}: attainment "
                   f"{100 * (s['slo_attainment'] or 0):.2f}%, ${s['cost_usd']:,.2f}", highlight=False)
 
-    with executor(trace, workers, list(args.plugin or []), "numba") as pool:
+    with executor(trace, workers, list(args.plugin or []), "numba", args.backend, args.address) as pool:
         plan = make_plan(base, space, pool, "numba", on_trial=progress)
     slo = {"ttft_ms": base.slo.ttft_ms, "tpot_ms": base.slo.tpot_ms}
     if args.json:

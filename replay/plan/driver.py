@@ -47,13 +47,18 @@ _worker_trace: LoadedTrace | None = None
 
 
 def _init_worker(trace: LoadedTrace, plugins: list[str], engine: str) -> None:
-    global _worker_trace
     from policies.plugins import load_plugins
     from replay.run import warm_up
 
-    _worker_trace = trace
+    set_worker_trace(trace)
     load_plugins(plugins)
     warm_up(engine)  # numba's cache on disk: compiled once, loaded by each worker
+
+
+def set_worker_trace(trace: LoadedTrace) -> None:
+    """The trace this process's replays run (a Ray task hands it over with each replay)."""
+    global _worker_trace
+    _worker_trace = trace
 
 
 def _replay_summary(cfg: FleetConfig, engine: str) -> dict:
@@ -76,7 +81,12 @@ class _Inline(cf.Executor):
         return future
 
 
-def executor(trace: LoadedTrace, workers: int, plugins: list[str], engine: str) -> cf.Executor:
+def executor(trace: LoadedTrace, workers: int, plugins: list[str], engine: str, backend: str = "local",
+             address: str | None = None) -> cf.Executor:
+    if backend == "ray":  # tasks on a Ray cluster (replay/plan/ray_pool.py)
+        from replay.plan.ray_pool import RayPool
+
+        return RayPool(trace, plugins, engine, address, workers)
     if workers == 1:
         _init_worker(trace, plugins, engine)
         return _Inline()
