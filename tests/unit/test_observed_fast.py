@@ -26,7 +26,7 @@ _LES = (0.1, 1.0, math.inf)
 @st.composite
 def _times(draw, dense=False):
     """Sample times in seconds from integer gaps in ms; `dense`: scrapes many to a rate window,
-    which kernels.py searches by guessing instead of walking."""
+    whose edges kernels.py gallops to over several samples at a time."""
     gaps = draw(st.lists(st.integers(100, 900), min_size=100, max_size=400) if dense
                 else st.lists(st.integers(1, 20_000), min_size=0, max_size=25))
     return draw(st.integers(0, 60_000)) / 1000.0 + np.cumsum(gaps) / 1000.0
