@@ -5,7 +5,10 @@ against a replayed copy. Only that is timed (the data is generated first, untime
 wall time of a first run (which also loads the compiled kernels from numba's
 cache, or compiles them into it: about 20 s on a cold cache) and of `--repeat` more, their
 median and fastest (wall time, and the CPU time, which the machine's other load does not
-inflate as much), the RSS the input alone takes and the process's peak RSS.
+inflate as much), the RSS the input alone takes and the process's peak RSS. The samples are
+held as align reads them (traces/observed/layout.py: 8 bytes a sample and a target's times
+once, where the long frame of series, t and value took 20); the same script of the commit
+before that layout, run at the same scale beside it, gives the ratio.
 
     python bench/bench_observed.py [--pools 8] [--replicas 16] [--seconds 86400] [--no-histograms]
 
@@ -27,7 +30,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from traces.observed import Grid, ObservedConfig, align, score_all  # noqa: E402
+from traces.observed import Grid, ObservedConfig, Scrapes, align, score_all  # noqa: E402
 from traces.observed.mapping import Mapped  # noqa: E402
 from traces.observed.metrics import KNOWN  # noqa: E402
 
@@ -47,48 +50,54 @@ PER_REPLICA = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:k
 
 def synthetic(pools: int, replicas: int, seconds: int, histograms: bool, seed: int = 0) -> Mapped:
     """Series rows and their samples: each target (a replica; the pool's kube-state-metrics)
-    scraped every second at its own phase, all its series at the same instants."""
+    scraped every second at its own phase, all its series at the same instants (layout.Scrapes:
+    the target's times once, each series' values)."""
     rng = np.random.default_rng(seed)
     per_replica = len(PER_REPLICA) + (sum(len(b) + 1 for b in BUCKETS.values()) if histograms else 0)
-    total = pools * (1 + replicas * per_replica) * seconds
+    n_series, n_targets = pools * (1 + replicas * per_replica), pools * (1 + replicas)
     # filled in place: lists of arrays and a concatenation would hold every sample twice
-    ids, ts, vs = np.empty(total, np.uint32), np.empty(total), np.empty(total)
+    values, times = np.empty(n_series * seconds), np.empty(n_targets * seconds)
+    target = np.empty(n_series, np.int64)
     rows: list[tuple] = []
     base = np.arange(seconds, dtype=np.float64)
+    targets = [0]
 
-    def add(name: str, pool: str, replica: str, values: np.ndarray, scrape: np.ndarray,
-            le: float | None = None) -> None:
+    def scraped() -> int:
+        g = targets[0]
+        times[g * seconds:(g + 1) * seconds] = base + rng.uniform(0, 1)
+        targets[0] += 1
+        return g
+
+    def add(name: str, pool: str, replica: str, v: np.ndarray, g: int, le: float | None = None) -> None:
         metric = KNOWN[name]
         sid = len(rows)
         rows.append((sid, name, metric.signal, metric.kind, metric.combine, metric.scale, pool, replica, le, "bench"))
-        at = slice(sid * seconds, (sid + 1) * seconds)
-        ids[at], ts[at], vs[at] = sid, scrape, values
+        values[sid * seconds:(sid + 1) * seconds], target[sid] = v, g
 
     load = 0.5 + 0.5 * np.sin(base / 3600.0) ** 2
     for p in range(pools):
         pool = f"pool{p}"
-        add("kube_deployment_status_replicas", pool, "", np.full(seconds, float(replicas)), base + rng.uniform(0, 1))
+        add("kube_deployment_status_replicas", pool, "", np.full(seconds, float(replicas)), scraped())
         for r in range(replicas):
-            replica = f"{pool}-r{r}"
-            scrape = base + rng.uniform(0, 1)
+            replica, g = f"{pool}-r{r}", scraped()
             noise = rng.uniform(0.8, 1.2, seconds)
             for name in PER_REPLICA:
                 metric = KNOWN[name]
                 if metric.kind == "counter":
-                    add(name, pool, replica, np.cumsum(load * noise * 100.0), scrape)
+                    add(name, pool, replica, np.cumsum(load * noise * 100.0), g)
                 else:
-                    add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0), scrape)
+                    add(name, pool, replica, load * noise * (100.0 if name.startswith("DCGM") else 10.0), g)
             if histograms:
                 arrivals = np.cumsum(load * noise)
                 for name, bounds in BUCKETS.items():
                     shares = np.linspace(0.05, 1.0, len(bounds) + 1)
                     for le, share in zip([*bounds, float("inf")], shares):
-                        add(name, pool, replica, arrivals * share, scrape, le)
+                        add(name, pool, replica, arrivals * share, g, le)
     series = pl.DataFrame(rows, orient="row", schema={
         "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
         "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})
-    samples = pl.DataFrame({"series": ids, "t": ts, "value": vs})
-    return Mapped(series, samples, {}, 0, (), ())
+    scrapes = Scrapes(times, seconds * np.arange(n_targets + 1), values, seconds * np.arange(n_series + 1), target)
+    return Mapped(series, scrapes, {}, 0, (), ())
 
 
 def main() -> None:

@@ -93,7 +93,7 @@ def run_observed(args: argparse.Namespace) -> int:
             s, n = pin.replicas(i, plan.name, plan.config, aligned[("replicas", plan.name)], ran, grid.times())
             suggestions += s
             notes += n
-    suggestions += pin.windows(config, pin.scrape_interval_s(mapped.samples, mapped.series))
+    suggestions += pin.windows(config, pin.scrape_interval_s(mapped.samples.frame(), mapped.series))
     section_before, left_out = score_run(observed, config, before.ticks, before.requests, names, cfg.tick_s)
     section_after = section_before
     if suggestions:

@@ -31,7 +31,8 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from traces.observed import Divergence, Grid, Mapped, Observation, ObservedConfig, align, score_all, unmatched
+from traces.observed import (Divergence, Grid, Mapped, Observation, ObservedConfig, Scrapes, align, score_all,
+                              unmatched)
 
 # vLLM's bucket bounds in seconds (vllm/v1/metrics/loggers.py, PrometheusStatLogger.__init__:
 # the TTFT, inter-token latency and request latency histograms), +Inf added as Prometheus does.
@@ -122,7 +123,7 @@ def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence
     cat = (lambda parts, dt: np.concatenate(parts) if parts else np.empty(0, dt))
     samples = pl.DataFrame({"series": pl.Series(cat(ids, np.uint32)), "t": pl.Series(cat(ts, np.float64)),
                             "value": pl.Series(cat(vs, np.float64))})
-    return Mapped(series, samples, {}, 0, (), ())
+    return Mapped(series, Scrapes.from_frame(samples, len(rows)), {}, 0, (), ())
 
 
 def observed_bounds(mapped: Mapped) -> dict[str, tuple[float, ...]]:

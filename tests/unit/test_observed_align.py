@@ -98,7 +98,7 @@ def test_samples_far_outside_the_window_are_dropped_and_counted(tmp_path):
     series = [("vllm:num_requests_waiting", {"pool": "chat"}, [(T0 - 3600, 9.0), (T0 + 10, 1.0), (T0 + 5000, 9.0)])]
     mapped, _ = _read(tmp_path, series)
     assert mapped.dropped == 2
-    assert mapped.samples["t"].to_list() == [10.0]
+    assert mapped.samples.frame()["t"].to_list() == [10.0]
 
 
 def test_a_gauge_without_a_recent_sample_is_absent(tmp_path):
@@ -112,7 +112,7 @@ def test_a_gauge_without_a_recent_sample_is_absent(tmp_path):
 def test_config_offset_wins_over_the_traces_own(tmp_path):
     observed = read_observed([write_json(tmp_path / "o.json", [_series("vllm:num_requests_waiting", {"pool": "chat"}, TIMES)])])
     mapped = select(observed, ObservedConfig(offset_s=T0 - 100), ["chat"], (0.0, 800.0), trace_offset_s=0.0)
-    assert mapped.samples["t"][0] == pytest.approx(100.0)
+    assert mapped.samples.frame()["t"][0] == pytest.approx(100.0)
 
 
 def test_histogram_quantiles_are_one_per_rate_window_ending_at_the_last_tick(tmp_path):

@@ -14,6 +14,7 @@ from hypothesis import given, strategies as st
 
 from tests.unit.test_observed_promql import _bucket_quantile_twin, _increase_twin, _instant_twin
 from traces.observed import Grid, ObservedConfig, align
+from traces.observed.layout import Scrapes
 from traces.observed.mapping import Mapped
 from traces.observed.metrics import KNOWN, QUANTILES
 
@@ -25,7 +26,7 @@ _LES = (0.1, 1.0, math.inf)
 @st.composite
 def _times(draw, dense=False):
     """Sample times in seconds from integer gaps in ms; `dense`: scrapes many to a rate window,
-    which kernels.py searches by guessing instead of walking."""
+    whose edges kernels.py gallops to over several samples at a time."""
     gaps = draw(st.lists(st.integers(100, 900), min_size=100, max_size=400) if dense
                 else st.lists(st.integers(1, 20_000), min_size=0, max_size=25))
     return draw(st.integers(0, 60_000)) / 1000.0 + np.cumsum(gaps) / 1000.0
@@ -75,7 +76,7 @@ def _fleet(draw):
                                                    or [np.zeros(0, np.uint32)]),
                           "t": np.concatenate([t for t, _ in samples] or [np.zeros(0)]),
                           "value": np.concatenate([v for _, v in samples] or [np.zeros(0)])})
-    return Mapped(series, frame, {}, 0, (), ())
+    return Mapped(series, Scrapes.from_frame(frame, len(rows)), {}, 0, (), ())
 
 
 def _literal(mapped, grid, config):
@@ -88,7 +89,8 @@ def _literal(mapped, grid, config):
     for row in mapped.series.iter_rows(named=True):
         groups.setdefault((row["signal"], row["pool"]), []).append(row)
     for (signal, pool), rows in groups.items():
-        data = [(mapped.samples.filter(pl.col("series") == r["series"]), r) for r in rows]
+        frame = mapped.samples.frame()
+        data = [(frame.filter(pl.col("series") == r["series"]), r) for r in rows]
         if rows[0]["kind"] == "gauge":
             got = np.array([[_instant_twin(s["t"].to_list(), s["value"].to_list(), tick, config.lookback_s) * r["scale"]
                              for tick in ticks] for s, r in data])

@@ -13,6 +13,7 @@ or the first three at once: `observe(paths, config, pools, grid, trace_offset_s)
 from traces.observed.align import Aligned, Grid, align
 from traces.observed.config import ObservedConfig
 from traces.observed.divergence import Divergence, score, score_all, unmatched
+from traces.observed.layout import Scrapes
 from traces.observed.limits import DEFAULT_LIMITS, ObservedLimits
 from traces.observed.mapping import Mapped, select
 from traces.observed.metrics import KNOWN, QUANTILES, Metric, signals
@@ -22,6 +23,6 @@ from traces.observed.samples import Observed
 
 __all__ = [
     "DEFAULT_LIMITS", "FORMATS", "KNOWN", "QUANTILES", "Aligned", "Divergence", "Grid", "Mapped", "Metric",
-    "Observation", "Observed", "ObservedConfig", "ObservedLimits", "align", "detect", "observe", "read_observed", "read_one", "score",
+    "Observation", "Observed", "ObservedConfig", "ObservedLimits", "Scrapes", "align", "detect", "observe", "read_observed", "read_one", "score",
     "score_all", "select", "signals", "unmatched",
 ]

@@ -59,13 +59,7 @@ class Aligned:
 
 def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool = False) -> Aligned:
     ticks = grid.times()
-    ids = mapped.samples["series"].to_numpy()
-    t_all = np.ascontiguousarray(mapped.samples["t"].to_numpy(), dtype=np.float64)
-    v_all = np.ascontiguousarray(mapped.samples["value"].to_numpy(), dtype=np.float64)
-    # where each series' samples begin, found once (searchsorted with a needle of another dtype
-    # would cast the whole column on every call)
-    top = int(mapped.series["series"].max() or 0) + 2 if mapped.series.height else 1
-    offsets = np.searchsorted(ids, np.arange(top, dtype=ids.dtype)).astype(np.int64)
+    scrapes = mapped.samples
     # Histograms: one quantile per window, a query whose step is the rate window, the last
     # window ending at the last tick; each tick carries the quantile of the window it is in.
     per = max(1, round(config.rate_window_s / grid.tick_s))
@@ -81,8 +75,9 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
                           len(ends) if kind == "histogram" else grid.n) for kind in ("gauge", "counter", "histogram")}
     # Each group's sum is taken in this order of its series (a target's series together), so
     # the floats do not depend on the order the series were read in.
-    lengths = np.diff(offsets)
-    first_t = t_all[np.minimum(offsets[:-1], len(t_all) - 1)] if len(t_all) else np.zeros(top - 1)
+    lengths = np.diff(scrapes.value_start)
+    starts = scrapes.time_start[scrapes.target]
+    first_t = scrapes.times[np.minimum(starts, len(scrapes.times) - 1)] if len(scrapes.times) else starts * 0.0
     rows.sort(key=lambda r: (r["replica"], int(lengths[r["series"]]), float(first_t[r["series"]]), r["series"]))
     for row in rows:
         key = (row["signal"], row["pool"], row["replica"]) if by_replica else (row["signal"], row["pool"])
@@ -92,10 +87,11 @@ def align(mapped: Mapped, grid: Grid, config: ObservedConfig, by_replica: bool =
     # a resetting counter's level; the sample positions / window geometry of the last target
     scratch = np.empty(int(lengths.max()) if len(lengths) else 0)
     at, geo = np.empty((2, grid.n), np.int64), np.empty((3, grid.n))
-    passes["gauge"].run(instants_nb, t_all, v_all, offsets, ticks, config.lookback_s, at[0])
+    layout = (scrapes.times, scrapes.time_start, scrapes.values, scrapes.value_start, scrapes.target)
+    passes["gauge"].run(instants_nb, layout, ticks, config.lookback_s, at[0])
     for kind, on in (("counter", ticks), ("histogram", ends)):
-        passes[kind].run(increases_nb, t_all, v_all, offsets, on, window_starts(on, config.rate_window_s),
-                         config.rate_window_s, scratch, at[:, :len(on)], geo[:, :len(on)], np.zeros(1, np.int64))
+        passes[kind].run(increases_nb, layout, on, window_starts(on, config.rate_window_s),
+                         config.rate_window_s, scratch, at[:, :len(on)], geo[:, :len(on)])
     out: dict[tuple[str, ...], np.ndarray] = {}
     for key, group in sorted(groups.items()):
         if group.kind == "histogram":
@@ -144,7 +140,7 @@ class _Pass:
         self.rows.append(group.base + group.slot(le))
         self.factors.append(factor)
 
-    def run(self, kernel, t_all, v_all, offsets, *args) -> None:
+    def run(self, kernel, layout: tuple, *args) -> None:
         if self.sids:
-            kernel(t_all, v_all, offsets, np.array(self.sids, np.int64), np.array(self.rows, np.int64),
+            kernel(*layout, np.array(self.sids, np.int64), np.array(self.rows, np.int64),
                    np.array(self.factors, np.float64), self.total, self.present, *args)

@@ -7,12 +7,14 @@ of millions of samples, and numpy's dozen temporaries per series cost more than 
 The arithmetic is promql.py's, operation for operation and in the same order, so the results
 are the same floats; tests/unit/test_observed_fast.py holds the two together on generated
 series, and test_observed_promql.py holds promql.py to the literal twins of Prometheus'
-engine.go / functions.go. Each series' `t` is sorted, one sample per timestamp (samples.py).
+engine.go / functions.go.
 
-Where a sample sits among the ticks is found by galloping from where the previous tick's
-search ended (ticks only go forward), so a histogram bucket's rate windows, one per 60 ticks,
-read a few of its timestamps per window and not all of them; its values are read once, to
-find counter resets.
+The samples are layout.Scrapes: each target's sorted times once, each series' values at its
+target's times. Where a target's samples sit among the ticks (a gauge's latest sample, a rate
+window's first and last) is found once for the target and read by each of its series in turn
+(the series of a target come together in align's order), so a series costs a pass over its
+values: a histogram bucket's rate windows read two values each, and every value once to find
+counter resets.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ _MAX = np.finfo(np.float64).max  # what np.nan_to_num makes of +Inf
 
 @njit(cache=True, _nrt=False, inline="always")
 def _count_le_nb(t, x, guess):
-    """How many of `t` are <= x: `guess` (_guess_nb) is checked first, then the answer is
-    galloped to from there, so the result does not depend on the guess."""
+    """How many of `t` are <= x: `guess` (where the previous search ended, plus one: ticks and
+    scrapes advance together) is checked first, then the answer is galloped to from there, so
+    the result does not depend on the guess."""
     m = len(t)
     c = min(max(guess, 0), m)
     if (c == 0 or t[c - 1] <= x) and (c == m or t[c] > x):
@@ -39,35 +42,6 @@ def _count_le_nb(t, x, guess):
     while c + step < m and t[c + step] <= x:  # t[c] <= x: gallop forward
         step *= 2
     return _bisect_nb(t, x, c + step // 2, min(c + step, m))
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _spacing_nb(t):
-    """The mean interval of `t`, or 0 where there is none to speak of."""
-    m = len(t)
-    spacing = (t[m - 1] - t[0]) / (m - 1) if m > 1 else 0.0
-    return spacing if spacing > 0 and np.isfinite(spacing) else 0.0
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _per_sample_nb(spacing):
-    """1 / spacing for _guess_nb (a guess needs no exact division), 0 for no spacing."""
-    return 1.0 / spacing if spacing > 0.0 else 0.0
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _guess_nb(t, per_sample, x, fallback):
-    """Where x would fall among evenly spaced `t`: a guess for _count_le_nb from arithmetic
-    alone, not from the previous search, so that the searches of consecutive ticks do not wait
-    on each other's memory reads (a bucket's windows are 60 samples apart: a cache miss each)."""
-    if per_sample == 0.0:
-        return fallback
-    g = (x - t[0]) * per_sample
-    if not g >= 0.0:
-        return 0
-    if g >= len(t):
-        return len(t)
-    return int(g) + 1
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -96,16 +70,6 @@ def _add_nb(total, present, i, value, factor):
         total[i] += value * factor
 
 
-@njit(cache=True, _nrt=False, inline="always")
-def _same_nb(a, b):
-    if len(a) != len(b):
-        return False
-    for j in range(len(a)):
-        if a[j] != b[j]:
-            return False
-    return True
-
-
 @njit(cache=True, _nrt=False, error_model="numpy")
 def _latest_nb(t, ticks, lookback, last):
     """promql.latest: each tick's latest sample in (tick - lookback, tick], -1 for none."""
@@ -116,17 +80,18 @@ def _latest_nb(t, ticks, lookback, last):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def instants_nb(t_all, v_all, offsets, sids, rows, factors, total, present, ticks, lookback, last):
+def instants_nb(times, time_start, values, value_start, target, sids, rows, factors, total, present, ticks,
+                lookback, last):
     """Each listed series' latest sample in (tick - lookback, tick] at every tick, added into
     `total[rows[k]]`, `present[rows[k]]` times factors[k], in the listed order. `last` keeps
-    the positions placed for one series for the next ones scraped at the same instants."""
+    the positions placed for one target for its next series."""
     held = -1
     for k in range(len(sids)):
-        sid = sids[k]
-        t, v = t_all[offsets[sid]:offsets[sid + 1]], v_all[offsets[sid]:offsets[sid + 1]]
-        if held < 0 or not _same_nb(t, t_all[offsets[held]:offsets[held + 1]]):
-            _latest_nb(t, ticks, lookback, last)
-            held = sid
+        sid, g = sids[k], target[sids[k]]
+        if g != held:
+            _latest_nb(times[time_start[g]:time_start[g + 1]], ticks, lookback, last)
+            held = g
+        v = values[value_start[sid]:value_start[sid + 1]]
         out_t, out_p = total[rows[k]], present[rows[k]]
         for i in range(len(ticks)):
             _add_nb(out_t, out_p, i, v[last[i]] if last[i] >= 0 else np.nan, factors[k])
@@ -187,31 +152,6 @@ def _extrapolate_nb(v, level, hi, lo, sampled, to_start, to_end):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def _sparse_nb(t, v, level, on, lower, window, factor, out_t, out_p):
-    """Points many samples apart (a bucket's windows): each search starts from a guess by
-    arithmetic, so consecutive searches do not wait on each other's cache misses."""
-    per_sample = _per_sample_nb(_spacing_nb(t))
-    # Touch each point's guessed sample first: independent reads, so their cache misses overlap,
-    # where the searches below would take them one at a time. (Kept by being looked at.)
-    warm = 0.0
-    for i in range(len(on)):
-        g = _guess_nb(t, per_sample, on[i], 0)
-        warm += t[g - 1] if g > 0 else 0.0
-    if warm == -1.0:
-        out_p[0] += 0
-    c_hi, lo = 0, 0
-    for i in range(len(on)):
-        # windows that tile the range (a quantile query's step is its window) begin where the
-        # previous one ended: that count is the guess
-        guess = c_hi if i > 0 and lower[i] == on[i - 1] else _guess_nb(t, per_sample, lower[i], lo)
-        c_hi = _count_le_nb(t, on[i], _guess_nb(t, per_sample, on[i], c_hi))
-        lo = _count_le_nb(t, lower[i], guess)
-        ok, hi, first, sampled, to_start, to_end = _geometry_nb(t, on[i], c_hi, lo, window)
-        value = _extrapolate_nb(v, level, hi, first, sampled, to_start, to_end) if ok else np.nan
-        _add_nb(out_t, out_p, i, value, factor)
-
-
-@njit(cache=True, _nrt=False, error_model="numpy")
 def _place_nb(t, on, lower, window, at, geo):
     """Every point's window geometry over `t` into `at` (hi, first; first = -1: no rate) and
     `geo` (span, to start, to end): shared by the series scraped at the same instants."""
@@ -234,38 +174,24 @@ def _dense_nb(v, level, at, geo, factor, out_t, out_p):
 
 
 @njit(cache=True, _nrt=False, error_model="numpy")
-def _increases_series_nb(t_all, offsets, sid, v, level, on, lower, window, factor, out_t, out_p, at, geo, held):
-    """One series: the sparse search or the dense walk, whose geometry is kept for the next
-    series scraped at the same instants (`held[0]`: the series it was placed for)."""
-    t = t_all[offsets[sid]:offsets[sid + 1]]
-    if len(t) == 0:
-        for i in range(len(on)):
-            _add_nb(out_t, out_p, i, np.nan, factor)
-        return
-    spacing = _spacing_nb(t)
-    if len(on) > 1 and spacing > 0 and on[1] - on[0] > 8 * spacing:
-        _sparse_nb(t, v, level, on, lower, window, factor, out_t, out_p)
-        return
-    if held[0] < 0 or not _same_nb(t, t_all[offsets[held[0]]:offsets[held[0] + 1]]):
-        _place_nb(t, on, lower, window, at, geo)
-        held[0] = sid
-    _dense_nb(v, level, at, geo, factor, out_t, out_p)
-
-
-@njit(cache=True, _nrt=False, error_model="numpy")
-def increases_nb(t_all, v_all, offsets, sids, rows, factors, total, present, on, lower, window, scratch, at, geo,
-                 held):
+def increases_nb(times, time_start, values, value_start, target, sids, rows, factors, total, present, on, lower,
+                 window, scratch, at, geo):
     """Each listed series' extrapolated increase over (on[i] - window, on[i]] at every point of
     `on`, added into `total[rows[k]]`, `present[rows[k]]` times factors[k], in the listed order.
-    `scratch`: as long as the longest series, for a counter that resets; `at` / `geo` / `held`:
-    the last placed geometry and the series it was placed for (_increases_series_nb)."""
-    held[0] = -1
+    `scratch`: as long as the longest series, for a counter that resets; `at` / `geo`: the
+    window geometry placed for one target, kept for its next series."""
+    held = -1
     for k in range(len(sids)):
-        a, b = offsets[sids[k]], offsets[sids[k] + 1]
-        v = v_all[a:b]
+        sid, g = sids[k], target[sids[k]]
+        v = values[value_start[sid]:value_start[sid + 1]]
+        if len(v) == 0:
+            for i in range(len(on)):
+                _add_nb(total[rows[k]], present[rows[k]], i, np.nan, factors[k])
+            continue
+        if g != held:
+            _place_nb(times[time_start[g]:time_start[g + 1]], on, lower, window, at, geo)
+            held = g
         if _level_nb(v, scratch):  # two calls: the level is v itself or scratch, two types
-            _increases_series_nb(t_all, offsets, sids[k], v, scratch[:b - a], on, lower, window, factors[k],
-                                 total[rows[k]], present[rows[k]], at, geo, held)
+            _dense_nb(v, scratch[:len(v)], at, geo, factors[k], total[rows[k]], present[rows[k]])
         else:
-            _increases_series_nb(t_all, offsets, sids[k], v, v, on, lower, window, factors[k],
-                                 total[rows[k]], present[rows[k]], at, geo, held)
+            _dense_nb(v, v, at, geo, factors[k], total[rows[k]], present[rows[k]])

@@ -18,6 +18,7 @@ import polars as pl
 
 from common.errors import ConfigError, UserError
 from traces.observed.config import ObservedConfig
+from traces.observed.layout import Scrapes
 from traces.observed.metrics import lookup
 from traces.observed.samples import Observed, labels_of, number, series_text
 
@@ -30,14 +31,14 @@ _STATEFUL_POD = re.compile(r"(.+)-\d+")
 @dataclasses.dataclass(frozen=True)
 class Mapped:
     """`series`: one row per used series (series, metric, signal, kind, combine, scale, pool,
-    replica, le, file); `samples`: theirs, `t` in trace seconds; `gpu_blocks`: pool ->
+    replica, le, file); `samples`: theirs (layout.Scrapes), times in trace seconds; `gpu_blocks`: pool ->
     the distinct `num_gpu_blocks` of its `vllm:cache_config_info` series; `dropped`: samples
     outside the kept span; `unknown` / `unused`: metric names read and not used, unknown to the
     tool or known but not compared (a histogram's `_sum`, an older alias where the new name is
     also present)."""
 
     series: pl.DataFrame
-    samples: pl.DataFrame
+    samples: Scrapes
     gpu_blocks: dict[str, tuple[int, ...]]
     dropped: int
     unknown: tuple[str, ...]
@@ -123,7 +124,7 @@ def select(observed: Observed, config: ObservedConfig, pools: Sequence[str], win
 
 
 def _in_window(samples: pl.DataFrame, frame: pl.DataFrame, offset: float, window: tuple[float, float],
-               margin: float) -> tuple[pl.DataFrame, int]:
+               margin: float) -> tuple[Scrapes, int]:
     start, end = window
     kept = samples.filter(pl.col("series").is_in(frame["series"].implode())) \
         .with_columns(t=pl.col("t") - offset)
@@ -137,7 +138,8 @@ def _in_window(samples: pl.DataFrame, frame: pl.DataFrame, offset: float, window
         raise UserError(f"{row['file']}: series {row['metric']} (pool {row['pool']}, replica {row['replica'] or '-'}): "
                         f"samples {when}, none within the trace's window {_wall(start + offset)} to "
                         f"{_wall(end + offset)} (offset_s {offset:.0f}); expected timestamps in the window")
-    return inside, kept.height - inside.height
+    ids = int(frame["series"].max()) + 1 if frame.height else 0
+    return Scrapes.from_frame(inside, ids), kept.height - inside.height
 
 
 def _wall(seconds: float) -> str:

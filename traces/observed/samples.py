@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import polars as pl
@@ -22,7 +22,14 @@ from traces.observed.metrics import lookup
 
 # Prometheus writes NaN and +Inf/-Inf as such (model/value.go); Python's float() would also take
 # "1_000" and " 1 ", which no exporter writes and a damaged file might.
-_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[Ii]nf(?:inity)?|NaN|nan)")
+_NUMBER_TEXT = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[Ii]nf(?:inity)?|NaN|nan)"
+_NUMBER = re.compile(_NUMBER_TEXT)
+# Many numbers, one a line, checked by one pass of the regex engine instead of a call each: lines
+# of decimal digits, points, signs and exponents only (what exporters mostly write) are numbers
+# wherever float() reads them, and it reads the same grammar as _NUMBER there; others (NaN, +Inf)
+# are matched against _NUMBER line by line.
+_DECIMAL_LINES = re.compile(r"[0-9.eE+\-\n]*")
+_NUMBER_LINES = re.compile(f"{_NUMBER_TEXT}(?:\n{_NUMBER_TEXT})*")
 
 
 @dataclasses.dataclass
@@ -52,6 +59,24 @@ def number(text: str) -> float | None:
     """The float `text` spells in Prometheus' notation, or None if it is not a number."""
     text = text.strip()
     return float(text) if _NUMBER.fullmatch(text) else None
+
+
+def numbers(texts: Sequence[str]) -> np.ndarray | None:
+    """The floats of `texts` (strings) when every one is a number in Prometheus' notation, with
+    no space around it, as `number` reads it; None when any is not, for the caller's one-by-one
+    check to say which (and what `number` makes of a number with spaces around it)."""
+    if not texts:
+        return np.empty(0)
+    lines = "\n".join(texts)
+    # each text is one line of `lines` only if none holds a line break of its own
+    if lines.count("\n") != len(texts) - 1:
+        return None
+    if _DECIMAL_LINES.fullmatch(lines) is None and _NUMBER_LINES.fullmatch(lines) is None:
+        return None
+    try:
+        return np.array(texts, dtype=np.float64)
+    except ValueError:  # digits and signs that spell no number ("1-2", "")
+        return None
 
 
 def series_text(metric: str, labels: dict[str, str], limit: int = 160) -> str:
