@@ -210,46 +210,37 @@ def request_fit(gpu_id: str) -> dict[str, Any] | None:
     return data
 
 
-# What a request-level fit says about the host, not the GPU: vLLM V1's engine core schedules, prepares
-# inputs and bookkeeps each step on the CPU (vllm/v1/engine/core.py `EngineCore.step`, the scheduler and
-# the model runner's `_prepare_inputs`); carried to another GPU unchanged. So is the all-reduce latency:
-# on NVLink parts it is vLLM's custom all-reduce (a one-shot P2P kernel whose cost at decode sizes is its
-# cross-GPU barrier, vllm/distributed/device_communicators/custom_all_reduce.py). PCIe-only parts (L40S)
-# keep it too, though vLLM turns the custom kernel off on more than two of them and falls back to NCCL,
-# whose latency over PCIe no shipped measurement gives.
-HOST_TERMS = ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us")
-# Shares of the GPU's data-sheet peaks: carried to another GPU in proportion to what Vidur measured
-# for the same kernels on both (replay/profiles/defaults.yaml: A100 mbu 0.5725 vs H100 0.6045, so
-# 0.947; its memory-bound GEMMs run 1.64-1.80x slower on A100, the bandwidth ratio is 1.64).
-BANDWIDTH_TERMS = ("mbu", "attention_mbu", "expert_mbu")
-# The GPUs the fit is carried to: the other GPUs of the campaign it comes from (vLLM v0.15.1 servers on
-# H100, A100 and L40S, BLIS sim-to-real; issue 11). The rest keep their Vidur defaults: carried to the
-# H200, `llm-replay validate published` reads throughput 32.6% (from 37.9%) but E2E 14.0% (from 6.6%),
-# its two H200 latency rows (vLLM's nightly benchmark, an older vLLM) then reading 15-23% fast.
+# The GPUs the H100 request-level fit is carried to: the other GPUs of the campaign it comes from (vLLM
+# v0.15.1 servers on H100, A100 and L40S, BLIS sim-to-real; issue 11). What the fit finds is mostly the
+# host's and vLLM's: the engine core schedules, prepares inputs and bookkeeps each step on the CPU
+# (vllm/v1/engine/core.py `EngineCore.step`), so per_step / per_seq / prefill overheads carry over as
+# fitted (instead of the assumed 1 ms per step), and so does the all-reduce latency, on NVLink parts that
+# of vLLM's one-shot custom all-reduce, a barrier more than a transfer
+# (vllm/distributed/device_communicators/custom_all_reduce.py; on more than two PCIe-only GPUs vLLM
+# falls back to NCCL, whose latency over PCIe no shipped measurement gives). Its bandwidth shares (mbu,
+# attention_mbu) carry over unchanged too: measured A100 / H100 ratios of the share scatter around 1 -
+# Vidur's GEMMs 0.947 over all its models but 1.00 for Llama-2-7B (memory-bound times 1.639x the H100's
+# against a bandwidth ratio of 1.643), Splitwise's fits 1.07 (TP2) and 1.04 (TP4), and vLLM 0.23 on an
+# A100 40GB decoding Llama-3.1-8B at ~75 tok/s at concurrency 1 (johnmusgrave.com, "vLLM
+# throughput-latency sweep on NVIDIA A100") about 1.12. Keys the fit may hold beyond these (mfu, knees) are
+# the H100's own and stay behind. The other GPUs keep their Vidur defaults: carried to the H200,
+# `llm-replay validate published` reads throughput 32.6% (from 37.9%) but E2E 14.0% (from 6.6%), its
+# two H200 latency rows (vLLM's nightly benchmark, an older vLLM) then reading 15-23% fast.
 CARRIED_TO = ("a100-sxm-40gb", "a100-sxm-80gb", "l40s-48gb")
+CARRIED_TERMS = ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
+                 "mbu", "attention_mbu", "expert_mbu")
 
 
 def transferred_request_fit(gpu_id: str) -> dict[str, float]:
     """The request-level fit's step-model keys for `gpu_id`: its own shipped fit, else for a GPU of
-    CARRIED_TO the REQUEST_FIT_GPU's carried over (HOST_TERMS as they are; BANDWIDTH_TERMS and mfu
-    scaled by the GPU's Vidur-fitted mbu / mfu over the fit GPU's, at most 1; other keys are the fit
-    GPU's own and stay behind); else {}."""
+    CARRIED_TO the CARRIED_TERMS of the REQUEST_FIT_GPU's; else {}."""
     own = request_fit(gpu_id)
     if own is not None:
         return dict(own.get("step_model") or {})
     fit = request_fit(REQUEST_FIT_GPU)
     if fit is None or gpu_id not in CARRIED_TO:
         return {}
-    mine, theirs = default_coefficients(gpu_id) or {}, default_coefficients(REQUEST_FIT_GPU) or {}
-    out: dict[str, float] = {}
-    for key, value in (fit.get("step_model") or {}).items():
-        if key in HOST_TERMS:
-            out[key] = value
-        elif key in (*BANDWIDTH_TERMS, "mfu"):
-            ref = "mfu" if key == "mfu" else "mbu"
-            ratio = mine[ref] / theirs[ref] if ref in mine and ref in theirs else 1.0
-            out[key] = round(min(1.0, value * ratio), 4)
-    return out
+    return {k: v for k, v in (fit.get("step_model") or {}).items() if k in CARRIED_TERMS}
 
 
 def default_source(gpu_id: str) -> str:
@@ -257,8 +248,7 @@ def default_source(gpu_id: str) -> str:
     if request_fit(gpu_id) is not None:
         return f"{gpu_id} defaults (request-level fit to real vLLM servers, replay/profiles/request_fit_{gpu_id}.yaml)"
     if request_fit(REQUEST_FIT_GPU) is not None and gpu_id in CARRIED_TO:
-        return (f"{gpu_id} defaults (the {REQUEST_FIT_GPU} request-level fit to real vLLM servers carried over: "
-                "host terms as fitted, efficiencies scaled by Vidur's kernel profiles)")
+        return (f"{gpu_id} defaults (the {REQUEST_FIT_GPU} request-level fit to real vLLM servers carried over)")
     return f"{gpu_id} defaults"
 
 
