@@ -297,13 +297,9 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     expert_bytes = 0.0
     if p[NUM_EXPERTS] > 0 and real > 0:
         # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
-        # MoE layer in expectation (uniform routing); only those experts' weights are read. T counts
-        # a CUDA graph's padded slots: vLLM v0.15 routes them like real tokens (skipping them came in
-        # vllm-project/vllm PR #46428, June 2026: "these padding tokens are handled the same way as
-        # real tokens"; sglang PR #25852: they "activate extra experts ... wasted expert-weight loads
-        # per decode step at low real batch sizes").
+        # MoE layer in expectation (uniform routing); only those experts' weights are read.
         e = p[NUM_EXPERTS]
-        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** tokens)
+        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** real)
         expert_bytes = p[EXPERT_BYTES_EACH] * touched
     if lora_adapters > 0:
         # Each distinct adapter's A and B are gathered and read once (Punica SGMV, S-LoRA).
