@@ -22,6 +22,7 @@ from common.errors import ConfigError
 from common.yamlfile import read_yaml
 from replay.calibration.steps import COEFFICIENTS, KNEE_COEFFICIENTS
 from replay.files import write_atomically
+from replay.model.serving import SERVING_FIT_GPU as REQUEST_FIT_GPU
 from replay.model.specs import get_gpu
 
 FORMAT = "llm-replay-step-profile/1"
@@ -209,10 +210,45 @@ def request_fit(gpu_id: str) -> dict[str, Any] | None:
     return data
 
 
+# The GPUs the H100 request-level fit is carried to: the other GPUs of the campaign it comes from (vLLM
+# v0.15.1 servers on H100, A100 and L40S, BLIS sim-to-real; issue 11). What the fit finds is mostly the
+# host's and vLLM's: the engine core schedules, prepares inputs and bookkeeps each step on the CPU
+# (vllm/v1/engine/core.py `EngineCore.step`), so per_step / per_seq / prefill overheads carry over as
+# fitted (instead of the assumed 1 ms per step), and so does the all-reduce latency, on NVLink parts that
+# of vLLM's one-shot custom all-reduce, a barrier more than a transfer
+# (vllm/distributed/device_communicators/custom_all_reduce.py; on more than two PCIe-only GPUs vLLM
+# falls back to NCCL, whose latency over PCIe no shipped measurement gives). Its bandwidth shares (mbu,
+# attention_mbu) carry over unchanged too: measured A100 / H100 ratios of the share scatter around 1 -
+# Vidur's GEMMs 0.947 over all its models but 1.00 for Llama-2-7B (memory-bound times 1.639x the H100's
+# against a bandwidth ratio of 1.643), Splitwise's fits 1.07 (TP2) and 1.04 (TP4), and vLLM 0.23 on an
+# A100 40GB decoding Llama-3.1-8B at ~75 tok/s at concurrency 1 (johnmusgrave.com, "vLLM
+# throughput-latency sweep on NVIDIA A100") about 1.12. Keys the fit may hold beyond these (mfu, knees) are
+# the H100's own and stay behind. The other GPUs keep their Vidur defaults: carried to the H200,
+# `llm-replay validate published` reads throughput 32.6% (from 37.9%) but E2E 14.0% (from 6.6%), its
+# two H200 latency rows (vLLM's nightly benchmark, an older vLLM) then reading 15-23% fast.
+CARRIED_TO = ("a100-sxm-40gb", "a100-sxm-80gb", "l40s-48gb")
+CARRIED_TERMS = ("per_step_overhead_us", "per_seq_overhead_us", "prefill_overhead_us", "allreduce_latency_us",
+                 "mbu", "attention_mbu", "expert_mbu")
+
+
+def transferred_request_fit(gpu_id: str) -> dict[str, float]:
+    """The request-level fit's step-model keys for `gpu_id`: its own shipped fit, else for a GPU of
+    CARRIED_TO the CARRIED_TERMS of the REQUEST_FIT_GPU's; else {}."""
+    own = request_fit(gpu_id)
+    if own is not None:
+        return dict(own.get("step_model") or {})
+    fit = request_fit(REQUEST_FIT_GPU)
+    if fit is None or gpu_id not in CARRIED_TO:
+        return {}
+    return {k: v for k, v in (fit.get("step_model") or {}).items() if k in CARRIED_TERMS}
+
+
 def default_source(gpu_id: str) -> str:
     """What a pool without a profile takes its step model from, for summary.json."""
     if request_fit(gpu_id) is not None:
         return f"{gpu_id} defaults (request-level fit to real vLLM servers, replay/profiles/request_fit_{gpu_id}.yaml)"
+    if request_fit(REQUEST_FIT_GPU) is not None and gpu_id in CARRIED_TO:
+        return (f"{gpu_id} defaults (the {REQUEST_FIT_GPU} request-level fit to real vLLM servers carried over)")
     return f"{gpu_id} defaults"
 
 
@@ -247,8 +283,8 @@ def step_coefficients(args: Any, model_id: str, gpu_id: str, tp: int, where: str
     base: dict[str, float | None] = dict.fromkeys((*COEFFICIENTS, "allreduce_latency_us", "link_efficiency",
                                                    "attention_mbu", "expert_mbu"))
     if args.profile is None:  # the default: the GPU's Vidur-fitted efficiencies, when it has some,
-        base.update(default_coefficients(gpu_id) or {})  # and its request-level fit, where shipped
-        base.update((request_fit(gpu_id) or {}).get("step_model", {}))
+        base.update(default_coefficients(gpu_id) or {})  # and its request-level fit (or the one
+        base.update(transferred_request_fit(gpu_id))  # carried over from the measured GPU)
     elif args.profile == VIDUR:
         defaults = default_coefficients(gpu_id)
         if defaults is None:

@@ -18,7 +18,7 @@ import numpy as np
 from replay.model import stepmodel as sm
 from replay.calibration.data import Measured
 from replay.model.memory import idle_weights_bytes_per_gpu, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
-from replay.model.specs import get_gpu, get_model, weight_bits
+from replay.model.specs import get_gpu, get_model, normalize_weight_dtype, weight_bits
 from common.errors import UserError
 
 # Fitted coefficients. The knee's two are optional in a profile (files written before it have none).
@@ -44,14 +44,13 @@ def step_shape(model_id: str, gpu_id: str, tp: int, weight_dtype: str | None = N
     model, gpu = get_model(model_id), get_gpu(gpu_id)
     dtype = weight_dtype or model.default_weight_dtype
     expert_dtype = (model.expert_weight_dtype or dtype) if weight_dtype is None else dtype
-    fp8 = dtype == "fp8" and gpu.fp8_native
     return sm.StepShape(
         active_params=model.active_params, num_layers=model.num_layers,
         num_attention_heads=model.num_attention_heads, head_dim=model.head_dim, hidden_size=model.hidden_size,
         tp=tp, weights_bytes_per_gpu=float(weights_bytes_per_gpu(model, tp, weight_dtype))
         - idle_weights_bytes_per_gpu(model, tp),
         kv_bytes_per_token_per_gpu=float(kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)),
-        peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops, hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
+        peak_flops=gpu.matmul_flops(normalize_weight_dtype(dtype)), hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         link_bytes_per_s=gpu.interconnect_bytes_per_s,
         # MoE: a step reads only the experts its tokens touch (`terms`, as the kernel does)
         expert_weights_bytes_per_gpu=model.expert_params * weight_bits(expert_dtype) / 8 / tp if model.is_moe else 0.0,

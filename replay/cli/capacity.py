@@ -117,11 +117,10 @@ def _cmd_break_even(args: argparse.Namespace) -> int:
         source = f"F = {args.flops:.3g} FLOP/s (--flops)"
     elif args.gpu:
         gpu = get_gpu(args.gpu)
-        fp8 = {m.id: normalize_weight_dtype(args.weight_dtype or m.default_weight_dtype) == "fp8" and gpu.fp8_native
-               for m in models}
         # the mfu a default pool of this GPU runs at (its Vidur-fitted default, else stepmodel's)
         mfu = (default_coefficients(gpu.id) or {}).get("mfu", DEFAULT_MFU)
-        flops = {m.id: (gpu.fp8_flops if fp8[m.id] else gpu.bf16_flops) * mfu for m in models}
+        flops = {m.id: gpu.matmul_flops(normalize_weight_dtype(args.weight_dtype or m.default_weight_dtype)) * mfu
+                 for m in models}
         source = f"F = {gpu.id} dense peak x MFU {mfu:g} (its default)"
     else:
         raise UserError("capacity: --break-even needs --gpu (F from its peak FLOP/s) or --flops")

@@ -263,7 +263,8 @@ MODELS: dict[str, ModelSpec] = dict([
                            patch_size=14, num_channels=3, projector_input_dim=4096, projector_output_dim=4096,
                            vision_output_dim=4096),
         quantization_config=dict(quant_method="compressed-tensors", config_groups={"group_0": dict(
-            targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel"))},
+            targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel"),
+            input_activations=dict(num_bits=8, type="float", strategy="token", dynamic=True))},
             ignore=[r"re:language_model\.model\.layers\.\d+\.self_attn\.[qkvo]_proj$",
                     r"re:language_model\.model\.layers\.\d+\.feed_forward\.router$", r"re:vision_model\..*",
                     "multi_modal_projector.linear_1", "language_model.lm_head"])),

@@ -25,7 +25,11 @@ WEIGHT_DTYPE_BITS: dict[str, float] = {
     "fp16": 16.0,
     # Per-channel (or 128x128 block) FP32 scales add < 0.01 bit per weight: ignored.
     "fp8": 8.0,
+    # W8A8: INT8 weights and per-token INT8 activations, on INT8 tensor cores (GpuSpec.matmul_flops).
     "int8": 8.0,
+    # W8A16: 8-bit weights (INT8 or FP8) that a weight-only kernel (Marlin) dequantizes to BF16:
+    # GPTQ 8-bit, compressed-tensors W8A16. Bytes as int8, compute at the BF16 peak.
+    "w8a16": 8.0,
     # Bare 4-bit integers (per-channel scales, negligible).
     "int4": 4.0,
     # AWQ / GPTQ as vLLM loads them: groups of 128 weights share an FP16 scale and a 4-bit zero

@@ -172,10 +172,10 @@ def pool_terms(model: ModelSpec, gpu: GpuSpec, tp: int, engine, step_model, host
 
 def step_shape(model: ModelSpec, gpu: GpuSpec, cap) -> StepShape:
     """The step model's view of a pool from its `memory.Capacity`: weights and KV per GPU in the
-    loaded formats; FP8 weights run on FP8 tensor cores where the GPU has them (H100: 2x BF16,
-    ref 000 section 05). INT8 and 4-bit formats are counted at the BF16 rate (weight-only
-    kernels such as Marlin dequantize to BF16), FP4 tensor cores are not modelled."""
-    fp8 = cap.weight_dtype == "fp8" and gpu.fp8_native
+    loaded formats; the matmuls run at the peak vLLM's kernel for the format reaches on this GPU
+    (`GpuSpec.matmul_flops`: FP8 tensor cores where the GPU has them, H100 2x BF16, ref 000
+    section 05; an A100 runs FP8 weight-only through Marlin, so reads 8-bit weights and computes at
+    the BF16 peak; INT8 W8A8 on INT8 tensor cores; weight-only formats at the BF16 peak)."""
     tp = cap.tp
     return StepShape(
         active_params=model.active_params,
@@ -187,7 +187,7 @@ def step_shape(model: ModelSpec, gpu: GpuSpec, cap) -> StepShape:
         # What a step reads: less the input embedding (a lookup) and a vision tower, which cap counts.
         weights_bytes_per_gpu=float(cap.weights_bytes_per_gpu) - idle_weights_bytes_per_gpu(model, tp),
         kv_bytes_per_token_per_gpu=float(cap.kv_bytes_per_token_per_gpu),
-        peak_flops=gpu.fp8_flops if fp8 else gpu.bf16_flops,
+        peak_flops=gpu.matmul_flops(cap.weight_dtype),
         hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         link_bytes_per_s=gpu.interconnect_bytes_per_s,
         expert_weights_bytes_per_gpu=(model.expert_params * weight_bits(cap.expert_weight_dtype) / 8 / tp

@@ -44,11 +44,17 @@ def test_catalog_model_prints_what_was_read(cli, write):
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
         "num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}, "gptq"),
     ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"g": {
-        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}, "fp8"),
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}, "fp8"),
+    # 8-bit weights without activation quantization run weight-only (Marlin) on every GPU
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"g": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}, "w8a16"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
+        "num_bits": 8, "type": "int", "strategy": "channel"}}}}, "w8a16"),
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
         "num_bits": 4, "type": "float", "group_size": 16}}}}, "nvfp4"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq"),
-    ({"quant_method": "gptq", "bits": 8}, "int8"),
+    ({"quant_method": "gptq", "bits": 8}, "w8a16"),
     ({"quant_method": "awq", "bits": 4}, "awq"),
     ({"quant_method": "mxfp4"}, "mxfp4"),
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),

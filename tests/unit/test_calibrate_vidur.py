@@ -171,3 +171,27 @@ def test_default_pools_get_the_fitted_link_efficiency_and_a_slower_link_slows_tp
     assert "link_efficiency" not in default_coefficients("l40s-48gb")
     assert "link_efficiency" not in default_coefficients("mi300x-192gb")
     assert default_coefficients("l40s-48gb")["mfu"] == shipped["mfu"]
+
+
+@pytest.mark.parametrize("gpu", ["a100-sxm-80gb", "a100-sxm-40gb", "l40s-48gb"])
+def test_the_h100_request_fit_is_carried_to_the_campaigns_other_gpus(gpu):
+    """A default A100 or L40S pool runs vLLM v0.15.1's host costs and bandwidth shares as the H100
+    servers measured them (not the assumed 1 ms per step), and its own GPU's Vidur mfu."""
+    from replay.calibration.profiles import default_source, request_fit
+
+    fit = request_fit("h100-sxm-80gb")["step_model"]
+    got = step_coefficients(StepModelArgs(), "llama-3.1-70b", gpu, 4, "w")
+    for key in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us", "mbu", "attention_mbu"):
+        assert got[key] == fit[key]
+    assert got["per_step_overhead_us"] < default_coefficients(gpu)["per_step_overhead_us"]
+    assert got["mfu"] == default_coefficients(gpu)["mfu"]  # the request fit pins no mfu: the GPU's own stays
+    assert "h100-sxm-80gb request-level fit" in default_source(gpu)
+    # a pool's own keys still win over the carried fit
+    assert step_coefficients(StepModelArgs(per_step_overhead_us=500), "llama-3.1-70b", gpu, 4, "w")[
+        "per_step_overhead_us"] == 500
+
+
+def test_gpus_outside_the_campaign_keep_their_vidur_defaults():
+    got = step_coefficients(StepModelArgs(), "llama-3.1-8b", "h200-sxm-141gb", 1, "w")
+    assert {k: got[k] for k in default_coefficients("h200-sxm-141gb")} == default_coefficients("h200-sxm-141gb")
+    assert got["attention_mbu"] is None

@@ -164,9 +164,9 @@ def test_spec_construction_rejects_inconsistent_numbers():
     with pytest.raises(ConfigError, match="num_layers must be a positive integer"):
         ModelSpec("x", "X", "x/x", 0, 64, 4, 2, 16, 128, 100, 1e6, 1e6, 128)
     with pytest.raises(ConfigError, match="hbm_bytes must be positive"):
-        GpuSpec("g", "G", 0, 10**9, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0)
+        GpuSpec("g", "G", 0, 10**9, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0, int8_ops=1e14)
     with pytest.raises(ConfigError, match="cuda_total_bytes must be positive"):
-        GpuSpec("g", "G", 10**9, 0, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0)
+        GpuSpec("g", "G", 10**9, 0, 1e12, 1e14, 1e14, False, 1e9, "PCIe", 1.0, int8_ops=1e14)
 
 
 def test_catalog_rows_are_json_safe_tables():

@@ -317,3 +317,46 @@ def test_speculation_pays_at_batch_one_and_costs_more_than_it_saves_at_saturatio
     assert flops_us > bytes_us  # saturated: compute-bound without speculation
     plain, spec = per_token(1024, 128)
     assert spec > 1.5 * plain
+
+
+def _pool_plan(gpu: str, weight_dtype: str | None, model: str = "llama-3.1-8b", tp: int = 1):
+    from replay.config import FleetConfig, PoolConfig
+    from replay.fleet.cluster import plan_pools
+
+    pool = PoolConfig(tensor_parallel_size=tp, weight_dtype=weight_dtype)
+    return plan_pools(FleetConfig(model=model, gpu=gpu, pools=(pool,)))[0]
+
+
+def test_fp8_on_an_a100_reads_8_bit_weights_and_computes_at_the_bf16_peak():
+    """An A100 (SM80) has no FP8 tensor cores: vLLM runs FP8 checkpoints weight-only through FP8
+    Marlin, which streams the 8-bit weights and dequantizes them to BF16 for BF16 tensor cores. So
+    a decode step reads about half the bytes and a prefill computes no faster than BF16."""
+    a100 = get_gpu("a100-sxm-80gb")
+    bf16, fp8 = _pool_plan(a100.id, "bf16"), _pool_plan(a100.id, "fp8")
+    # embeddings and lm_head (1.05 of 8.03 B parameters) stay 16-bit in FP8 checkpoints
+    assert fp8.step_params[sm.WEIGHT_BYTES] / bf16.step_params[sm.WEIGHT_BYTES] == pytest.approx(
+        (1.05 * 2 + 6.98) / (8.03 * 2), abs=0.005)
+    assert fp8.step_params[sm.FLOPS_RATE] == bf16.step_params[sm.FLOPS_RATE] == pytest.approx(312e12 * 0.631)
+    decode = [step_time_us_nb(p.step_params, 0, 0.0, 0, 1, 1000, 1) for p in (bf16, fp8)]
+    prefill = [step_time_us_nb(p.step_params, 8192, 8192 * 4096.0, 0, 0, 0, 1) for p in (bf16, fp8)]
+    assert decode[1] < 0.62 * decode[0]
+    assert prefill[1] == pytest.approx(prefill[0], rel=0.02)  # compute-bound: the same BF16 tensor cores
+
+
+@pytest.mark.parametrize("gpu, fp8_peak", [("h100-sxm-80gb", 1978.9e12), ("l40s-48gb", 733e12)])
+def test_fp8_on_gpus_with_fp8_tensor_cores_computes_at_the_fp8_peak(gpu, fp8_peak):
+    """SM89 (L40S) and SM90 (H100) run FP8 W8A8 on FP8 tensor cores (CUTLASS scaled_mm)."""
+    bf16, fp8 = _pool_plan(gpu, "bf16"), _pool_plan(gpu, "fp8")
+    assert fp8.step_params[sm.FLOPS_RATE] / bf16.step_params[sm.FLOPS_RATE] == pytest.approx(
+        fp8_peak / get_gpu(gpu).bf16_flops)
+
+
+@pytest.mark.parametrize("gpu", ["a100-sxm-80gb", "h100-sxm-80gb", "l40s-48gb"])
+def test_int8_w8a8_runs_on_int8_tensor_cores_and_weight_only_formats_at_the_bf16_peak(gpu):
+    """W8A8 INT8 (CUTLASS int8 GEMM) reaches the INT8 peak: 2x BF16 on an A100, where FP8 cannot;
+    8-bit weight-only (w8a16) and 4-bit AWQ / GPTQ (Marlin) compute in BF16."""
+    g = get_gpu(gpu)
+    rate = {d: _pool_plan(gpu, d).step_params[sm.FLOPS_RATE] for d in ("bf16", "int8", "w8a16", "awq", "gptq")}
+    assert rate["int8"] / rate["bf16"] == pytest.approx(g.int8_ops / g.bf16_flops)
+    assert rate["w8a16"] == rate["awq"] == rate["gptq"] == rate["bf16"]
+    assert g.matmul_flops("int8") >= g.matmul_flops("fp8") >= g.bf16_flops

@@ -31,7 +31,9 @@ def _bits(q: Mapping[str, Any], where: str, allowed: dict[int, str]) -> str:
 
 def _compressed_tensors(q: Mapping[str, Any], where: str) -> str | None:
     """compressed-tensors: the weights of the group that targets `Linear` (else the first group).
-    W8A8 / W8A16 int -> int8; float 8-bit -> fp8; W4A16 int in groups -> "gptq" (vLLM runs it
+    8-bit weights with 8-bit input activations: W8A8 int -> int8, float -> fp8; 8-bit weights
+    with none (W8A16) -> w8a16: vLLM runs them weight-only through Marlin whatever the GPU
+    (`CompressedTensorsWNA16`, `CompressedTensorsW8A16Fp8`); W4A16 int in groups -> "gptq" (vLLM runs it
     with the same Marlin kernels; 16-bit scale per 128 weights, within 1% of GPTQ's bits), int4
     per channel -> int4; float 4-bit in groups of 16 -> nvfp4, of 32 -> mxfp4."""
     groups = q.get("config_groups")
@@ -49,6 +51,8 @@ def _compressed_tensors(q: Mapping[str, Any], where: str) -> str | None:
     if not isinstance(weights, Mapping):
         raise _err(where, key, f"got {weights!r}, expected an object with num_bits and type")
     kind, bits = weights.get("type", "int"), weights.get("num_bits")
+    if kind in ("int", "float") and bits == 8 and not group.get("input_activations"):
+        return "w8a16"
     if kind == "float" and bits == 8:
         return "fp8"
     if kind == "int" and bits == 8:
@@ -141,7 +145,7 @@ def weight_formats(data: Mapping[str, Any], where: str, dtype: str, has_experts:
     if method in ("awq", "awq_marlin"):
         return _bits(q, where, {4: "awq"}), None
     if method in ("gptq", "gptq_marlin"):
-        return _bits(q, where, {4: "gptq", 8: "int8"}), None
+        return _bits(q, where, {4: "gptq", 8: "w8a16"}), None  # GPTQ is weight-only: 8-bit through Marlin
     if method == "mxfp4":
         # gpt-oss: "MXFP4 quantization of the MoE weights"; attention, router and embeddings stay 16-bit.
         return (dtype, "mxfp4") if has_experts else ("mxfp4", None)
