@@ -98,17 +98,25 @@ def run_child(cache: str, profile: bool) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+_COMMAND = """
+import resource, sys
+from llm_replay.entry import main
+try:
+    code = main()
+finally:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def quick_start(cache: str) -> tuple[float, float]:
     """The README's Quick start replay as a whole command on a warm cache: wall s, peak RSS MB."""
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-        exe = os.path.join(os.path.dirname(sys.executable), "llm-replay")
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         started = time.perf_counter()
-        subprocess.run([exe, "run", "--out", os.path.join(out, "run"), "-q"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-        took = time.perf_counter() - started
-        return took, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+        done = subprocess.run([sys.executable, "-c", _COMMAND, "run", "--out", os.path.join(out, "run"), "-q"],
+                              env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return time.perf_counter() - started, float(done.stderr.strip().splitlines()[-1])
 
 
 def main() -> int:
