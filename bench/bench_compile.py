@@ -13,12 +13,24 @@ With --profile the cold child records numba's compiler events (`numba.core.event
 seconds of each compiler pass, exclusive of the passes of functions compiled inside it, summed per
 function and per pass, and every function compiled for more than one signature.
 
-What it found (issue 15 item 3; 2-core machine, load 5-6, CPU seconds of one cold compile):
-before, everything below the event loop was inlined into `advance_nb` at numba's IR level
-(`inline="always"`). ~140 s CPU: native_lowering 78 s (advance_nb's own 43 s: numba's lowering of
-one huge function and LLVM's optimisation of it), inline_inlinables 42 s (the untyped pipeline of
-every callee rerun at each call site, recursively), reconstruct_ssa 6 s, typing 7 s. The only
-signature compiled twice that costs anything was refresh_views (3 s each).
+What it found (issue 15 item 3; 2-core machine at load 5-8, CPU seconds of one cold compile;
+wall time is these over the share of a core the compile got):
+- before: everything below the event loop was inlined into `advance_nb` by numba's IR inliner
+  (`inline="always"`): ~140 s CPU (245 s wall at load 6, 1.6 GB peak RSS). native_lowering 78 s
+  (advance_nb's own 43 s; at NUMBA_OPT=0 it is 29 s, so ~50 s is LLVM's optimisation),
+  inline_inlinables 42 s (each callee's untyped pipeline rerun at every call site,
+  recursively), reconstruct_ssa 6 s, typing 7 s. Of the calls that were not inlined (arrive,
+  route, admit, remote_prefill, refresh_views, finish_transfer, ...) ~85% of each compile was
+  the Python and C wrappers that unbox the state tuples: refresh_views alone 1.6 s with them,
+  0.23 s without.
+- LLVM inlining (`forceinline=True`) with the wrappers kept was worse: 164 s CPU, ~3 s of
+  native_lowering per inner function, nearly all of it wrappers.
+- after (forceinline, no_cpython_wrapper, no_cfunc_wrapper on every inner kernel): 49-54 s CPU,
+  550 MB peak RSS; typing 6 s, native_lowering 41 s spread over ~150 compiled signatures
+  (advance_nb 7 s, the dispatch links 5 s, the policy kernels 5 s). ~40 of them are the same
+  function again for a literal argument (record x10, unknown_policy x5, reject x4, the policy
+  kernels x2): numba specialises a callee per literal int at a call site. Replay speed is
+  unchanged (bench_replay.py --only-engine numba). Loading the cached kernels takes ~1 s.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def core_share() -> float:
     cores / (runnable tasks) on one whose load average says it is busy."""
     try:
         load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform
+    except (OSError, AttributeError):  # no load average on this platform
         return 1.0
     return min(1.0, (os.cpu_count() or 1) / (load + 1.0))
 
@@ -101,9 +101,9 @@ def compile_estimate_s() -> tuple[float, str]:
     timed = []
     for path in Path(parent).glob(f"kernels-*/{_MARKER}"):
         try:
-            body = json.loads(path.read_text())
-            timed.append((path.stat().st_mtime, float(body.get("compile_cpu_s", body["compile_s"]))))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            # CPU seconds only: an older version's marker holds its wall time, at its load then.
+            timed.append((path.stat().st_mtime, float(json.loads(path.read_text())["compile_cpu_s"])))
+        except (OSError, ValueError, KeyError, TypeError):
             continue
     if timed:
         # The median of the last five: one compile that found most kernels cached already (a

@@ -45,7 +45,9 @@ def test_the_estimate_is_the_recent_compiles_timed_here(tmp_path, monkeypatch):
     assert _numba_cache.compile_estimate_s() == (_numba_cache.COLD_COMPILE_CPU_S, "on a 2-core machine")
     old = tmp_path / "kernels-old"
     old.mkdir()
-    (old / "compiled.json").write_text(json.dumps({"compile_s": 41.5}))  # an older marker: wall only
+    (old / "compiled.json").write_text(json.dumps({"compile_s": 116.2}))  # an older version's: wall only
+    assert _numba_cache.compile_estimate_s() == (_numba_cache.COLD_COMPILE_CPU_S, "on a 2-core machine")
+    (old / "compiled.json").write_text(json.dumps({"compile_s": 90.0, "compile_cpu_s": 41.5}))
     assert _numba_cache.compile_estimate_s() == (41.5, "the recent compiles on this machine")
     # A compile that found most kernels cached (8.6 s) does not promise the next cold one in seconds.
     for i, seconds in enumerate((180.3, 121.8, 8.6)):
