@@ -25,12 +25,13 @@ wall time is these over the share of a core the compile got):
   0.23 s without.
 - LLVM inlining (`forceinline=True`) with the wrappers kept was worse: 164 s CPU, ~3 s of
   native_lowering per inner function, nearly all of it wrappers.
-- after (forceinline, no_cpython_wrapper, no_cfunc_wrapper on every inner kernel): 49-54 s CPU,
+- after (forceinline, no_cpython_wrapper, no_cfunc_wrapper on every inner kernel): 49-56 s CPU,
   550 MB peak RSS; typing 6 s, native_lowering 41 s spread over ~150 compiled signatures
   (advance_nb 7 s, the dispatch links 5 s, the policy kernels 5 s). ~40 of them are the same
   function again for a literal argument (record x10, unknown_policy x5, reject x4, the policy
   kernels x2): numba specialises a callee per literal int at a call site. Replay speed is
-  unchanged (bench_replay.py --only-engine numba). Loading the cached kernels takes ~1 s.
+  unchanged (bench_replay.py --only-engine numba). Loading the cached kernels takes ~1.3 s
+  at load 7; a first autoscaled run compiles reset_replica_nb and release_held_nb (0.7 s CPU).
 """
 
 from __future__ import annotations
