@@ -30,8 +30,9 @@ wall time is these over the share of a core the compile got):
   (advance_nb 7 s, the dispatch links 5 s, the policy kernels 5 s). ~40 of them are the same
   function again for a literal argument (record x10, unknown_policy x5, reject x4, the policy
   kernels x2): numba specialises a callee per literal int at a call site. Replay speed is
-  unchanged (bench_replay.py --only-engine numba). Loading the cached kernels takes ~1.3 s
-  at load 7; a first autoscaled run compiles reset_replica_nb and release_held_nb (0.7 s CPU).
+  unchanged (bench_replay.py --only-engine numba). At load 2.2 the compile got a whole core:
+  40.0 and 40.1 s wall (39.6 and 40.0 s CPU), cached load 0.35 s, `llm-replay run` 2.1 s. A
+  first autoscaled run compiles reset_replica_nb and release_held_nb too (0.7 s CPU).
 """
 
 from __future__ import annotations
