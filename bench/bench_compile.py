@@ -16,7 +16,8 @@ function and per pass, and every function compiled for more than one signature.
 What it found (issue 15 item 3; 2-core machine at load 5-8, CPU seconds of one cold compile;
 wall time is these over the share of a core the compile got):
 - before: everything below the event loop was inlined into `advance_nb` by numba's IR inliner
-  (`inline="always"`): ~140 s CPU (245 s wall at load 6, 1.6 GB peak RSS). native_lowering 78 s
+  (`inline="always"`): 133-140 s CPU (189 s wall at load 2-3 and 245 s at load 6, 1.6 GB peak
+  RSS; this script run on main's checkout). native_lowering 78 s
   (advance_nb's own 43 s; at NUMBA_OPT=0 it is 29 s, so ~50 s is LLVM's optimisation),
   inline_inlinables 42 s (each callee's untyped pipeline rerun at every call site,
   recursively), reconstruct_ssa 6 s, typing 7 s. Of the calls that were not inlined (arrive,
