@@ -6,14 +6,15 @@ no id is written anywhere by hand. `build_dispatch(kernels, unknown)` returns a 
 kernel, which the engine turns into an error status (never a fallback to a default policy).
 
 How: a chain of links, `if id == i: return kernel_i(...)` else the next link, each compiled
-with `inline="always"`, so the engine kernel that calls the dispatch holds every policy's code
-inline, as its hand-written if-chain did (a call that passes the engine's state as arguments
-costs hundreds of scalar copies; see replay/engine/loop.py). numba cannot iterate a tuple of
-functions without its experimental first-class function types, whose addresses cannot be
-cached, and its inliner refuses a closure called with *args; so each link's source is written
-out for the family's number of arguments and compiled here. A link is never cached itself:
-it is inlined into the engine kernel, and that kernel is loaded from numba's cache by the next
-process (tests/unit/test_policy_dispatch.py checks both).
+with `forceinline=True` (LLVM inlines it, as the engine's other inner kernels; no Python or C
+wrapper), so the engine kernel that calls the dispatch holds every policy's code inline, as its
+hand-written if-chain did (a call that passes the engine's state as arguments costs hundreds of
+scalar copies; see replay/engine/loop.py). numba cannot iterate a tuple of functions without its
+experimental first-class function types, whose addresses cannot be cached, and cannot call a
+closure with *args; so each link's source is written out for the family's number of arguments
+and compiled here. A link is never cached itself: it is compiled into the engine kernel, and
+that kernel is loaded from numba's cache by the next process (tests/unit/test_policy_dispatch.py
+checks both).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def build_dispatch(kernels: Sequence[Callable[..., Any]], unknown: Any) -> Calla
 def _compile(source: str, name: str, **names: Any) -> Callable[..., Any]:
     scope = dict(names)
     exec(compile(source, f"<policies._dispatch {name}>", "exec"), scope)  # noqa: S102 - our own template
-    return njit(_nrt=False, inline="always")(scope[name])
+    return njit(_nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(scope[name])
 
 
 def build_reference(twins: Sequence[Callable[..., Any]], family: str) -> Callable[..., Any]:

@@ -61,7 +61,7 @@ class RequestColumns(NamedTuple):
     ttft_budget: Any  # per pool
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fill_request_nb(out, c, q, p, hits):
     """Request q's row (policies.user.REQUEST_COLUMNS) into `out`, for pool p."""
     out[Q_PROMPT_TOKENS] = c.prompt[q]
@@ -88,13 +88,13 @@ def read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def called_nb(err, family, p):
     err[E_FAMILY] = family
     err[E_POOL] = p
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def bad_choice_nb(err, value, limit):
     """Record an invalid choice (the first one): the engine stops at its next event."""
     if err[E_STATUS] == 0:

@@ -64,9 +64,12 @@ def kernel_sources() -> list[Path]:
 _key_numba_cache()
 
 
-# What one cold compile of every kernel a replay uses took on a 2-core machine (90-97 s measured,
-# issue 10): the estimate a first run gives before any compile was timed on this machine.
-COLD_COMPILE_S = 95.0
+# CPU seconds of one cold compile of every kernel a replay uses (bench/bench_compile.py on this
+# project's 2-core machine, issue 15: 40 s when the compile had a core to itself, 49-56 s at a
+# load of 7-8, where the other work slows its core too): the estimate's basis until a compile was
+# timed here, the busy figure so that it errs long. numba compiles on one thread, so its wall
+# time is this over the share of a core it gets (`core_share`), which the estimate says.
+COLD_COMPILE_CPU_S = 53.0
 _MARKER = "compiled.json"
 
 
@@ -77,9 +80,20 @@ def kernels_cached() -> bool:
     return os.path.exists(os.path.join(numba.config.CACHE_DIR, _MARKER))
 
 
+def core_share() -> float:
+    """The share of one core a single-threaded compile gets now: all of one on an idle machine,
+    cores / (runnable tasks) on one whose load average says it is busy."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this platform
+        return 1.0
+    return min(1.0, (os.cpu_count() or 1) / (load + 1.0))
+
+
 def compile_estimate_s() -> tuple[float, str]:
-    """How long a cold compile will take here, and why we think so: the median of the last five
-    compiles timed on this machine (earlier versions', in the same cache), else the 2-core figure."""
+    """How long a cold compile will take here, and why we think so: the CPU seconds of the last
+    five compiles timed on this machine (earlier versions', in the same cache), else the measured
+    figure, over the share of a core the compile gets at the machine's present load."""
     import json
 
     import numba
@@ -88,25 +102,34 @@ def compile_estimate_s() -> tuple[float, str]:
     timed = []
     for path in Path(parent).glob(f"kernels-*/{_MARKER}"):
         try:
-            timed.append((path.stat().st_mtime, float(json.loads(path.read_text())["compile_s"])))
+            # CPU seconds only: an older version's marker holds its wall time, at its load then.
+            timed.append((path.stat().st_mtime, float(json.loads(path.read_text())["compile_cpu_s"])))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     if timed:
         # The median of the last five: one compile that found most kernels cached already (a
         # version that changed one file) must not promise a cold compile in seconds.
         recent = sorted(seconds for _, seconds in sorted(timed)[-5:])
-        return recent[len(recent) // 2], "the recent compiles on this machine"
-    return COLD_COMPILE_S, "on a 2-core machine"
+        cpu, basis = recent[len(recent) // 2], "the recent compiles on this machine"
+    else:
+        cpu, basis = COLD_COMPILE_CPU_S, "on a 2-core machine"
+    share = core_share()
+    if share < 0.95:
+        basis += f", at this machine's load ({share:.0%} of a core)"
+    return cpu / share, basis
 
 
-def mark_compiled(seconds: float) -> None:
-    """Record that the kernels are in the cache, and how long compiling them took."""
+def mark_compiled(seconds: float, cpu_seconds: float | None = None) -> None:
+    """Record that the kernels are in the cache, and how long compiling them took (wall and CPU)."""
     import json
 
     import numba
 
+    body = {"compile_s": round(seconds, 1)}
+    if cpu_seconds is not None:
+        body["compile_cpu_s"] = round(cpu_seconds, 1)
     try:
         with open(os.path.join(numba.config.CACHE_DIR, _MARKER), "w") as fh:
-            json.dump({"compile_s": round(seconds, 1)}, fh)
+            json.dump(body, fh)
     except OSError:
         pass  # a read-only cache only loses the estimate

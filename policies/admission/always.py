@@ -29,7 +29,7 @@ class AlwaysParams:
 Params = AlwaysParams
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     return 0
 

@@ -39,7 +39,7 @@ class PriorityShedParams:
 Params = PriorityShedParams
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     if v.waiting >= a[A_SHED_AT] * max(v.active, 1) and v.priority[q] >= a[A_SHED_FROM]:
         return 1

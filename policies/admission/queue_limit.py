@@ -40,7 +40,7 @@ class QueueLimitParams:
 Params = QueueLimitParams
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     if (a[A_MAX_WAITING] > 0 and v.waiting >= a[A_MAX_WAITING]) or (
             a[A_MAX_WAITING_TOKENS] > 0 and v.waiting_tokens + v.prompt[q] > a[A_MAX_WAITING_TOKENS]):

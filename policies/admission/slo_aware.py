@@ -38,7 +38,7 @@ class SloAwareParams:
 Params = SloAwareParams
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     predicted_us = (v.wait_tokens[r] + v.prompt[q]) * 1_000_000 // max(a[A_PREFILL], 1)
     if predicted_us > a[A_SLO_MILLI] * v.ttft_budget[p] // 1000:

@@ -41,7 +41,7 @@ class TokenBucketParams:
 Params = TokenBucketParams
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     k = p * v.tenants + v.tenant[q]
     full = a[A_BUCKET] * 1_000_000

@@ -27,7 +27,7 @@ SPECS = ()
 Params = None
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, r, q, t, a):
     u = v.user
     row = u.rows[0]

@@ -15,12 +15,12 @@ SPECS = (("edf", "earliest TTFT deadline (arrival + the SLO's TTFT) first",
           "earliest-deadline-first, as in SLO-aware schedulers (QLM, Andes)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def head_kernel(nwait):
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def key_kernel(v, p, q, hits):
     return float(v.arrival[q] + v.ttft_budget[p])
 

@@ -16,12 +16,12 @@ SPECS = (("fcfs", "arrival order; a preempted request goes back to the head",
           "vLLM scheduling_policy=fcfs (vllm/v1/core/sched/request_queue.py FCFSRequestQueue)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def head_kernel(nwait):
     return True
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def key_kernel(v, p, q, hits):
     return 0.0
 

@@ -19,12 +19,12 @@ SPECS = (("longest-prefix", "most prompt blocks already in the prefix cache firs
           "SGLang schedule_policy.py lpm (longest prefix match)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def head_kernel(nwait):
     return nwait > MAX_QUEUE
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def key_kernel(v, p, q, hits):
     return -float(hits)
 

@@ -15,12 +15,12 @@ SPECS = (("priority", "lower priority value first, then arrival",
           "vLLM scheduling_policy=priority (PriorityRequestQueue)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def head_kernel(nwait):
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def key_kernel(v, p, q, hits):
     return float(v.priority[q])
 

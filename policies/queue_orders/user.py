@@ -22,12 +22,12 @@ READS_PREFIX = False  # per pool: the user policy's `reads_prefix` (EngineInputs
 SPECS = ()
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def head_kernel(nwait):
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def key_kernel(v, p, q, hits):
     u = v.user
     fill_request_nb(u.req, v.req, q, p, hits)

@@ -52,7 +52,7 @@ class RouterView(NamedTuple):
     user: Any
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def rand_below_nb(rng, p, n):
     """A uniform integer in [0, n) from the pool's xorshift64* stream (seeded, reproducible)."""
     x = rng[p]
@@ -73,7 +73,7 @@ def rand_below(rng: list[int], p: int, n: int) -> int:
     return (((x * 0x2545F4914F6CDD1D) & MASK64) >> 33) % n
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def nth_active_nb(v, first, n, k):
     """The k-th active replica of the pool's range, -1 if there are fewer."""
     for r in range(first, first + n):

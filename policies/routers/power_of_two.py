@@ -20,7 +20,7 @@ def reads_prefix(prm) -> bool:
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, first, n, active, need, prm):
     i = rand_below_nb(v.rng, p, active)
     if active == 1:

@@ -31,7 +31,7 @@ def reads_prefix(prm) -> bool:
     return bool(prm[0])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, first, n, active, need, prm):
     u = v.user
     rows = u.rows

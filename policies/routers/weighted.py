@@ -82,7 +82,7 @@ def reads_prefix(prm) -> bool:
     return bool(prm[S_PREFIX] != 0.0 or prm[S_KV_COST] != 0.0)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, first, n, active, need, w):
     max_wait = 0
     min_wait = -1

@@ -15,7 +15,7 @@ SPECS = (("least-progress", "the running request with the fewest tokens generate
           "least-attained-service preemption (FastServe's MLFQ intuition)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, off, nrun, i):
     best = i
     for k in range(i + 1, nrun):

@@ -15,7 +15,7 @@ SPECS = (("most-kv", "the running request holding the most KV blocks",
           "frees the most memory per preemption (largest-first eviction)"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, off, nrun, i):
     best = i
     for k in range(i + 1, nrun):

@@ -21,7 +21,7 @@ from policies.victims._view import VictimView
 SPECS = ()
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, off, nrun, i):
     u = v.user
     p = v.pool

@@ -13,7 +13,7 @@ from policies.victims._view import VictimView
 SPECS = (("vllm-fcfs", "the last request of the running list", "vLLM v1 scheduler.py: self.running.pop() under fcfs"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, off, nrun, i):
     return nrun - 1
 

@@ -16,7 +16,7 @@ SPECS = (("vllm-priority", "the running request with max (priority, arrival)",
           "vLLM v1 scheduler.py: max(self.running, key=(priority, arrival_time))"),)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, off, nrun, i):
     best = 0
     for k in range(1, nrun):

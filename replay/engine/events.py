@@ -13,7 +13,7 @@ from numba import njit
 from replay.engine.common import NO_EVENT
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def record(ev, t, kind, replica, request, value):
     n = ev.clock[1]
     ev.t[n] = t
@@ -24,7 +24,7 @@ def record(ev, t, kind, replica, request, value):
     ev.clock[1] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def update_event(reps, r):
     """Recompute replica r's next event after busy_until or wake changed; O(log R)."""
     if reps.busy_until[r] >= 0:
@@ -46,7 +46,7 @@ def update_event(reps, r):
         i //= 2
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def wake_idle(reps, r, t):
     """An idle replica that was given work schedules at t (a starting one once it is ready)."""
     if reps.busy_until[r] < 0 and reps.wake[r] == NO_EVENT:

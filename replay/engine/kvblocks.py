@@ -45,7 +45,7 @@ class Blocks(NamedTuple):
     htab_val: np.ndarray  # int64[H] global block id
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def mix64(a, b):
     """splitmix64 finaliser of (a, b): a 64-bit hash that is never 0 (0 marks "no hash")."""
     x = a * _GOLDEN + b
@@ -70,7 +70,7 @@ def mix64_ref(a: int, b: int) -> int:
     return x or 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def block_key_nb(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_tokens, request, j, block_size):
     """Hash of engine block `j` of a request.
 
@@ -100,7 +100,7 @@ def block_key_ref(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_t
 # --- hash table: one power-of-two slice per replica ------------------------------------------
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def ht_find(blocks, off, mask, key):
     i = np.int64(key & U64(mask))
     while True:
@@ -112,7 +112,7 @@ def ht_find(blocks, off, mask, key):
         i = (i + 1) & mask
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def ht_insert(blocks, off, mask, key, value):
     """Insert key -> value; returns False (and changes nothing) when the key is already there."""
     i = np.int64(key & U64(mask))
@@ -127,7 +127,7 @@ def ht_insert(blocks, off, mask, key, value):
         i = (i + 1) & mask
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def ht_delete(blocks, off, mask, key):
     """Remove key with backward-shift deletion, so probes never need tombstones."""
     i = np.int64(key & U64(mask))
@@ -157,7 +157,7 @@ def ht_delete(blocks, off, mask, key):
 # --- free queue and allocation ---------------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_append(blocks, reps, r, b):
     tail = reps.free_tail[r]
     blocks.fprev[b] = tail
@@ -170,7 +170,7 @@ def fq_append(blocks, reps, r, b):
     reps.nfree[r] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_remove(blocks, reps, r, b):
     p = blocks.fprev[b]
     n = blocks.fnext[b]
@@ -187,7 +187,7 @@ def fq_remove(blocks, reps, r, b):
     reps.nfree[r] -= 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def alloc_block(blocks, reps, r):
     """Pop the least recently freed block, evicting its cached hash; the caller checked nfree."""
     b = reps.free_head[r]
@@ -201,7 +201,7 @@ def alloc_block(blocks, reps, r):
     return b
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def touch_block(blocks, reps, r, b):
     """A cache hit takes a reference; a free cached block leaves the free queue."""
     if blocks.ref[b] == 0:
@@ -209,14 +209,14 @@ def touch_block(blocks, reps, r, b):
     blocks.ref[b] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def release_block(blocks, reps, r, b):
     blocks.ref[b] -= 1
     if blocks.ref[b] == 0:
         fq_append(blocks, reps, r, b)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def cache_block(blocks, reps, r, b, key):
     if ht_insert(blocks, reps.htab_off[r], reps.htab_mask[r], key, b):
         blocks.key[b] = key
@@ -233,13 +233,13 @@ def table_size(num_blocks: int) -> int:
 # --- a request's KV: its blocks, grown and freed, and its prefix-cache hits -------------------
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def request_key(rq, th, tbs, q, j, bs):
     return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.hash_tokens[q], q, j, bs)
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first)."""
     b = rq.tail[q]
@@ -259,7 +259,7 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
     """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
     become full to the prefix cache. The caller checked that enough blocks are free."""
@@ -282,7 +282,7 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
 
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Leading prompt blocks of request q already in replica r's prefix cache."""
     off = reps.htab_off[r]
@@ -296,7 +296,7 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
     """Prefix-cache hits of a waiting request: leading full blocks, capped at num_tokens - 1."""
     off = reps.htab_off[r]

@@ -6,7 +6,13 @@ Kernels are compiled with `_nrt=False`: they never allocate, and without numba's
 counting every array read out of the state tuples would cost two atomic operations; measured,
 that was 95% of a decode step (355 ns -> 16 ns per request per step). Everything but the
 top-level loop is inlined into it: a call passes each state tuple as hundreds of scalar
-arguments, and inlining took the bundled trace on 4 replicas from 0.52 s to 0.33 s.
+arguments, and inlining took the bundled trace on 4 replicas from 0.52 s to 0.33 s. The inlining
+is LLVM's (`forceinline=True`: each function is typed and lowered once, not again at every call
+site as numba's `inline="always"` did), and an inner kernel has no Python or C entry
+(`no_cpython_wrapper`, `no_cfunc_wrapper`: the wrappers that unbox the state tuples were most of
+each function's compile). That cut the cold compile of a fresh install from ~140 to ~52 CPU
+seconds at the same replay speed (bench/bench_compile.py); only the host's entries below, and
+`release_held_nb`, have wrappers.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 from numba import njit
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def lora_of(rq, pools, p, q):
     """The request's adapter on pool p (-1: none, or the pool serves no LoRA)."""
     return rq.adapter[q] if pools.lora_slots[p] > 0 else -1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def lora_in_batch(rq, reps, pools, p, off, nrun, a):
     """Some request scheduled in this step uses adapter a."""
     for k in range(nrun):
@@ -24,7 +24,7 @@ def lora_in_batch(rq, reps, pools, p, off, nrun, a):
     return False
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def lora_activate(reps, pools, p, r, a, t):
     """Make adapter a resident on replica r for the step starting at t: 1 if it had to be loaded
     (into the least recently used slot no request of this step uses), else 0."""
@@ -40,7 +40,7 @@ def lora_activate(reps, pools, p, r, a, t):
     return 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def loras_scheduled(rq, reps, pools, p, r):
     """Distinct adapters among the running requests scheduled so far in replica r's step."""
     off = reps.run_off[r]

@@ -9,7 +9,7 @@ import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 from numba import njit
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def wq_push_back(rq, reps, r, q):
     reps.wait_tokens[r] += rq.prompt[q] + rq.generated[q]
     tail = reps.wait_tail[r]
@@ -24,7 +24,7 @@ def wq_push_back(rq, reps, r, q):
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def wq_push_front(rq, reps, r, q):
     reps.wait_tokens[r] += rq.prompt[q] + rq.generated[q]
     head = reps.wait_head[r]
@@ -39,7 +39,7 @@ def wq_push_front(rq, reps, r, q):
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def wq_remove(rq, reps, r, q):
     reps.wait_tokens[r] -= rq.prompt[q] + rq.generated[q]
     p = rq.qprev[q]
@@ -58,7 +58,7 @@ def wq_remove(rq, reps, r, q):
 
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def held_push(rq, pools, p, q):
     rq.qnext[q] = -1
     tail = pools.held_tail[p]
@@ -73,7 +73,7 @@ def held_push(rq, pools, p, q):
 # --- a min-heap of (time, request) in two parallel arrays; ties go to the lower request -------
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_push(ts, qs, n, t, q):
     """Add (t, q) to the heap of the first `n` entries of ts/qs (the caller counts it as n + 1)."""
     i = n
@@ -88,7 +88,7 @@ def heap_push(ts, qs, n, t, q):
     qs[i] = q
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_pop(ts, qs, n):
     """Remove the top of the heap of the first `n` entries (the caller counts n - 1 after)."""
     n -= 1

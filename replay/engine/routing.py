@@ -53,7 +53,7 @@ NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES),
 NUM_ADMISSIONS = len(ADMISSION_MODULES)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def routable(reps, r, t):
     """Active at t; a starting replica whose loading has finished by t becomes active here."""
     if reps.state[r] == R_STARTING and reps.active_at[r] <= t:
@@ -61,7 +61,7 @@ def routable(reps, r, t):
     return reps.state[r] == R_ACTIVE
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def refresh_views(reps, pools, p, t):
     """The pool's routers see each replica as it is now, until the next refresh."""
     for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
@@ -71,14 +71,14 @@ def refresh_views(reps, pools, p, t):
     pools.next_refresh[p] = t + pools.refresh_us[p]
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def request_columns(rq, pools):
     """The request columns a user's policy reads (policies/_userview.py)."""
     return RequestColumns(rq.prompt, rq.output, rq.priority, rq.tenant, rq.arrival, rq.generated, rq.nblocks,
                           pools.ttft_budget_us)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
     router id has no kernel. The router (policies/routers/) sees a RouterView; the engine first
@@ -103,7 +103,7 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def route_starting(pools, reps, p):
     """No active replica: the starting replica of pool p that is ready first (lowest index on
     ties) holds the request until it is, as Knative's activator does; -1 if none is starting."""
@@ -114,7 +114,7 @@ def route_starting(pools, reps, p):
     return best
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def admit(rq, reps, pools, p, r, q, t):
     """The pool's admission policy (policies/admission/) on request q routed to replica r: 0 or
     the policy's reject reason. The pool's queue totals are counted for a policy that reads them."""
@@ -136,7 +136,7 @@ def admit(rq, reps, pools, p, r, q, t):
     return 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
     """The P/D decider, for request q routed to decode replica r: prefill it on the prefill pool
     unless its uncached prompt is below the threshold (as Dynamo's `max_local_prefill_length`
@@ -155,7 +155,7 @@ def remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
     return rq.prompt[q] - hits * bs >= threshold
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def reject(rq, pools, ev, q, reason, t):
     """Request q is rejected; its home pool (requests.parquet's `pool`) counts it."""
     rq.state[q] = REJECTED
@@ -165,7 +165,7 @@ def reject(rq, pools, ev, q, reason, t):
     release_next(rq, pools, q, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1  # counted at its home pool, as requests.parquet's `pool` column
@@ -179,7 +179,7 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def unknown_policy(ev, family, p, t):
     """A pool's policy id has no kernel: stop the run (advance_nb returns STATUS_UNKNOWN_POLICY)."""
     ev.clock[4] = p
@@ -187,7 +187,7 @@ def unknown_policy(ev, family, p, t):
     ev.clock[6] = family
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def check_policy_ids(pools, ev):
     """Every pool's per-step policy ids name a registered kernel; else record the first pool
     that has none (its family in ev.clock[6]) and return False: the run stops with an error."""
@@ -211,7 +211,7 @@ def check_policy_ids(pools, ev):
     return True
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     """Route request q (arriving, or held at its pool until now) to a replica and admit it there.
     With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)

@@ -53,7 +53,7 @@ queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0)
 # dispatches' markers for an unknown id (-1, True, 0.0) are never used.
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Build the step that starts at t on replica r; returns its duration (0 = nothing to run)
     and whether it preempted."""
@@ -68,7 +68,7 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
     return step_duration(rq, reps, pools, r, t, swap_blocks), preempted
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Step 1: running requests first, in order; make room by preempting the policy's victim.
     Returns the token budget left, whether it preempted, and the blocks swapped out."""
@@ -117,7 +117,7 @@ def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     return budget, preempted, swap_blocks
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def schedule_waiting(rq, blocks, reps, pools, ev, th, tbs, r, t, budget, cutoff):
     """Step 2: waiting requests, in the queue order's pick, while the budget, the batch and the
     free blocks last. Multi-LoRA: a step holds at most max_loras distinct adapters; a waiting
@@ -153,7 +153,7 @@ def schedule_waiting(rq, blocks, reps, pools, ev, th, tbs, r, t, budget, cutoff)
     return swap_blocks
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fit_waiting(rq, blocks, reps, pools, th, tbs, r, q, budget):
     """Where waiting request q would start and how many tokens it would compute in this step:
     (computed, new, prefix-cache hit blocks), with new = -1 when its chunk does not fit."""
@@ -186,7 +186,7 @@ def fit_waiting(rq, blocks, reps, pools, th, tbs, r, q, budget):
     return computed, new, nhit
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def join_batch(rq, blocks, reps, pools, ev, th, tbs, r, q, t, computed, new, nhit):
     """Waiting request q joins the step with `new` tokens from `computed` (its prefix-cache hits
     taken first); returns the blocks swapped back in from host memory."""
@@ -228,7 +228,7 @@ def join_batch(rq, blocks, reps, pools, ev, th, tbs, r, q, t, computed, new, nhi
     return swap_blocks
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def step_duration(rq, reps, pools, r, t, swap_blocks):
     """Step 3: what the step computes, for the step model; its adapters are made resident.
     Returns its duration (0: nothing was scheduled)."""
@@ -269,7 +269,7 @@ def step_duration(rq, reps, pools, r, t, swap_blocks):
     return dur
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     """Free the request's blocks and put it back at the head of the queue. Swap mode copies its KV
     to host memory while the swap space lasts (progress kept; returns the blocks copied, which
@@ -290,13 +290,13 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     return held if swapped else 0
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def is_decoding(rq, q):
     """The request's next token is a decode: all but the newest token already have KV."""
     return rq.generated[q] > 0 and rq.computed[q] == rq.prompt[q] + rq.generated[q] - 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def pick_victim(rq, reps, pools, p, off, nrun, i):
     """Index in the running list of the request to preempt while scheduling index i: the pool's
     victim policy (policies/victims/) over a VictimView (ids are checked by check_policy_ids)."""
@@ -305,7 +305,7 @@ def pick_victim(rq, reps, pools, p, off, nrun, i):
     return victim_dispatch(pools.victim[p], view, off, nrun, i)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
     """The waiting request to admit next under the pool's queue order (policies/queue_orders/),
     among those queued by `cutoff` (-1: none is). Ties go to the earlier arrival, then the lower
@@ -343,7 +343,7 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
     return best
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Apply the step that ended at t: tokens are emitted at the end of the step."""
     p = reps.pool[r]

@@ -20,20 +20,20 @@ from replay.engine.queues import heap_pop, heap_push
 CL_ON, CL_SIZE = 0, 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def rheap_push(pools, t, q):
     heap_push(pools.rl_t, pools.rl_q, pools.cl[CL_SIZE], t, q)
     pools.cl[CL_SIZE] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def rheap_pop(pools):
     """Remove the earliest release; the caller read it at rl_t[0], rl_q[0]."""
     heap_pop(pools.rl_t, pools.rl_q, pools.cl[CL_SIZE])
     pools.cl[CL_SIZE] -= 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def release_next(rq, pools, q, t):
     """Request q ended at t: its session's next turn arrives after its gap. A rejected turn
     continues its session too, as a chat client shows the error and its user goes on."""
@@ -43,7 +43,7 @@ def release_next(rq, pools, q, t):
         rheap_push(pools, rq.arrival[s], s)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def skip_released(rq, pools, a):
     """The next request index the arrival walk takes: later turns of sessions arrive through the
     release heap, not at their recorded time."""
@@ -54,7 +54,7 @@ def skip_released(rq, pools, a):
     return a
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def next_arrival(rq, pools, a):
     """(time, request) of the next arrival: request a of the walk, or the release heap's first
     when it is earlier (a tie goes to the lower request index, as the reference's event heap)."""

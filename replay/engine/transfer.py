@@ -27,13 +27,13 @@ from replay.engine.state import PD_BASE_US, PD_DECODE, PD_INFLIGHT, PD_LAYERS
 # `Scheduler._update_waiting_for_remote_kv`).
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def transfer_blocks(rq, pools, q):
     bs = pools.block_size[pools.pd[PD_DECODE]]
     return (rq.prompt[q] + bs - 1) // bs
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def transfer_us(rq, pools, q, t):
     x = np.int64(np.ceil(rq.prompt[q] * pools.pd_us_per_token[0]))
     layers = pools.pd[PD_LAYERS]
@@ -42,13 +42,13 @@ def transfer_us(rq, pools, q, t):
     return x + pools.pd[PD_BASE_US]
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def xheap_push(pools, t, q):
     heap_push(pools.xh_t, pools.xh_q, pools.pd[PD_INFLIGHT], t, q)
     pools.pd[PD_INFLIGHT] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def xheap_pop(pools):
     """Remove the transfer that completes first; returns its request."""
     top = pools.xh_q[0]
@@ -57,7 +57,7 @@ def xheap_pop(pools):
     return top
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def start_transfer(rq, reps, pools, q, d, t):
     need = transfer_blocks(rq, pools, q)
     reps.nfree[d] -= need
@@ -68,7 +68,7 @@ def start_transfer(rq, reps, pools, q, d, t):
     xheap_push(pools, rq.xfer_done[q], q)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def accept_pending(rq, reps, pools, d, t):
     """Start the transfers of the decode replica's FIFO while their blocks fit, in order."""
     room = reps.nfree[d] - pools.watermark_blocks[pools.pd[PD_DECODE]]
@@ -84,7 +84,7 @@ def accept_pending(rq, reps, pools, d, t):
         reps.pend_tail[d] = -1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def hand_off(rq, reps, pools, q, r, t):
     """Request q finished its prefill on replica r: its KV goes to its decode replica."""
     d = rq.dreplica[q]
@@ -101,7 +101,7 @@ def hand_off(rq, reps, pools, q, r, t):
     accept_pending(rq, reps, pools, d, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t):
     q = xheap_pop(pools)
     r = rq.preplica[q]

@@ -246,7 +246,7 @@ def cudagraph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int, num_
     return cap // 8 * 8 if cap < 256 else cap // 16 * 16
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True)  # also called from Python (tests)
 def cuda_graph_tokens(tokens, largest):
     """The capture size a step of `tokens` tokens is padded to: vLLM V1 captures 1, 2, 4, then
     every multiple of 8 up to 256, then of 16 up to the largest (`_set_cudagraph_sizes`), and pads
@@ -327,7 +327,7 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     return max(np.int64(1), np.int64(math.ceil(total)))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _interp(p, xs, ys, n, x):
     """Piecewise-linear through the n points at p[xs:], p[ys:] (x ascending); outside them, the
     end segment's line continued."""

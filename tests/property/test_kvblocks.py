@@ -11,12 +11,18 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from numba import njit
 
+from replay.engine import kvblocks
 from replay.engine.numba_engine import NumbaEngine
 from replay.engine.reference.kvblocks import BlockPool
-from replay.engine.kvblocks import alloc_block, cache_block, ht_find, release_block, touch_block
 from tests.strategies import make_inputs
 
+# The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
+# the test calls copies of the same functions that have one.
+alloc_block, cache_block, ht_find, release_block, touch_block = (
+    njit(_nrt=False)(f.py_func) for f in (kvblocks.alloc_block, kvblocks.cache_block, kvblocks.ht_find,
+                                          kvblocks.release_block, kvblocks.touch_block))
 KEYS = st.integers(1, 12).map(lambda k: np.uint64(k * 8 + (k % 3)))  # many share a home slot
 
 

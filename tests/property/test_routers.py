@@ -6,12 +6,16 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from numba import njit
 
+from replay.engine import routing
 from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING
-from replay.engine.routing import route
 from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import make_inputs, routers
 
+# The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
+# the test calls a copy of `route` that has one.
+route = njit(_nrt=False)(routing.route.py_func)
 STATES = st.sampled_from([R_OFF, R_STARTING, R_ACTIVE, R_DRAINING])
 
 

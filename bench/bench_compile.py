@@ -1,0 +1,170 @@
+"""The first run's cost: the cold compile of the engine's kernels, and loading them once cached.
+
+    python bench/bench_compile.py                 # 2 cold compiles, each followed by a cached load
+    python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
+
+Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
+(what the first `llm-replay run` of an install does before replaying); the cached run is a second
+fresh interpreter on the same cache, then the README's Quick start replay (`llm-replay run`, the
+bundled Azure conversation trace on the default fleet) as a whole command. Each figure is wall
+time (the machine is shared: the CPU seconds are printed beside it) and the child's peak RSS.
+
+With --profile the cold child records numba's compiler events (`numba.core.event`): the CPU
+seconds of each compiler pass, exclusive of the passes of functions compiled inside it, summed per
+function and per pass, and every function compiled for more than one signature.
+
+What it found (issue 15 item 3; 2-core machine at load 5-8, CPU seconds of one cold compile;
+wall time is these over the share of a core the compile got):
+- before: everything below the event loop was inlined into `advance_nb` by numba's IR inliner
+  (`inline="always"`): 133-140 s CPU (189 s wall at load 2-3 and 245 s at load 6, 1.6 GB peak
+  RSS; this script run on main's checkout). native_lowering 78 s
+  (advance_nb's own 43 s; at NUMBA_OPT=0 it is 29 s, so ~50 s is LLVM's optimisation),
+  inline_inlinables 42 s (each callee's untyped pipeline rerun at every call site,
+  recursively), reconstruct_ssa 6 s, typing 7 s. Of the calls that were not inlined (arrive,
+  route, admit, remote_prefill, refresh_views, finish_transfer, ...) ~85% of each compile was
+  the Python and C wrappers that unbox the state tuples: refresh_views alone 1.6 s with them,
+  0.23 s without.
+- LLVM inlining (`forceinline=True`) with the wrappers kept was worse: 164 s CPU, ~3 s of
+  native_lowering per inner function, nearly all of it wrappers.
+- after (forceinline, no_cpython_wrapper, no_cfunc_wrapper on every inner kernel): 49-56 s CPU,
+  550 MB peak RSS; typing 6 s, native_lowering 41 s spread over ~150 compiled signatures
+  (advance_nb 7 s, the dispatch links 5 s, the policy kernels 5 s). ~40 of them are the same
+  function again for a literal argument (record x10, unknown_policy x5, reject x4, the policy
+  kernels x2): numba specialises a callee per literal int at a call site. Replay speed is
+  unchanged (bench_replay.py --only-engine numba). At load 2.2 the compile got a whole core:
+  40.0 and 40.1 s wall (39.6 and 40.0 s CPU), cached load 0.35 s, `llm-replay run` 2.1 s. A
+  first autoscaled run compiles reset_replica_nb and release_held_nb too (0.7 s CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def child(profile: bool) -> None:
+    """In a fresh interpreter: import, warm up (compile or load), print one JSON line."""
+    started = time.perf_counter()
+    excl: dict[tuple[str, str], float] = collections.defaultdict(float)
+    sigs: dict[str, set[str]] = collections.defaultdict(set)
+    if profile:
+        _listen(excl, sigs)
+    import replay.run
+    from replay import _numba_cache
+
+    imported = time.perf_counter()
+    cold = not _numba_cache.kernels_cached()
+    cpu = time.process_time()
+    replay.run.warm_up()
+    out = {"cold": cold, "import_s": imported - started, "warm_up_s": time.perf_counter() - imported,
+           "warm_up_cpu_s": time.process_time() - cpu,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if profile:
+        by_func: dict[str, float] = collections.defaultdict(float)
+        by_pass: dict[str, float] = collections.defaultdict(float)
+        for (pass_name, func), seconds in excl.items():
+            by_func[func] += seconds
+            by_pass[pass_name] += seconds
+        out["by_function"] = sorted(by_func.items(), key=lambda kv: -kv[1])[:15]
+        out["by_pass"] = sorted(by_pass.items(), key=lambda kv: -kv[1])[:8]
+        out["twice"] = {name: len(s) for name, s in sigs.items() if len(s) > 1 and not name.startswith("numba.")}
+    print(json.dumps(out))
+
+
+def _listen(excl, sigs) -> None:
+    """Exclusive CPU seconds per (pass, function) and the signatures of every compile."""
+    from numba.core import event
+
+    stack: list[list] = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            stack.append([time.process_time(), 0.0])
+
+        def on_end(self, ev):
+            began, inner = stack.pop()
+            took = time.process_time() - began
+            if stack:
+                stack[-1][1] += took
+            if ev.kind == "numba:run_pass":
+                name, _, func = ev.data["name"].partition(" [")
+                excl[(name, func.rstrip("]"))] += took - inner
+            else:
+                py = ev.data["dispatcher"].py_func
+                sigs[f"{py.__module__}.{py.__qualname__}"].add(str(ev.data["args"]))
+
+    listener = Listener()
+    event.register("numba:run_pass", listener)
+    event.register("numba:compile", listener)
+
+
+def run_child(cache: str, profile: bool) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+    cmd = [sys.executable, __file__, "--child"] + (["--profile"] if profile else [])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_COMMAND = """
+import resource, sys
+from llm_replay.entry import main
+try:
+    code = main()
+finally:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def quick_start(cache: str) -> tuple[float, float]:
+    """The README's Quick start replay as a whole command on a warm cache: wall s, peak RSS MB."""
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _COMMAND, "run", "--out", os.path.join(out, "run"), "-q"],
+                              env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return time.perf_counter() - started, float(done.stderr.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cold", type=int, default=2, help="cold compiles to time (each in its own empty cache)")
+    ap.add_argument("--profile", action="store_true", help="where the cold compile's CPU time goes")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.profile)
+        return 0
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    colds, loads, commands = [], [], []
+    for i in range(args.cold):
+        with tempfile.TemporaryDirectory() as cache:
+            cold = run_child(cache, args.profile and i == 0)
+            warm = run_child(cache, False)
+            command_s, command_rss = quick_start(cache)
+        colds.append(cold["warm_up_s"])
+        loads.append(warm["warm_up_s"])
+        commands.append(command_s)
+        print(f"cold compile {cold['warm_up_s']:6.1f} s wall ({cold['warm_up_cpu_s']:.1f} s CPU), peak RSS "
+              f"{cold['peak_rss_mb']:.0f} MB | cached load {warm['warm_up_s']:.2f} s, peak RSS {warm['peak_rss_mb']:.0f} MB"
+              f" | `llm-replay run` cached {command_s:.2f} s, peak RSS {command_rss:.0f} MB", flush=True)
+        if "by_function" in cold:
+            print("  CPU s by function (exclusive):", ", ".join(f"{f} {s:.1f}" for f, s in cold["by_function"]))
+            print("  CPU s by pass:", ", ".join(f"{p} {s:.1f}" for p, s in cold["by_pass"]))
+            print("  compiled for more than one signature:", cold["twice"] or "none")
+    print(f"median of {args.cold}: cold compile {statistics.median(colds):.1f} s, cached load "
+          f"{statistics.median(loads):.2f} s, `llm-replay run` cached {statistics.median(commands):.2f} s; "
+          f"load average now {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
