@@ -148,3 +148,18 @@ def check_fits(trace_cfg, max_memory: int | None, source: str) -> Estimate | Non
             f"(--window, --sample) or on a machine with more memory"
             + (", or raise --max-memory" if max_memory is not None else ", or pass a larger --max-memory"))
     return estimate
+
+
+def return_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim(3)); a no-op where the
+    C library has none. Called when the engine's state has just been freed: numpy's arrays live in
+    glibc's heap, whose free space otherwise stays in the process's RSS while the output frames
+    are built on top of it (bench/bench_memory.py: the run's peak moved there)."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    trim(0)
