@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
-from traces.limits import human_bytes
+from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_memory.py on 1M Poisson requests with Azure conv lengths, 64 x llama-3.1-8b: the
 # process's RSS before the trace is read (interpreter, polars, numba, the loaded kernels) was
@@ -35,7 +36,7 @@ class Estimate:
     peak_bytes: int
 
 
-def estimate_run(trace_cfg) -> Estimate | None:
+def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
     """The run's peak RSS for the trace section `trace_cfg` (paths already resolved, as
     `effective_trace` gives them); None where the rows cannot be known before the trace is made
     (a synthetic trace, or a what-if that adds a synthetic tenant)."""
@@ -47,7 +48,7 @@ def estimate_run(trace_cfg) -> Estimate | None:
         paths = ([trace_cfg.path] if trace_cfg.path or not trace_cfg.merge else [DEFAULT_TRACE]) \
             + [m.path for m in trace_cfg.merge]
         paths = [p or DEFAULT_TRACE for p in paths]
-    rows = sum(count_rows(p) for p in paths)
+    rows = sum(count_rows(p, max_bytes) for p in paths)
     rows = round(rows * _growth(trace_cfg))
     sample = trace_cfg.sample if trace_cfg is not None else None
     if sample is not None:
@@ -62,24 +63,28 @@ def _growth(trace_cfg) -> float:
     return max(1.0, whatif.grow_rate or 1.0, *(whatif.scale_workload or {}).values())
 
 
-def count_rows(path: str) -> int:
+def count_rows(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> int:
     """Rows of a trace file without loading it: a Parquet footer's count, else its line endings
-    (a header line or blank lines make this a slight over-count). 0 for what cannot be read here:
-    the loader then says what is wrong with it, as without --max-memory."""
+    (a header line or blank lines make this a slight over-count), counted over at most
+    `max_bytes` (decompressed; past them the loader refuses the file). 0 for what is no regular
+    file or cannot be read: the loader then says what is wrong with it, as without --max-memory."""
     from traces.bundled import bundled_trace_path
 
     file = bundled_trace_path(path) if path in BUNDLED else Path(path).expanduser()
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return 0  # a FIFO or a device: never opened here (the loader refuses it by its kind)
         with open(file, "rb") as fh:
             head = fh.read(4)
             if head == b"PAR1":
                 return _parquet_rows(file)
             fh.seek(0)
             reader = gzip.GzipFile(fileobj=fh) if head[:2] == b"\x1f\x8b" else fh
-            lines = 0
+            lines = read = 0
             last = b"\n"
-            while chunk := reader.read(_CHUNK):
+            while read <= max_bytes and (chunk := reader.read(_CHUNK)):
                 lines += chunk.count(b"\n")
+                read += len(chunk)
                 last = chunk[-1:]
             return lines + (last != b"\n")
     except (OSError, EOFError, gzip.BadGzipFile):
@@ -133,11 +138,12 @@ def _cgroup_limits() -> list[int]:
     return found
 
 
-def check_fits(trace_cfg, max_memory: int | None, source: str) -> Estimate | None:
+def check_fits(trace_cfg, max_memory: int | None, source: str,
+               max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
     """Refuse, before the trace is read, a run whose estimated peak exceeds `max_memory` (None:
     what the machine has). The estimate, or None where there is none."""
     try:
-        estimate = estimate_run(trace_cfg)
+        estimate = estimate_run(trace_cfg, max_bytes)
     except TraceError:
         return None  # the loader names the problem
     if estimate is None:

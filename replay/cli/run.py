@@ -90,8 +90,9 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
         from replay.cli.observed import read_observed_files
 
         observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
-    check_fits(trace_cfg, getattr(args, "max_memory", None), source)  # from the row count, before the load
-    trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
+    limits = trace_limits(args)
+    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes)  # rows, before the load
+    trace = load_from_config(trace_cfg, strict=args.strict, limits=limits)
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
     if cfg.trace is not None and cfg.trace.closed_loop:
         from replay.fleet.sessions import with_session_notes

@@ -4,6 +4,7 @@ the estimate; the estimate's row count is the trace's own (issue 15, "Bad input"
 from __future__ import annotations
 
 import gzip
+import os
 
 import polars as pl
 
@@ -95,3 +96,19 @@ def test_the_cgroup_limit_lowers_what_the_machine_has(monkeypatch, tmp_path):
     assert memory.available_bytes() == 8_000_000 * 1024
     monkeypatch.setattr(memory, "_cgroup_limits", lambda: [2 << 30])
     assert memory.available_bytes() == 2 << 30
+
+
+def test_a_fifo_or_a_device_is_not_opened_to_count_it(cli, tmp_path):
+    """The count opens regular files only: a FIFO would wait for a writer, /dev/zero never end;
+    the loader then refuses each by its kind, as without the estimate."""
+    os.mkfifo(tmp_path / "pipe.csv")
+    assert memory.count_rows(str(tmp_path / "pipe.csv")) == 0 and memory.count_rows("/dev/zero") == 0
+    err = refused(cli("run", "pipe.csv", "--out", "out"))
+    assert "pipe.csv: is a FIFO (named pipe), not a regular file" in err, err
+
+
+def test_the_count_stops_at_the_trace_byte_bound(tmp_path):
+    bomb = tmp_path / "bomb.csv.gz"
+    bomb.write_bytes(gzip.compress(b"0,1,1\n" * (4 << 20)))  # 24 MiB of lines once decompressed
+    assert memory.count_rows(str(bomb), max_bytes=1 << 20) < 4 << 20  # one 16 MiB chunk read, not all 24
+    assert memory.count_rows(str(bomb)) == 4 << 20
