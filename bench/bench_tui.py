@@ -11,6 +11,7 @@ requests, written directly as run files (no replay). Prints medians of:
   `App._display`, without the harness's idle polling (which waits in 20 ms steps).
 
     python bench/bench_tui.py [--ticks 86400] [--pools 4] [--requests 400000]
+    python bench/bench_tui.py --requests 1000000 --repeat 1     # a run of a million requests
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import resource
 import shutil
 import statistics
 import subprocess
@@ -293,7 +295,10 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "llm_replay", "tui", str(run), "--screenshot", str(tmp / "s.svg"),
                             "--size", "200x60"], check=True, capture_output=True, cwd=ROOT)
             cold.append(time.perf_counter() - t0)
-        print(f"open, fresh process (`llm-replay tui --screenshot`, imports and SVG included): {median_ms(cold)}")
+        # the largest of those processes (no other child has run yet): what opening the run costs in memory
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"open, fresh process (`llm-replay tui --screenshot`, imports and SVG included): {median_ms(cold)}; "
+              f"peak RSS {peak_mb:,.0f} MB")
         print(f"harness floor (an unbound key through Pilot press + pause): {figures(floor)}")
         print(f"seek redraw (key -> frame drawn, floor included): {figures(seeks)}   target < 100 ms")
         net_seek = np.array(seeks) - statistics.median(floor)

@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
+from replay.memory import return_freed_memory
 from replay.fleet.metrics import event_frame, request_frame, summarize, tick_frame
 from replay.outputs.write import RunOutputs
 from replay.outputs.verdict import verdict
@@ -57,6 +58,7 @@ def replay_trace(
     frame = trace.frame
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
                    progress=progress, plans=plans, config_source=config_source, on_tick=on_tick)
+    return_freed_memory()  # the engine's state, freed: not under the output frames' peak
     requests = request_frame(frame, raw, cfg)
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)

@@ -13,7 +13,7 @@ from typing import Any
 from common.errors import UserError
 from replay.cli.observed import add_observed_option
 from replay.cli.parsing import add_plugin_option
-from replay.cli.trace_options import add_trace_options
+from replay.cli.trace_options import add_trace_options, size_bytes
 
 
 def add_parser(sub: Any) -> None:
@@ -32,6 +32,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary table")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     p.add_argument("--tui", action="store_true", help="watch the replay in the dashboard while it runs")
+    p.add_argument("--max-memory", type=size_bytes, metavar="SIZE",
+                   help="refuse, before it starts, a run whose estimated peak memory exceeds SIZE, e.g. 8GiB "
+                        "(default: what the machine has, MemAvailable or the cgroup's limit)")
     add_observed_option(p)
     add_plugin_option(p)
     add_trace_options(p)
@@ -65,6 +68,7 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
     from replay.fleet.cluster import plan_pools
     from replay.fleet.ticks import check_tick_count
     from replay.config import load_config
+    from replay.memory import check_fits
     from replay.outputs.write import check_out_dir
     from traces import load_from_config
 
@@ -86,7 +90,9 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
         from replay.cli.observed import read_observed_files
 
         observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
-    trace = load_from_config(trace_cfg, strict=args.strict, limits=trace_limits(args))
+    limits = trace_limits(args)
+    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes)  # rows, before the load
+    trace = load_from_config(trace_cfg, strict=args.strict, limits=limits)
     check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
     if cfg.trace is not None and cfg.trace.closed_loop:
         from replay.fleet.sessions import with_session_notes

@@ -40,10 +40,10 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
                    help="keep only rows of this workload; repeatable")
     g.add_argument("--max-prompt-tokens", type=int, metavar="N", help="drop rows with longer prompts")
     b = p.add_argument_group("trace bounds (refuse a trace that would exhaust the machine)")
-    b.add_argument("--max-trace-bytes", type=_size, metavar="BYTES",
+    b.add_argument("--max-trace-bytes", type=size_bytes, metavar="BYTES",
                    help=f"most bytes one trace file may hold once decompressed, e.g. 3GiB "
                         f"(default {human_bytes(DEFAULT_MAX_BYTES)}; at most {BYTES_CEILING}, 4 GiB less one byte)")
-    b.add_argument("--max-line-bytes", type=_size, metavar="BYTES",
+    b.add_argument("--max-line-bytes", type=size_bytes, metavar="BYTES",
                    help=f"longest line a text trace may hold, e.g. 16MiB (default {human_bytes(DEFAULT_MAX_LINE_BYTES)}; "
                         "a trace row is well under 1 KiB)")
     b.add_argument("--max-rows", type=int, metavar="N",
@@ -68,7 +68,7 @@ def trace_limits(args: argparse.Namespace) -> TraceLimits:
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
 
-def _size(text: str) -> int:
+def size_bytes(text: str) -> int:
     """'3GiB', '500MB', '1000000' -> bytes."""
     number = text.strip().lower().rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = text.strip().lower()[len(number):]

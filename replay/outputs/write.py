@@ -149,12 +149,41 @@ def _write_files(tmp: Path, run: RunOutputs) -> None:
         "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),
     }
     for name, frame in (("requests", run.requests), ("ticks", run.ticks), ("events", run.events)):
-        # Encoded in memory, written by Python: a full disk is an OSError, not polars' ComputeError.
-        buf = io.BytesIO()
-        frame.write_parquet(buf, metadata=meta)
-        (tmp / f"{name}.parquet").write_bytes(buf.getbuffer())
+        write_parquet(frame, tmp / f"{name}.parquet", meta)
     (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
     (tmp / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
+
+
+class _Recorded(io.RawIOBase):
+    """A file written through Python that keeps the OSError of a failed write: polars reports
+    one as a ComputeError, and the writer raises the OSError itself (ENOSPC named as such)."""
+
+    def __init__(self, handle) -> None:
+        self.handle, self.error = handle, None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+
+def write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str]) -> None:
+    """`frame` to `path`, encoded and written one row group at a time (polars' writer): no
+    second copy of the file in memory, so a run of millions of requests writes in little more
+    than the frame's own memory. The bytes are the same as encoding the whole frame at once."""
+    with open(path, "wb") as handle:
+        sink = _Recorded(handle)
+        try:
+            frame.write_parquet(sink, metadata=metadata)
+        except pl.exceptions.PolarsError:
+            if sink.error is not None:
+                raise sink.error from None
+            raise
 
 
 def write_run(out_dir: Path, run: RunOutputs, force: bool = False, timing: dict | None = None) -> Path:

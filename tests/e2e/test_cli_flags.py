@@ -55,6 +55,15 @@ def test_capacity_flags_in_range_still_work(cli):
     assert res.code == 0, res.err
 
 
+@pytest.mark.parametrize("flag", ["--max-memory", "--max-trace-bytes", "--max-line-bytes"])
+@pytest.mark.parametrize("value", ["0", "lots", "1e30"])
+def test_run_size_flags_that_are_not_a_size_are_one_line(cli, flag, value):
+    res = cli("run", flag, value)
+    assert res.code == 2 and res.out == "" and len(res.err.splitlines()) == 1, res.err
+    assert res.err.startswith(f"llm-replay: error: run: argument {flag}: expected a size in bytes like 3GiB, "
+                              f"500MB or 1000000, got {value!r}"), res.err
+
+
 def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
     """One row of replay.cli.app.COMMANDS per command once the application registered the
     dashboard's, in the order --help lists them; `python -m llm_replay` (what bench/bench_tui.py

@@ -1,0 +1,174 @@
+"""Will the run fit? `llm-replay run --max-memory`: the run's peak RSS estimated before anything is
+loaded, from the trace's row count (Parquet: the footer; text: its line endings, counted in
+fixed-size chunks) and the bytes per request that `bench/bench_memory.py` measures, against the
+memory the machine (or the cgroup the process runs in) has. The figures are the engine's of
+today: a change to the engine's per-request state or to the outputs moves them (rerun the bench).
+
+The estimate is deliberately an upper bound: a window or a filter only removes rows, and a trace
+that `grow_rate` / `scale_workload` grows is counted at its largest factor.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import TraceError, UserError
+from traces import BUNDLED, DEFAULT_TRACE
+from traces.limits import DEFAULT_LIMITS, human_bytes
+
+# bench/bench_memory.py on 1M Poisson requests with Azure conv lengths, 64 x llama-3.1-8b: the
+# process's RSS before the trace is read (interpreter, polars, numba, the loaded kernels) was
+# 210 MB, and its peak grew 708 bytes per request over that (the engine's state at the end of the
+# replay; the output frames' peak is lower). Rounded up: an estimate that refuses a run that would
+# fit is a nuisance, one that lets the kernel kill it loses the replay.
+BASELINE_BYTES = 256 << 20
+BYTES_PER_REQUEST = 1000
+_CHUNK = 16 << 20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    rows: int  # requests the trace may hold (an upper bound)
+    peak_bytes: int
+
+
+def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+    """The run's peak RSS for the trace section `trace_cfg` (paths already resolved, as
+    `effective_trace` gives them); None where the rows cannot be known before the trace is made
+    (a synthetic trace, or a what-if that adds a synthetic tenant)."""
+    if trace_cfg is None:
+        paths = [DEFAULT_TRACE]
+    elif trace_cfg.synthetic is not None or (trace_cfg.whatif is not None and trace_cfg.whatif.add_tenant):
+        return None
+    else:
+        paths = ([trace_cfg.path] if trace_cfg.path or not trace_cfg.merge else [DEFAULT_TRACE]) \
+            + [m.path for m in trace_cfg.merge]
+        paths = [p or DEFAULT_TRACE for p in paths]
+    rows = sum(count_rows(p, max_bytes) for p in paths)
+    rows = round(rows * _growth(trace_cfg))
+    sample = trace_cfg.sample if trace_cfg is not None else None
+    if sample is not None:
+        rows = min(rows, sample.n) if sample.n is not None else round(rows * sample.fraction)
+    return Estimate(rows, BASELINE_BYTES + BYTES_PER_REQUEST * rows)
+
+
+def _growth(trace_cfg) -> float:
+    whatif = trace_cfg.whatif if trace_cfg is not None else None
+    if whatif is None:
+        return 1.0
+    return max(1.0, whatif.grow_rate or 1.0, *(whatif.scale_workload or {}).values())
+
+
+def count_rows(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> int:
+    """Rows of a trace file without loading it: a Parquet footer's count, else its line endings
+    (a header line or blank lines make this a slight over-count), counted over at most
+    `max_bytes` (decompressed; past them the loader refuses the file). 0 for what is no regular
+    file or cannot be read: the loader then says what is wrong with it, as without --max-memory."""
+    from traces.bundled import bundled_trace_path
+
+    file = bundled_trace_path(path) if path in BUNDLED else Path(path).expanduser()
+    try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return 0  # a FIFO or a device: never opened here (the loader refuses it by its kind)
+        with open(file, "rb") as fh:
+            head = fh.read(4)
+            if head == b"PAR1":
+                return _parquet_rows(file)
+            fh.seek(0)
+            reader = gzip.GzipFile(fileobj=fh) if head[:2] == b"\x1f\x8b" else fh
+            lines = read = 0
+            last = b"\n"
+            while read <= max_bytes and (chunk := reader.read(_CHUNK)):
+                lines += chunk.count(b"\n")
+                read += len(chunk)
+                last = chunk[-1:]
+            return lines + (last != b"\n")
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return 0
+
+
+def _parquet_rows(file: Path) -> int:
+    import polars as pl
+
+    try:
+        return pl.scan_parquet(file).select(pl.len()).collect().item()
+    except pl.exceptions.PolarsError:
+        return 0
+
+
+def available_bytes() -> int:
+    """MemAvailable of /proc/meminfo, lowered to the cgroup's memory limit where one is set (v2
+    memory.max, v1 memory.limit_in_bytes)."""
+    best = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                best = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    for limit in _cgroup_limits():
+        best = limit if best is None else min(best, limit)
+    return best if best is not None else 1 << 62  # nothing says: no bound
+
+
+def _cgroup_limits() -> list[int]:
+    found = []
+    try:
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        own = []
+    places = [Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+    for line in own:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            places.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max")
+        elif "memory" in controllers.split(","):
+            places.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes")
+    for place in places:
+        try:
+            text = place.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # "max", or v1's page-rounded 2^63: no limit
+            found.append(int(text))
+    return found
+
+
+def check_fits(trace_cfg, max_memory: int | None, source: str,
+               max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+    """Refuse, before the trace is read, a run whose estimated peak exceeds `max_memory` (None:
+    what the machine has). The estimate, or None where there is none."""
+    try:
+        estimate = estimate_run(trace_cfg, max_bytes)
+    except TraceError:
+        return None  # the loader names the problem
+    if estimate is None:
+        return None
+    limit = available_bytes() if max_memory is None else max_memory
+    if estimate.peak_bytes > limit:
+        given = "--max-memory" if max_memory is not None else "the memory available (MemAvailable or the cgroup limit)"
+        raise UserError(
+            f"{source}: the trace holds up to {estimate.rows:,} requests, an estimated peak of "
+            f"{human_bytes(estimate.peak_bytes)}, more than {given} of {human_bytes(limit)}; replay part of it "
+            f"(--window, --sample) or on a machine with more memory"
+            + (", or raise --max-memory" if max_memory is not None else ", or pass a larger --max-memory"))
+    return estimate
+
+
+def return_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim(3)); a no-op where the
+    C library has none. Called when the engine's state has just been freed: numpy's arrays live in
+    glibc's heap, whose free space otherwise stays in the process's RSS while the output frames
+    are built on top of it (bench/bench_memory.py: the run's peak moved there)."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    trim(0)
