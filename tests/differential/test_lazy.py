@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.registry import QUEUE_ORDERS, VICTIMS
+from policies.registry import QUEUE_ORDERS, ROUTERS, VICTIMS
 from replay.engine.numba_engine import NumbaEngine
+from tests.differential.test_closed_loop import session_trace
 from tests.differential.test_engines import assert_same
 from tests.strategies import engine_inputs, make_inputs, run_to_end
 
@@ -57,6 +58,9 @@ def test_lazy_matches_eager_on_long_decodes(case):
     inputs = long_decodes(**case)
     assert_lazy_same(inputs)
     assert_lazy_same(inputs, tick_us=37_000)  # reads between advances land mid-batch
+    # Without detailed events: only preemptions and rejections are logged.
+    assert_lazy_same(dataclasses.replace(inputs, detailed_events=False))
+    assert_lazy_same(dataclasses.replace(inputs, detailed_events=False), tick_us=37_000)
 
 
 @pytest.mark.parametrize("victim", sorted(VICTIMS))
@@ -82,17 +86,33 @@ def test_lazy_matches_the_reference_engine_on_long_decodes():
     assert engine.reps.lz_steps.max() > 0
     assert_same(inputs)
     assert_same(dataclasses.replace(inputs, pool_enable_prefix_caching=np.array([0])))
+    assert_same(dataclasses.replace(inputs, detailed_events=False))
 
 
-def test_lazy_matches_eager_with_prefill_decode_and_closed_loop_pools():
+def test_lazy_matches_eager_with_prefill_decode():
     rng = np.random.default_rng(8)
     n = 200
-    pd = make_inputs(np.cumsum(rng.integers(0, 30_000, n)), rng.integers(1, 600, n), rng.integers(1, 300, n),
-                     families=rng.integers(-1, 4, n), replicas=(1, 2), kv_blocks=(300, 300), max_num_seqs=(16, 16),
-                     max_batched=(512, 512), pool=[1] * n,
-                     pd={"pd_prefill_pool": 0, "pd_decode_pool": 1, "pd_local_threshold": 100,
-                         "pd_us_per_token": 2.6, "pd_base_us": 1000, "pd_layers": 4})
-    assert_lazy_same(pd)
+    two = lambda x: (x, x)  # noqa: E731
+    inputs = make_inputs(np.cumsum(rng.integers(0, 30_000, n)), rng.integers(1, 600, n), rng.integers(1, 300, n),
+                         families=rng.integers(-1, 4, n), replicas=(1, 2), kv_blocks=two(300), max_num_seqs=two(16),
+                         max_batched=two(512), block_size=two(16), long_prefill=two(0), prefix_caching=two(1),
+                         max_model_len=two(4096), router=two("least-outstanding"), pool=[1] * n,
+                         pd={"pd_prefill_pool": 0, "pd_decode_pool": 1, "pd_local_threshold": 100,
+                             "pd_us_per_token": 2.6, "pd_base_us": 1000, "pd_layers": 4})
+    assert_lazy_same(inputs)
+
+
+def test_lazy_matches_eager_on_closed_loop_sessions():
+    """A turn's answer is hashed as its successor's prompt: those blocks are cached as they fill,
+    so the turn stays step by step until it is past them."""
+    rng = np.random.default_rng(12)
+    sessions = [(int(rng.integers(0, 5_000_000)), [(int(rng.integers(1, 200)), int(rng.integers(1, 300)))
+                                                  for _ in range(int(rng.integers(1, 5)))]) for _ in range(40)]
+    _, inputs = session_trace(sessions, 200_000, kv_blocks=(400,), replicas=(2,), max_num_seqs=(16,))
+    assert_lazy_same(inputs)
+    assert_lazy_same(dataclasses.replace(inputs, detailed_events=False))
+    _, tight = session_trace(sessions, 0, kv_blocks=(60,), replicas=(1,), max_num_seqs=(8,))
+    assert_lazy_same(tight)
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,3 +122,18 @@ def test_lazy_matches_eager_on_generated_fleets(inputs, stretch, tick_us):
     inputs = dataclasses.replace(inputs, output_tokens=inputs.output_tokens * stretch,
                                  pool_max_model_len=np.maximum(inputs.pool_max_model_len, 4096))
     assert_lazy_same(inputs, tick_us, lazy_used=False)
+    assert_lazy_same(dataclasses.replace(inputs, detailed_events=False), tick_us, lazy_used=False)
+
+
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+def test_lazy_matches_eager_and_reference_with_every_router(router):
+    """Sparse arrivals on four replicas without detailed events; routers that read the scraped
+    view (power-of-two, weighted) see it refreshed mid-batch."""
+    rng = np.random.default_rng(14)
+    n = 120
+    inputs = make_inputs(np.cumsum(rng.integers(0, 400_000, n)), rng.integers(1, 600, n), rng.integers(1, 400, n),
+                         families=rng.integers(-1, 4, n), replicas=(4,), kv_blocks=(300,), max_num_seqs=(16,),
+                         router=(router,), detailed_events=False)
+    assert_lazy_same(inputs)
+    assert_lazy_same(inputs, tick_us=50_000)
+    assert_same(inputs)
