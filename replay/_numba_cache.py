@@ -20,6 +20,7 @@ _KERNEL_SOURCES = (
     "engine/sessions.py",
     "engine/transfer.py",
     "engine/lora.py",
+    "engine/lazy.py",
     "engine/scheduling.py",
     "engine/loop.py",
     "model/stepmodel.py",

@@ -11,6 +11,7 @@ Two engines give the same outputs. The numba kernels here are the fast one, a mo
     transfer.py      prefill/decode disaggregation's KV transfer
     lora.py          multi-LoRA adapter slots
     scheduling.py    one scheduler step, and its end
+    lazy.py          steady decoders kept lazily: a step costs what changes in it
     loop.py          the event loop (advance_nb), snapshot and reset
     numba_engine.py  NumbaEngine: the host side that lays out the state and runs the loop
 

@@ -161,6 +161,13 @@ def reset_replica_nb(blocks, reps, r):
     reps.wait_tail[r] = -1
     reps.nwait[r] = 0
     reps.nrun[r] = 0
+    reps.neager[r] = 0
+    reps.nlazy[r] = 0  # an idle replica has none: what follows is for a clean slate
+    reps.lz_ctx[r] = 0
+    reps.lz_maxseq[r] = -1
+    reps.lz_cool[r] = 0
+    reps.fh_n[r] = 0
+    reps.ah_n[r] = 0
     reps.busy_until[r] = -1
     reps.wake[r] = NO_EVENT
     reps.reserved[r] = 0

@@ -46,7 +46,7 @@ def loras_scheduled(rq, reps, pools, p, r):
     off = reps.run_off[r]
     loras = 0
     if pools.lora_slots[p] > 0:
-        for k in range(reps.nrun[r]):
+        for k in range(reps.neager[r]):  # a pool with LoRA keeps none lazy
             x = reps.run_list[off + k]
             a = lora_of(rq, pools, p, x)
             if a >= 0 and rq.sched_new[x] > 0 and not lora_in_batch(rq, reps, pools, p, off, k, a):

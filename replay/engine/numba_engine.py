@@ -19,11 +19,13 @@ from replay.engine.common import (
     R_STARTING,
     REPLICA_STATE_NAMES,
     SNAPSHOT_COLUMNS,
+    SPEC_CREDIT_SCALE,
     EngineInputs,
     rng_seed,
     InvariantViolation,
 )
 from replay.engine.kvblocks import Blocks, table_size
+from replay.engine.lazy import sync_lazy_nb
 from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
 from replay.engine.routing import release_held_nb
 from replay.engine.state import (
@@ -117,6 +119,8 @@ def make_requests(inputs: EngineInputs) -> Requests:
         hash_tokens=inputs.hashed_tokens,
         next_turn=inputs.session_column("next_turn"),
         gap=inputs.session_column("turn_gap_us"),
+        seq=full(n, -1),
+        lz_join=full(n, -1),
     )
 
 
@@ -210,10 +214,36 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         lora_off=np.concatenate(([0], np.cumsum(lora_per))).astype(i64),
         lora_id=full(int(lora_per.sum()), -1),
         lora_used=full(int(lora_per.sum()), -1),
+        neager=full(nrep, 0),
+        nlazy=full(nrep, 0),
+        lz_steps=full(nrep, 0),
+        lz_ctx=full(nrep, 0),
+        lz_maxseq=full(nrep, -1),
+        lz_cool=full(nrep, 0),
+        seq_next=full(nrep, 0),
+        fh_n=full(nrep, 0),
+        fh_key=full(int(seqs_per.sum()), 0),
+        fh_q=full(int(seqs_per.sum()), -1),
+        ah_n=full(nrep, 0),
+        ah_key=full(int(seqs_per.sum()), 0),
+        ah_q=full(int(seqs_per.sum()), -1),
+        lz_due=full(int(seqs_per.sum()), -1),
     )
 
 
-def make_pools(inputs: EngineInputs) -> Pools:
+def lazy_pools(inputs: EngineInputs, lazy: bool) -> np.ndarray:
+    """Per pool, 1 where steady decoders may be kept lazily (engine/lazy.py): each of their steps
+    is then exactly one token and touches nothing but its blocks. Not with speculative decoding
+    (a verify step's tokens vary) or LoRA (every step refreshes its adapters' LRU), nor with a
+    user's policy (its view may read any request's progress)."""
+    on = np.full(len(inputs.pool_replicas), int(lazy and inputs.user is None), np.int64)
+    on[inputs.per_pool("spec_k", 0) > 0] = 0
+    on[inputs.per_pool("lora_slots", 0) > 0] = 0
+    on[inputs.spec_credits[:, 0] != SPEC_CREDIT_SCALE] = 0
+    return on
+
+
+def make_pools(inputs: EngineInputs, lazy: bool = True) -> Pools:
     """Every pool's configuration, its policies' ids and parameters, and its counters at zero."""
     n = inputs.num_requests
     npool = len(inputs.pool_replicas)
@@ -269,6 +299,7 @@ def make_pools(inputs: EngineInputs) -> Pools:
         cl=np.array([int(inputs.closed_loop), 0], dtype=i64),
         rl_t=full(max(n, 1), 0),
         rl_q=full(max(n, 1), 0),
+        lazy=lazy_pools(inputs, lazy),
         **user_calls(inputs),
     )
 
@@ -314,13 +345,15 @@ def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
 class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
-    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16):
+    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16, lazy: bool = True):
+        """`lazy=False` advances every running request at every step (the engine before
+        engine/lazy.py, kept for the differential test and the benchmarks): same outputs."""
         self.inputs = inputs
         layout = kv_layout(inputs)
         self.rq = make_requests(inputs)
         self.blocks = make_blocks(layout)
         self.reps = make_replicas(inputs, layout)
-        self.pools = make_pools(inputs)
+        self.pools = make_pools(inputs, lazy)
         self.ev = make_events(inputs, event_capacity)
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
@@ -460,6 +493,7 @@ class NumbaEngine:
         reps.state[r] = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
+        sync_lazy_nb(self.rq, self.reps)  # lazy requests' computed/generated, written as of now
         rq = self.rq
         return {
             "replica": rq.replica,

@@ -24,6 +24,16 @@ from replay.engine.common import (
 )
 from replay.engine.events import record, update_event
 from replay.engine.kvblocks import free_request_blocks, grow_request, ht_find, prompt_hits, request_key, touch_block
+from replay.engine.lazy import (
+    can_lazify,
+    finish_lazy,
+    is_decoding,
+    lazify,
+    lazy_running,
+    lazy_step_done,
+    materialise,
+    next_lazy_finish,
+)
 from replay.engine.lora import lora_activate, lora_in_batch, lora_of, loras_scheduled
 from replay.engine.queues import wq_push_front, wq_remove
 from replay.engine.routing import request_columns
@@ -71,7 +81,13 @@ def schedule(rq, blocks, reps, pools, ev, th, tbs, r, t):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     """Step 1: running requests first, in order; make room by preempting the policy's victim.
-    Returns the token budget left, whether it preempted, and the blocks swapped out."""
+    Returns the token budget left, whether it preempted, and the blocks swapped out. Lazy
+    requests (engine/lazy.py) take the lazy path, unless the step must run step by step."""
+    if reps.nlazy[r] > 0:
+        left = lazy_running(rq, blocks, reps, pools, th, tbs, r)
+        if left >= 0:
+            return left, False, 0
+        materialise(rq, blocks, reps, pools, th, tbs, r)
     p = reps.pool[r]
     bs = pools.block_size[p]
     caching = pools.prefix_caching[p] != 0
@@ -81,7 +97,7 @@ def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     preempted = False
     swap_blocks = 0  # copied to or from host memory in this step
     i = 0
-    while i < reps.nrun[r] and budget > 0:
+    while i < reps.neager[r] and budget > 0:
         q = reps.run_list[off + i]
         new = rq.prompt[q] + rq.generated[q] - rq.computed[q]
         if pools.spec_k[p] > 0 and is_decoding(rq, q):
@@ -94,10 +110,11 @@ def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
         target = rq.computed[q] + new
         scheduled = True
         while (target + bs - 1) // bs - rq.nblocks[q] > reps.nfree[r]:
-            vi = pick_victim(rq, reps, pools, p, off, reps.nrun[r], i)
+            vi = pick_victim(rq, reps, pools, p, off, reps.neager[r], i)
             victim = reps.run_list[off + vi]
-            for k in range(vi, reps.nrun[r] - 1):
+            for k in range(vi, reps.neager[r] - 1):
                 reps.run_list[off + k] = reps.run_list[off + k + 1]
+            reps.neager[r] -= 1
             reps.nrun[r] -= 1
             budget += rq.sched_new[victim]  # a victim scheduled earlier in this step gives its tokens back
             rq.sched_new[victim] = 0
@@ -133,7 +150,7 @@ def schedule_waiting(rq, blocks, reps, pools, ev, th, tbs, r, t, budget, cutoff)
         if q < 0:
             break  # the rest joined the queue after this step was scheduled
         a = lora_of(rq, pools, p, q)
-        new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.nrun[r], a)
+        new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.neager[r], a)
         if new_lora and loras >= pools.lora_slots[p]:
             wq_remove(rq, reps, r, q)
             rq.skip_next[q] = skipped
@@ -212,8 +229,11 @@ def join_batch(rq, blocks, reps, pools, ev, th, tbs, r, q, t, computed, new, nhi
         swap_blocks += back
         rq.swapped[q] = 0
     wq_remove(rq, reps, r, q)
-    reps.run_list[off + reps.nrun[r]] = q
+    reps.run_list[off + reps.neager[r]] = q
+    reps.neager[r] += 1
     reps.nrun[r] += 1
+    rq.seq[q] = reps.seq_next[r]  # joins at the end of the running order
+    reps.seq_next[r] += 1
     rq.state[q] = RUNNING
     rq.sched_new[q] = new
     rq.pf_start[q] = t
@@ -243,7 +263,7 @@ def step_duration(rq, reps, pools, r, t, swap_blocks):
     spec_tokens = 0
     lora_adapters = 0
     lora_loads = 0
-    for k in range(reps.nrun[r]):
+    for k in range(reps.neager[r]):
         q = reps.run_list[off + k]
         new = rq.sched_new[q]
         if new == 0:
@@ -261,6 +281,10 @@ def step_duration(rq, reps, pools, r, t, swap_blocks):
             prefill_tokens += new
             prefill_pairs += new * rq.computed[q] + new * (new + 1) / 2.0
             prefill_ctx += rq.computed[q]
+    # The lazy requests: one decode token each, all in the step (integers: the order is free).
+    num_seqs += reps.nlazy[r]
+    decode_seqs += reps.nlazy[r]
+    decode_ctx += reps.lz_ctx[r] + reps.nlazy[r]
     if num_seqs == 0:
         return np.int64(0)
     dur = step_time_us_nb(pools.step[p], prefill_tokens, prefill_pairs, prefill_ctx, decode_seqs, decode_ctx,
@@ -288,12 +312,6 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     wq_push_front(rq, reps, r, q)
     record(ev, t, EV_SWAP_OUT if swapped else EV_PREEMPT, r, q, rq.generated[q])
     return held if swapped else 0
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def is_decoding(rq, q):
-    """The request's next token is a decode: all but the newest token already have KV."""
-    return rq.generated[q] > 0 and rq.computed[q] == rq.prompt[q] + rq.generated[q] - 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -345,53 +363,78 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
-    """Apply the step that ended at t: tokens are emitted at the end of the step."""
+    """Apply the step that ended at t: tokens are emitted at the end of the step. The running
+    requests are taken in order, the lazy ones that finish in it merged in by seq; one that is
+    now in steady decode turns lazy (engine/lazy.py)."""
     p = reps.pool[r]
-    bs = pools.block_size[p]
     off = reps.run_off[r]
-    detailed = ev.clock[2] != 0
+    lazy_step_done(reps, r)
+    n = reps.neager[r]
     kept = 0
-    for i in range(reps.nrun[r]):
-        q = reps.run_list[off + i]
-        new = rq.sched_new[q]
-        if new > 0:
-            rq.sched_new[q] = 0
-            num_tokens = rq.prompt[q] + rq.generated[q]
-            if not is_decoding(rq, q):
-                reps.counters[r, C_PREFILL] += new
-            else:
-                # The tokens a decode (or verify) step yields: its expected value, with the
-                # fraction carried to the request's next step. Without speculation, exactly 1.
-                credit = rq.spec_credit[q] + pools.spec_credit[p, new - 1]
-                new = credit // SPEC_CREDIT_SCALE
-                rq.spec_credit[q] = credit - new * SPEC_CREDIT_SCALE
-            rq.computed[q] += new
-            if rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0 and r != rq.dreplica[q]:
-                hand_off(rq, reps, pools, q, r, t)  # prefilled: its KV goes to the decode replica
-                continue
-            if rq.computed[q] >= num_tokens:
-                emitted = rq.computed[q] - num_tokens + 1
-                rq.generated[q] += emitted
-                reps.counters[r, C_OUTPUT] += emitted
-                if rq.first_token[q] < 0:
-                    rq.first_token[q] = t
-                    if detailed:
-                        record(ev, t, EV_FIRST_TOKEN, r, q, 0)
-                if rq.generated[q] >= rq.output[q]:
-                    free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
-                    rq.state[q] = FINISHED
-                    rq.finished[q] = t
-                    release_next(rq, pools, q, t)
-                    reps.counters[r, C_FINISHED] += 1
-                    if detailed:
-                        record(ev, t, EV_FINISH, r, q, rq.generated[q])
-                    continue
-        reps.run_list[off + kept] = q
-        kept += 1
-    reps.nrun[r] = kept
+    i = 0
+    while True:
+        z = next_lazy_finish(rq, reps, r)
+        if i < n and (z < 0 or rq.seq[reps.run_list[off + i]] < rq.seq[z]):
+            q = reps.run_list[off + i]
+            i += 1
+            if finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
+                if can_lazify(rq, reps, pools, p, r, q):
+                    lazify(rq, reps, pools, p, r, q)
+                else:
+                    reps.run_list[off + kept] = q
+                    kept += 1
+        elif z >= 0:
+            finish_lazy(rq, blocks, reps, pools, ev, th, tbs, r, t)
+        else:
+            break
+    reps.neager[r] = kept
+    reps.nrun[r] = kept + reps.nlazy[r]
+    if reps.lz_cool[r] > 0:
+        reps.lz_cool[r] -= 1
     if reps.pend_head[r] >= 0:
         accept_pending(rq, reps, pools, r, t)  # blocks may have been freed
     reps.counters[r, C_BUSY] += t - reps.step_start[r]
     reps.busy_until[r] = -1
     reps.wake[r] = t
     update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
+    """Apply the step to running request q (not lazy); returns whether it is still running."""
+    p = reps.pool[r]
+    new = rq.sched_new[q]
+    if new == 0:
+        return True
+    rq.sched_new[q] = 0
+    num_tokens = rq.prompt[q] + rq.generated[q]
+    if not is_decoding(rq, q):
+        reps.counters[r, C_PREFILL] += new
+    else:
+        # The tokens a decode (or verify) step yields: its expected value, with the
+        # fraction carried to the request's next step. Without speculation, exactly 1.
+        credit = rq.spec_credit[q] + pools.spec_credit[p, new - 1]
+        new = credit // SPEC_CREDIT_SCALE
+        rq.spec_credit[q] = credit - new * SPEC_CREDIT_SCALE
+    rq.computed[q] += new
+    if rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0 and r != rq.dreplica[q]:
+        hand_off(rq, reps, pools, q, r, t)  # prefilled: its KV goes to the decode replica
+        return False
+    if rq.computed[q] >= num_tokens:
+        emitted = rq.computed[q] - num_tokens + 1
+        rq.generated[q] += emitted
+        reps.counters[r, C_OUTPUT] += emitted
+        if rq.first_token[q] < 0:
+            rq.first_token[q] = t
+            if ev.clock[2] != 0:
+                record(ev, t, EV_FIRST_TOKEN, r, q, 0)
+        if rq.generated[q] >= rq.output[q]:
+            free_request_blocks(rq, blocks, reps, th, tbs, pools.block_size[p], r, q)
+            rq.state[q] = FINISHED
+            rq.finished[q] = t
+            release_next(rq, pools, q, t)
+            reps.counters[r, C_FINISHED] += 1
+            if ev.clock[2] != 0:
+                record(ev, t, EV_FINISH, r, q, rq.generated[q])
+            return False
+    return True

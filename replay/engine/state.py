@@ -62,6 +62,11 @@ class Requests(NamedTuple):
     hash_tokens: np.ndarray
     next_turn: np.ndarray
     gap: np.ndarray
+    # Steady decoders kept lazily (engine/lazy.py): the request's place in its replica's running
+    # order (a number that grows with every join), and the replica's lazy step count when its
+    # computed/generated were last written (-1: not lazy, the fields are current).
+    seq: np.ndarray
+    lz_join: np.ndarray
 
 
 
@@ -112,6 +117,24 @@ class Replicas(NamedTuple):
     lora_off: np.ndarray
     lora_id: np.ndarray
     lora_used: np.ndarray
+    # Steady decoders kept lazily (engine/lazy.py). nrun counts every running request; the
+    # run_list slice holds the neager others, in order; the nlazy lazy ones are in two min-heaps
+    # of (step, seq) keys (lazy_key), a slice of max_num_seqs per replica at run_off: when each
+    # finishes (fh_*) and when it next needs a block (ah_*); lz_due is scratch for one step's.
+    neager: np.ndarray
+    nlazy: np.ndarray
+    lz_steps: np.ndarray  # steps the lazy requests have made (each made one token per step)
+    lz_ctx: np.ndarray  # sum of the lazy requests' computed tokens
+    lz_maxseq: np.ndarray  # no lazy request has a larger seq (-1: none since the last fallback)
+    lz_cool: np.ndarray  # steps left before requests may turn lazy again after a fallback step
+    seq_next: np.ndarray
+    fh_n: np.ndarray
+    fh_key: np.ndarray
+    fh_q: np.ndarray
+    ah_n: np.ndarray
+    ah_key: np.ndarray
+    ah_q: np.ndarray
+    lz_due: np.ndarray
 
 
 
@@ -169,6 +192,7 @@ class Pools(NamedTuple):
     cl: np.ndarray
     rl_t: np.ndarray
     rl_q: np.ndarray
+    lazy: np.ndarray  # 1: the pool's steady decoders may be kept lazily (engine/lazy.py)
     # The pools' user-written policies, one UserCall per family (policies/_userview.py); every
     # family's shares one err array, which advance_nb checks after each event.
     u_router: UserCall

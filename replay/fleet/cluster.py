@@ -37,7 +37,7 @@ from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph
                                     step_time_us_nb, table_points, with_table)
 from replay.model.stepterms import PoolTerms, effective_weight_dtype, pool_terms, step_shape
 
-ENGINES = ("numba", "reference")
+ENGINES = ("numba", "numba-eager", "reference")  # numba-eager: every request at every step (benchmarks)
 
 
 @dataclass(frozen=True)
@@ -485,10 +485,10 @@ def replica_slots(pool: PoolConfig) -> int:
 
 
 def make_engine(name: str, inputs: EngineInputs) -> Engine:
-    if name == "numba":
+    if name in ("numba", "numba-eager"):
         from replay.engine.numba_engine import NumbaEngine
 
-        return NumbaEngine(inputs)
+        return NumbaEngine(inputs, lazy=name == "numba")
     if name == "reference":
         from replay.engine.reference.engine import ReferenceEngine
 
