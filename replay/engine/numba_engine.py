@@ -263,6 +263,7 @@ def make_pools(inputs: EngineInputs, lazy: bool = True) -> Pools:
         route_hits=inputs.policy_reads("prefix"),
         rr_next=full(npool, 0),
         arrivals=full(npool, 0),
+        arrived_tokens=np.zeros((npool, 2), dtype=i64),
         rejected=full(npool, 0),
         step=np.ascontiguousarray(inputs.pool_step_params, dtype=np.float64),
         refresh_us=inputs.refresh_us.astype(i64),
@@ -435,7 +436,8 @@ class NumbaEngine:
 
     def pool_counters(self) -> dict[str, np.ndarray]:
         return {"arrivals": self.pools.arrivals.copy(), "rejected": self.pools.rejected.copy(),
-                "held": self.pools.nheld.copy()}
+                "held": self.pools.nheld.copy(), "arrived_prompt_tokens": self.pools.arrived_tokens[:, 0].copy(),
+                "arrived_output_tokens": self.pools.arrived_tokens[:, 1].copy()}
 
     def take_events(self) -> dict[str, np.ndarray]:
         self._drain()

@@ -169,6 +169,8 @@ def reject(rq, pools, ev, q, reason, t):
 def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     p = rq.pool[q]
     pools.arrivals[p] += 1  # counted at its home pool, as requests.parquet's `pool` column
+    pools.arrived_tokens[p, 0] += rq.prompt[q]  # what an autoscaler reads of the arrivals (closed loop)
+    pools.arrived_tokens[p, 1] += rq.output[q]
     total = rq.prompt[q] + rq.output[q]
     if total > pools.max_model_len[p]:
         reject(rq, pools, ev, q, REJECT_CONTEXT, t)

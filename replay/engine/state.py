@@ -153,6 +153,7 @@ class Pools(NamedTuple):
     route_hits: np.ndarray  # 1: the router reads each replica's prefix-cache hits of the request
     rr_next: np.ndarray
     arrivals: np.ndarray
+    arrived_tokens: np.ndarray  # int64[P, 2]: prompt and output tokens of the arrivals, per home pool
     rejected: np.ndarray
     step: np.ndarray  # float64[P, NUM_PARAMS]
     refresh_us: np.ndarray  # routers' view refresh interval, 0 = routers that read no view

@@ -596,4 +596,4 @@ def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, 
         pools.append(pc)
     sees = {inputs.pd_prefill_pool: inputs.pd_decode_pool} if inputs.pd_prefill_pool >= 0 else None
     return FleetControl(pools, len(inputs.replica_pool), tick_us, inputs.arrival_us, inputs.prompt_tokens,
-                        inputs.output_tokens, inputs.pool, sees)
+                        inputs.output_tokens, inputs.pool, sees, closed_loop=bool(inputs.closed_loop))

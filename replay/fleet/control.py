@@ -68,7 +68,7 @@ class FleetControl:
 
     def __init__(self, pools: list[PoolControl], num_replicas: int, tick_us: int,
                  arrivals: np.ndarray, prompt: np.ndarray, output: np.ndarray, pool_of: np.ndarray,
-                 sees_arrivals_of: dict[int, int] | None = None):
+                 sees_arrivals_of: dict[int, int] | None = None, closed_loop: bool = False):
         self.pools = pools
         self.tick_us = tick_us
         self.events = ControlEvents()
@@ -86,6 +86,12 @@ class FleetControl:
                 np.concatenate(([0], np.cumsum(output[mine]))),
             )
         self.last_t = 0
+        # Closed loop: a session's later turns arrive when the replay releases them, not at their
+        # recorded times, so the arrivals an autoscaler reads come from the engine's own counters
+        # (arrivals and their tokens per pool, cumulative), this tick's against the last one's.
+        self.closed_loop = closed_loop
+        self._sees = {pc.index: (sees_arrivals_of or {}).get(pc.index, pc.index) for pc in pools}
+        self._arrived = self._arrived_prev = np.zeros((len(pools), 3), np.int64)
 
     def start(self, eng: Engine) -> None:
         """Log the replicas that are active from t=0."""
@@ -101,6 +107,9 @@ class FleetControl:
         they were at t, before this tick's decisions (what a dashboard scraped at t shows).
         `held`: requests held at each pool, on no replica yet (the engine's pool counter)."""
         held = np.zeros(len(self.pools), np.int64) if held is None else held
+        if self.closed_loop:
+            c = eng.pool_counters()
+            self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
         states, active_at = eng.replica_lifecycle()
         for pc in self.pools:
             for r in pc.slots[(states[pc.slots] == R_ACTIVE) & (self.prev_state[pc.slots] == R_STARTING)]:
@@ -118,6 +127,7 @@ class FleetControl:
                 self._scale(pc, t, eng, states, snap, int(held[pc.index]))
         self.prev_state, _ = eng.replica_lifecycle()
         self.prev_snap = snap
+        self._arrived_prev = self._arrived
         self.last_t = t
         return counts
 
@@ -139,9 +149,7 @@ class FleetControl:
 
         kv = snap[active, COL["kv_used_blocks"]] / np.maximum(snap[active, COL["kv_total_blocks"]], 1)
         busy = (snap[serving, COL["busy_us"]] - prev[serving, COL["busy_us"]]) / (t - self.last_t)
-        times, cum_prompt, cum_output = self._cum[pc.index]
-        lo, hi = np.searchsorted(times, [self.last_t, t], side="right")
-        n = hi - lo
+        n, prompt_tokens, output_tokens = self._arrivals_since_last(pc, t)
         return PoolMetrics(
             now_us=t,
             replicas_active=len(active),
@@ -157,10 +165,20 @@ class FleetControl:
             arrivals_per_s=n / dt_s,
             prompt_tokens_per_s=rate("prefill_tokens"),
             output_tokens_per_s=rate("output_tokens"),
-            mean_prompt_tokens=float(cum_prompt[hi] - cum_prompt[lo]) / n if n else 0.0,
-            mean_output_tokens=float(cum_output[hi] - cum_output[lo]) / n if n else 0.0,
+            mean_prompt_tokens=float(prompt_tokens) / n if n else 0.0,
+            mean_output_tokens=float(output_tokens) / n if n else 0.0,
             held=held,
         )
+
+    def _arrivals_since_last(self, pc: PoolControl, t: int) -> tuple[int, int, int]:
+        """(requests, their prompt tokens, their output tokens) that arrived in (last tick, t]."""
+        if self.closed_loop:
+            seen = self._sees[pc.index]
+            n, prompt, output = (int(x) for x in self._arrived[seen] - self._arrived_prev[seen])
+            return n, prompt, output
+        times, cum_prompt, cum_output = self._cum[pc.index]
+        lo, hi = np.searchsorted(times, [self.last_t, t], side="right")
+        return int(hi - lo), int(cum_prompt[hi] - cum_prompt[lo]), int(cum_output[hi] - cum_output[lo])
 
     def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int) -> None:
         pc.scrapes.append(self._metrics(pc, t, states, snap, held))

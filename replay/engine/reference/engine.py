@@ -71,6 +71,7 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
                         for _ in range(inputs.num_tenants)]
         self.buckets_at = [0] * len(self.buckets)
         self.arrivals = [0] * len(self.pool_members)
+        self.arrived_tokens = [[0, 0] for _ in self.pool_members]  # prompt, output
         self.rejected = [0] * len(self.pool_members)
         self.events: list[tuple[int, int, int, int, int]] = []
         self.heap: list[tuple[int, int, int]] = []  # (time, kind, replica or request)
@@ -151,7 +152,9 @@ class ReferenceEngine(LoopMixin, SchedulingMixin, TransferMixin, RoutingMixin, L
 
     def pool_counters(self) -> dict[str, np.ndarray]:
         return {"arrivals": np.array(self.arrivals, np.int64), "rejected": np.array(self.rejected, np.int64),
-                "held": np.array([len(h) for h in self.held], np.int64)}
+                "held": np.array([len(h) for h in self.held], np.int64),
+                "arrived_prompt_tokens": np.array([a[0] for a in self.arrived_tokens], np.int64),
+                "arrived_output_tokens": np.array([a[1] for a in self.arrived_tokens], np.int64)}
 
     def take_events(self) -> dict[str, np.ndarray]:
         events, self.events = self.events, []

@@ -46,6 +46,8 @@ class RoutingMixin:
     def _arrive(self, req: Request, t: int) -> None:
         p = int(self.inp.pool[req.index])
         self.arrivals[p] += 1  # counted at its home pool, as requests.parquet's `pool` column
+        self.arrived_tokens[p][0] += req.prompt_tokens
+        self.arrived_tokens[p][1] += req.output_tokens
         total = req.prompt_tokens + req.output_tokens
         bs = int(self.inp.pool_block_size[p])
         if total > self.inp.pool_max_model_len[p]:
