@@ -129,6 +129,13 @@ def finish_lazy(rq, blocks, reps, pools, ev, th, tbs, r, t):
     reps.fh_n[r] -= 1
     bs = pools.block_size[p]
     unlazy(rq, blocks, reps, th, tbs, bs, pools.prefix_caching[p] != 0, r, q)
+    finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
+    """Request q emitted its last token in the step that ended at t (a lazy one from the finish
+    heap, any other from scheduling.finish_running): its blocks go back, its session goes on."""
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     rq.state[q] = FINISHED
     rq.finished[q] = t

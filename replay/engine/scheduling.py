@@ -12,12 +12,10 @@ import numpy as np
 from numba import njit
 
 from replay.engine.common import (
-    EV_FINISH,
     EV_FIRST_TOKEN,
     EV_PREEMPT,
     EV_SCHEDULE,
     EV_SWAP_OUT,
-    FINISHED,
     RUNNING,
     SPEC_CREDIT_SCALE,
     WAITING,
@@ -27,6 +25,7 @@ from replay.engine.kvblocks import free_request_blocks, grow_request, ht_find, p
 from replay.engine.lazy import (
     can_lazify,
     finish_lazy,
+    finish_request,
     is_decoding,
     lazify,
     lazy_running,
@@ -37,11 +36,9 @@ from replay.engine.lazy import (
 from replay.engine.lora import lora_activate, lora_in_batch, lora_of, loras_scheduled
 from replay.engine.queues import wq_push_front, wq_remove
 from replay.engine.routing import request_columns
-from replay.engine.sessions import release_next
 from replay.engine.state import (
     C_ADMITTED,
     C_BUSY,
-    C_FINISHED,
     C_HIT,
     C_OUTPUT,
     C_PREEMPT,
@@ -429,12 +426,6 @@ def finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
             if ev.clock[2] != 0:
                 record(ev, t, EV_FIRST_TOKEN, r, q, 0)
         if rq.generated[q] >= rq.output[q]:
-            free_request_blocks(rq, blocks, reps, th, tbs, pools.block_size[p], r, q)
-            rq.state[q] = FINISHED
-            rq.finished[q] = t
-            release_next(rq, pools, q, t)
-            reps.counters[r, C_FINISHED] += 1
-            if ev.clock[2] != 0:
-                record(ev, t, EV_FINISH, r, q, rq.generated[q])
+            finish_request(rq, blocks, reps, pools, ev, th, tbs, pools.block_size[p], r, q, t)
             return False
     return True
