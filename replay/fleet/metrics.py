@@ -112,8 +112,8 @@ def _window_percentiles(times, values, t_us, window_us, qs):
     ranks follows the window as it slides. The k-th smallest is then a descent of the tree, and
     the interpolation is the slow kernel's, operation for operation (tests/unit/
     test_window_percentiles.py keeps it), so the floats are the same. How ties are ranked does
-    not matter: equal values give the same float (+0.0 and -0.0 too: a zero on either side of
-    the interpolation gives +0.0 whatever its sign).
+    not matter: equal values give the same float (+0.0 and -0.0 too: the interpolation gives
+    the same float whichever sign its zeros have).
     """
     return _window_percentiles_ranked(times, values, np.argsort(values), t_us, window_us, qs)
 
