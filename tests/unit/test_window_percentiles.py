@@ -88,13 +88,14 @@ def test_numpys_percentiles_of_each_trailing_window(run):
 
 
 def test_a_long_run_in_time_order():
-    # thousands of values through a sliding window: each enters and leaves the tree once
+    # 600,000 values through a sliding window, each in and out once; ranks past 2^18, so that
+    # every level of the kernel's count tree has more than one entry
     rng = np.random.default_rng(15)
-    times = np.sort(rng.integers(0, 10_000_000, 20_000))
+    times = np.sort(rng.integers(0, 10_000_000, 600_000))
     values = rng.integers(0, 4_000_000, len(times)) / 1000.0
-    t_us = np.arange(0, 10_500_000, 100_000, dtype=np.int64)
-    for window_us in (100_000, 1_000_000, 60_000_000):
+    t_us = np.arange(0, 10_500_000, 200_000, dtype=np.int64)
+    for window_us in (100_000, 1_000_000, 4_000_000):
         fast = _window_percentiles(times, values, t_us, np.int64(window_us), QS)
-        np.testing.assert_array_equal(_bits(fast), _bits(_window_percentiles_slow(times, values, t_us,
-                                                                                 np.int64(window_us), QS)))
+        slow = _window_percentiles_slow(times, values, t_us, np.int64(window_us), QS)
+        np.testing.assert_array_equal(_bits(fast), _bits(slow))
     assert not np.isnan(fast[1:]).any() and (np.diff(fast[:, 0]) != 0).any()
