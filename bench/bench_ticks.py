@@ -15,10 +15,10 @@ bit for bit.
 
 Measured (issue 15, this project's 2-core machine at a load of 1.8-2.0, `nice -n 5`): 1M rows at
 100 req/s 0.047 s new vs 3.02 s old (64x), 5M 0.401 s vs 15.3 s (38x), 1M at 400 req/s 0.038 s vs
-3.44 s (90x); 17M at 400 req/s 2.25-2.41 s new vs 64.7 s old (27x), peak +213 MB: the ranks (int32), the count tree
-(int8 a value, ~1/16 int32) and numpy's argsort (int64), 13 bytes a row. Of the 17M figure,
-numpy's argsort is ~1.5 s. A Fenwick tree in place of the count tree took 4.75 s there (its
-~log2 n scattered updates miss the cache), 0.895 s at 5M.
+3.44 s (90x); 17M at 400 req/s 2.25-2.41 s new vs 64.7 s old (27x), peak +213 MB: the ranks
+(int32), the count tree (int8 a value, ~1/16 int32) and numpy's argsort (int64), 13 bytes a row.
+Of the 17M figure, numpy's argsort is ~1.5 s. A Fenwick tree in place of the count tree took
+4.75 s there (its ~log2 n scattered updates miss the cache), 0.895 s at 5M.
 """
 
 from __future__ import annotations
