@@ -101,6 +101,10 @@ def effective_trace(
         changes["path"] = _absolute(cfg.path, base_dir)
     elif isinstance(cfg.synthetic, str):
         changes["synthetic"] = _absolute(cfg.synthetic, base_dir)
+    elif isinstance(cfg.synthetic, dict):  # an inline spec: the files it names
+        from traces.synth.spec import with_absolute_paths
+
+        changes["synthetic"] = with_absolute_paths(cfg.synthetic, lambda path: _absolute(path, base_dir))
     elif cfg.synthetic is None and not cfg.merge:
         changes["path"] = DEFAULT_TRACE
     if args.format:

@@ -76,3 +76,24 @@ def test_bad_input_is_one_line_and_exit_2(cli, write, tmp_path):
     both = write("both.yaml", "trace: {path: azure-conv-2023, synthetic: spec.yaml}\n")
     result = cli("run", "--config", both, "--out", tmp_path / "r")
     assert result.code == 2 and "give path or synthetic, not both" in result.err
+
+
+def test_a_runs_config_of_an_inline_spec_replays_from_anywhere(cli, write, tmp_path, monkeypatch):
+    # Lengths drawn from a trace file next to the config, named relative to it inside an inline spec:
+    # the run's config.yaml names it absolutely, so a replay of that file from elsewhere is the same run.
+    write("cfg/lengths.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(  # Azure's format
+        f"2023-11-16 18:{i:02d}:00.0000000,{300 + 37 * i},{20 + 3 * i}\n" for i in range(40)))
+    spec = SPEC.replace("prompt: {dist: lognormal, median: 400, sigma: 0.5}",
+                        "prompt: {dist: empirical, trace: lengths.csv, column: prompt_tokens}")
+    write("cfg/fleet.yaml", "trace:\n  synthetic:\n" + "".join(f"    {line}\n" for line in spec.strip().splitlines()))
+    first = cli("run", "--config", "cfg/fleet.yaml", "--out", "first", "--quiet")
+    assert first.code == 0, first.err
+    recorded = (tmp_path / "first" / "config.yaml").read_text()
+    assert str(tmp_path / "cfg" / "lengths.csv") in recorded
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = cli("run", "--config", tmp_path / "first" / "config.yaml", "--out", "again", "--quiet")
+    assert again.code == 0, again.err
+    a = pl.read_parquet(tmp_path / "first" / "requests.parquet")
+    b = pl.read_parquet(tmp_path / "elsewhere" / "again" / "requests.parquet")
+    assert a.height > 0 and a.equals(b)

@@ -14,6 +14,7 @@ import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from common.configtools import from_dict
@@ -294,6 +295,19 @@ def load_spec(spec: str | dict, base_dir: str | Path | None = None) -> tuple[Spe
     if not path.is_file():
         raise ConfigError(f"{spec}: no such spec file")
     return parse_spec(read_yaml(path, "synth spec"), str(spec)), path.parent, str(spec)
+
+
+def with_absolute_paths(data: Any, absolute: Callable[[str], str], key: str = "") -> Any:
+    """An inline spec mapping with every file it names passed through `absolute`, so that a run's
+    recorded config.yaml replays from any working directory: a length distribution's `trace`
+    (empirical) and `path` (servegen's dataset), and a ServeGen workload's folder (`servegen.path`)."""
+    if isinstance(data, list):
+        return [with_absolute_paths(item, absolute, key) for item in data]
+    if not isinstance(data, dict):
+        return data
+    names = ("trace", "path") if "dist" in data else ("path",) if key == "servegen" else ()
+    return {k: absolute(v) if k in names and isinstance(v, str) else with_absolute_paths(v, absolute, k)
+            for k, v in data.items()}
 
 
 def with_defaults(spec: Spec, **changes: Any) -> Spec:
