@@ -67,14 +67,9 @@ def _check_outputs(args: argparse.Namespace, inputs: tuple) -> None:
         check_plot_path(args.plot)
     if args.workers is not None and not 1 <= args.workers <= 256:
         raise UserError(f"plan: --workers: got {args.workers}, expected 1 .. 256")
-    if args.address is not None and args.backend != "ray":
-        raise UserError("plan: --address: only with --backend ray")
-    if args.backend == "ray":  # before the trace is read: a missing extra or a dead head says so at once
-        from replay.sweep.ray_backend import _import_ray, check_reachable
+    from replay.sweep.ray_backend import check_backend
 
-        _import_ray()
-        if args.address is not None:
-            check_reachable(args.address)
+    check_backend(args.backend, args.address, "plan: ")  # before the trace is read
 
 
 def _prepare(args: argparse.Namespace):

@@ -37,14 +37,9 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise UserError(f"--workers: got {workers}, expected a whole number >= 1")
-    if args.address is not None and args.backend != "ray":
-        raise UserError("--address: only with --backend ray")
-    if args.backend == "ray":  # before any cell is built: a missing extra or a dead head says so at once
-        from replay.sweep.ray_backend import _import_ray, check_reachable
+    from replay.sweep.ray_backend import check_backend
 
-        _import_ray()
-        if args.address is not None:
-            check_reachable(args.address)
+    check_backend(args.backend, args.address)  # before any cell is built
     from policies.plugins import load_plugins
 
     load_plugins(args.plugin)

@@ -28,6 +28,17 @@ def _import_ray():
     return ray
 
 
+def check_backend(backend: str, address: str | None, where: str = "") -> None:
+    """A command's --backend/--address, before any work: --address needs ray, a missing extra or a
+    dead head is said at once. `where` prefixes the messages (e.g. "plan: ")."""
+    if address is not None and backend != "ray":
+        raise UserError(f"{where}--address: only with --backend ray")
+    if backend == "ray":
+        _import_ray()
+        if address is not None:
+            check_reachable(address)
+
+
 def check_reachable(address: str) -> None:
     """ray.init retries an unreachable head for minutes; a closed port is said at once instead."""
     if address == "auto" or address.startswith("local"):

@@ -122,3 +122,13 @@ def small_fleet(trace: str, *, model: str = "llama-3.1-8b", replicas: int = 1, e
         f"model: {model}\ngpu: h100-sxm-80gb\ntrace: {trace}\n{extra}"
         f"pools:\n  - {{name: default, replicas: {replicas}, tensor_parallel_size: 1{eng}}}\n"
     )
+
+
+@pytest.fixture
+def cluster():
+    """A real local Ray cluster of 2 CPUs for the test (the sweep's and the plan's Ray backends),
+    shut down after it; the test is skipped where ray is not installed."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'llm-replay[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()

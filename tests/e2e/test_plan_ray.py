@@ -11,13 +11,6 @@ from tests.e2e.test_plan_cli import two_pools  # noqa: F401  (the fixture)
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'llm-replay[ray]')")
 
 
-@pytest.fixture
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_ray_finds_the_local_answer(cli, two_pools, cluster):  # noqa: F811
     args = [*two_pools, "--gpu", "h100-sxm-80gb", "--tp", "1,2", "--json"]
     local = cli("plan", *args, "--workers", "1")

@@ -10,13 +10,6 @@ from tests.e2e.test_sweep_cli import sweep_file
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'llm-replay[ray]')")
 
 
-@pytest.fixture
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_ray_and_local_backends_give_the_same_table(cli, write, cluster):
     spec = sweep_file(write, "  pools.0.replicas: [1, 2]\n  trace.rate_scale: [1.0, 3.0]\n"
                              "  model: [llama-3.1-8b, llama-3.1-70b]\n")  # 70b on TP1: failed cells too
