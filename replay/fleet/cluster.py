@@ -560,7 +560,7 @@ def simulate(
         snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
         pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
         events.append(eng.take_events())
-        by_state.append(control.tick(t, eng, snap, pc["held"]))
+        by_state.append(control.tick(t, eng, snap, pc))
         if progress is not None:
             progress(t, last_arrival)  # past the last arrival: the fleet drains
         if on_tick is not None:

@@ -102,13 +102,14 @@ class FleetControl:
             pc.desired = int((states[pc.slots] != R_OFF).sum())
         self.prev_state = states
 
-    def tick(self, t: int, eng: Engine, snap: np.ndarray, held: np.ndarray | None = None) -> np.ndarray:
+    def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Run the control plane at t; returns replicas by state per pool [pool, 4 states] as
         they were at t, before this tick's decisions (what a dashboard scraped at t shows).
-        `held`: requests held at each pool, on no replica yet (the engine's pool counter)."""
-        held = np.zeros(len(self.pools), np.int64) if held is None else held
+        `counters`: the engine's pool counters at t (`Engine.pool_counters`; read here if not given):
+        requests held at each pool on no replica yet, and in closed loop the arrivals so far."""
+        c = eng.pool_counters() if counters is None else counters
+        held = c["held"]
         if self.closed_loop:
-            c = eng.pool_counters()
             self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
         states, active_at = eng.replica_lifecycle()
         for pc in self.pools:
