@@ -119,14 +119,41 @@ def scale_rate(frame: pl.DataFrame, rate_scale: float) -> pl.DataFrame:
 def sample(frame: pl.DataFrame, fraction: float | None = None, n: int | None = None,
            seed: int = 0) -> pl.DataFrame:
     """A deterministic random subset (same seed, same rows), kept in arrival order.
-    `fraction` keeps round(fraction * rows) rows (at least 1)."""
+    `fraction` keeps round(fraction * rows) rows (at least 1). A trace with sessions is sampled
+    by whole sessions (a request without one is a session of its own), since a session missing
+    turns would release its later turns after the wrong finish: `fraction` then keeps that share
+    of its sessions, and `n` keeps sessions in the seeded order until they hold `n` requests or
+    more (the last one whole)."""
     cfg = SampleConfig(fraction, n, seed)
     rows = frame.height
+    if cfg.n is not None and cfg.n > rows:
+        raise TraceError(f"sample.n={cfg.n} is more than the {rows} requests available")
+    rng = np.random.default_rng(cfg.seed)
+    if "session_id" in frame.columns and frame["session_id"].null_count() < rows:
+        return _renumber(frame[_whole_sessions(frame["session_id"], cfg, rng)])
     count = cfg.n if cfg.n is not None else max(1, round(cfg.fraction * rows))
-    if count > rows:
-        raise TraceError(f"sample.n={count} is more than the {rows} requests available")
-    chosen = np.sort(np.random.default_rng(cfg.seed).permutation(rows)[:count])
+    chosen = np.sort(rng.permutation(rows)[:count])
     return _renumber(frame[chosen])
+
+
+def _whole_sessions(session_id: pl.Series, cfg: SampleConfig, rng: np.random.Generator) -> np.ndarray:
+    """Row indices (sorted) of the sessions `sample` keeps."""
+    rows = session_id.len()
+    # One unit per session id and per row without a session (numbered in sorted order).
+    keys = pl.DataFrame({"s": session_id, "row": np.arange(rows)}).select(
+        pl.when(pl.col("s").is_null()).then(pl.lit("\0") + pl.col("row").cast(pl.String)).otherwise(pl.col("s"))
+        .rank("dense").cast(pl.Int64) - 1)
+    unit = keys.to_series().to_numpy()
+    units = int(unit.max()) + 1
+    order = rng.permutation(units)
+    if cfg.fraction is not None:
+        keep = order[:max(1, round(cfg.fraction * units))]
+    else:
+        sizes = np.bincount(unit, minlength=units)[order]
+        keep = order[:int(np.searchsorted(np.cumsum(sizes), cfg.n)) + 1]
+    chosen = np.zeros(units, dtype=bool)
+    chosen[keep] = True
+    return np.flatnonzero(chosen[unit])
 
 
 def filter_rows(frame: pl.DataFrame, cfg: FilterConfig) -> pl.DataFrame:

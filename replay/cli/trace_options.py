@@ -33,7 +33,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds; either may be empty (a value starting with '-' "
                         "is joined by '=': --window=-5:)")
     g.add_argument("--rate-scale", type=float, metavar="X", help="multiply the request rate by X (compress time)")
-    g.add_argument("--sample", metavar="N|FRACTION", help="keep N requests, or a FRACTION (0, 1] of them")
+    g.add_argument("--sample", metavar="N|FRACTION",
+                   help="keep N requests, or a FRACTION (0, 1] of them (of a session trace: whole sessions)")
     g.add_argument("--seed", type=int, help="seed of --sample, or of the config's trace: sample (default: "
                                              "the config's seed, else 0)")
     g.add_argument("--only-workload", action="append", default=[], metavar="LABEL",

@@ -68,6 +68,26 @@ def test_sample_is_deterministic_and_ordered():
         sample(f, n=101)
 
 
+def test_sample_of_a_session_trace_keeps_whole_sessions():
+    # 30 sessions of 1-4 turns (interleaved in time) and 10 requests without a session.
+    sessions = [f"s{i % 30}" if i < 75 else None for i in range(85)]
+    sizes = {s: sessions.count(s) for s in set(sessions) - {None}}
+    f = frame([i * 0.1 for i in range(85)]).with_columns(pl.Series("session_id", sessions, dtype=pl.String))
+    for kwargs in ({"fraction": 0.3}, {"n": 20}):
+        got = sample(f, seed=3, **kwargs)
+        kept = got["session_id"].drop_nulls().to_list()
+        assert all(kept.count(s) == sizes[s] for s in set(kept)), "a session lost turns"
+        assert us(got) == sorted(us(got)) and ids(got) == list(range(got.height))
+        assert got.equals(sample(f, seed=3, **kwargs)) and not got.equals(sample(f, seed=4, **kwargs))
+    units = 30 + 10
+    fraction = sample(f, fraction=0.3, seed=3)
+    assert fraction["session_id"].n_unique() - (fraction["session_id"].null_count() > 0) \
+        + fraction["session_id"].null_count() == round(0.3 * units)
+    by_count = sample(f, n=20, seed=3)
+    assert 20 <= by_count.height < 20 + max(sizes.values())
+    assert sample(f, fraction=1.0).equals(f)
+
+
 def test_filter_bounds_and_labels():
     f = frame([0, 1, 2, 3], prompts=[5, 50, 500, 5000], outputs=[1, 10, 100, 1000],
               workloads=["a", "b", "a", "b"], tenants=["x", "x", "y", "y"])
