@@ -37,7 +37,8 @@ def none_left(pid, {args}):
 
 
 def build_dispatch(kernels: Sequence[Callable[..., Any]], unknown: Any) -> Callable[..., Any]:
-    arities = {len(inspect.signature(k.py_func).parameters) for k in kernels}
+    # getattr: with NUMBA_DISABLE_JIT=1 a kernel is its plain Python function.
+    arities = {len(inspect.signature(getattr(k, "py_func", k)).parameters) for k in kernels}
     if len(arities) != 1:
         raise TypeError(f"a family's kernels must take the same arguments; got {sorted(arities)} of them")
     args = ", ".join(f"a{k}" for k in range(arities.pop()))
