@@ -8,7 +8,6 @@ other trace. `write_canonical` writes one atomically (a temporary name beside it
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -27,17 +26,18 @@ MARKERS = ("arrival_us", "prompt_tokens", "output_tokens")
 def is_canonical(src: Source) -> bool:
     """A Parquet file with the schema's three required columns by their canonical names."""
     try:
-        names = set(pl.read_parquet_schema(io.BytesIO(src.data)))
+        names = set(pl.read_parquet_schema(src.parquet_source()))
     except pl.exceptions.PolarsError:
         return False
     return names >= set(MARKERS)
 
 
 def canonical(src: Source, opts: Options) -> Parsed:
-    frame = read_parquet(src, MARKERS, [*TRACE_SCHEMA, *EXTRA_COLUMNS]).drop("__line")
+    frame = read_parquet(src, MARKERS, [*TRACE_SCHEMA, *EXTRA_COLUMNS], cast={**TRACE_SCHEMA, **EXTRA_COLUMNS})
+    frame = frame.drop("__line")
     block = opts.prefix_block_tokens
     if block is None:
-        text = pl.read_parquet_metadata(io.BytesIO(src.data)).get(BLOCK_KEY)
+        text = pl.read_parquet_metadata(src.parquet_source()).get(BLOCK_KEY)
         if text is not None:
             try:
                 block = int(text)
