@@ -203,9 +203,9 @@ def _json_text(value) -> str | None:
 
 
 def read_parquet(src: Source, required: Sequence[str], optional: Sequence[str] = (),
-                 cast: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+                 cast: dict[str, pl.DataType] | None = None, numbered: bool = True) -> pl.DataFrame:
     """Columns of a Parquet file as stored, or those of `cast` cast to its types as they are read
-    when every value casts (strict); `__line` is the 1-based row number."""
+    when every value casts (strict); `__line` is the 1-based row number, when `numbered`."""
     present = parquet_columns(src)
     for name in required:
         if name not in present:
@@ -226,6 +226,8 @@ def read_parquet(src: Source, required: Sequence[str], optional: Sequence[str] =
         raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
     if frame.height == 0:
         raise TraceError(f"{src.display}: no rows (expected at least one request)")
+    if not numbered:
+        return frame
     return frame.with_columns(pl.int_range(1, frame.height + 1, dtype=pl.Int64).alias("__line"))
 
 
