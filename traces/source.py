@@ -53,6 +53,7 @@ class Source:
     held: bytes | None  # the decompressed bytes, when they cannot be read back from `path` as they are
     head: bytes = b""  # the first bytes (up to _HEAD_BYTES) of the decompressed text
     has_quote: bool | None = None  # whether the text holds a '"' (None: look)
+    typed: bool = True  # readers may parse numeric columns as they read (tables.read_csv)
 
     @property
     def quoted(self) -> bool:

@@ -130,3 +130,12 @@ def test_canonical_parquet_is_read_straight_into_its_types(tmp_path):
     wide.write_parquet(path)
     message = outcome(path)
     assert message == "c.parquet: column 'prompt_tokens' of type Int64 cannot be cast to Int32"
+
+
+def test_numbers_that_need_the_slower_reading_load_as_before(tmp_path):
+    rows = "".join(f"{i}.0 , {5 + i}.0,+{1 + i % 3}\n" for i in range(20))
+    frame = same(tmp_path, "t.csv", (VIDUR + rows).encode())
+    assert frame["prompt_tokens"].to_list() == [5 + i for i in range(20)]
+    label = {"arrival": "t", "prompt_tokens": "p", "output_tokens": "p", "workload": "p"}
+    frame = same(tmp_path, "g.csv", b"t,p\n0,+07\n1,8\n", column_map=label)
+    assert frame["workload"].to_list() == ["+07", "8"] and frame["output_tokens"].to_list() == [7, 8]
