@@ -26,6 +26,7 @@ from common.files import kind_of
 from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
+from tui.percentiles import window_percentiles
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
                           check_version, summary_saturation)
 
@@ -146,11 +147,14 @@ class RunData:
         times, values = self.firsts()
         a = np.searchsorted(times, np.asarray(lo_us) - self.window_us, side="right")
         b = np.searchsorted(times, np.asarray(hi_us), side="right")
-        out = np.full((len(a), len(qs)), np.nan)
-        for i in range(len(a)):
-            if b[i] > a[i]:
-                out[i] = np.percentile(values[a[i]:b[i]], [q * 100 for q in qs])
-        return out
+        return window_percentiles(values, a, b, [q * 100 for q in qs], lambda: self.order_of("ttft", values))
+
+    def order_of(self, name: str, values: np.ndarray) -> np.ndarray:
+        """np.argsort(values), kept while `values` (a signal named `name`) is the same array."""
+        key = ("order", name, len(values), values.__array_interface__["data"][0])
+        if key not in self._memo:
+            self._memo[key] = np.argsort(values)
+        return self._memo[key]
 
 
 def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from tui.data import RunData
+from tui.percentiles import window_percentiles
 
 WORKLOAD_PREFIX = "workload:"  # a view scope "workload:chat" (pools and workloads may share names)
 
@@ -83,9 +84,7 @@ def workload_values(run: RunData, workload: str, key: str, lo_us: np.ndarray, hi
         n = b - a
         np.divide(cum[b] - cum[a], n, out=out, where=n > 0)
         return out
-    for i in np.flatnonzero(b > a):
-        out[i] = np.percentile(values[a[i]:b[i]], how)
-    return out
+    return window_percentiles(values, a, b, [how], lambda: run.order_of(f"{workload}:{signal}", values))[:, 0]
 
 
 # -- replicas ---------------------------------------------------------------------------------
