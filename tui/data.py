@@ -27,6 +27,7 @@ from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.percentiles import window_percentiles
+from tui.request_table import RequestTable, open_requests
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
                           check_version, summary_saturation)
 
@@ -38,6 +39,7 @@ TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
 REQUEST_COLUMNS = REQUESTS.names
 FIRST_COLUMNS = FIRSTS.names
+OPENING = ("status", "finished_us", "arrival_us", "slo_met", "first_token_us", "ttft_us")  # what opening reads
 # the frames of a live run before its first chunk, of the writer's dtypes
 EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
 EMPTY_EVENTS = run_schema.EVENTS.dtypes
@@ -69,7 +71,7 @@ class RunData:
     pools: list[str]
     series: dict[str, dict[str, np.ndarray]]  # scope -> metric -> float64 [T]
     events: pl.DataFrame  # the event log's kinds (not --detailed-events' per-request ones)
-    requests: pl.DataFrame
+    table: RequestTable  # requests.parquet, each column read when a view first asks for it
     slo: dict
     live: LiveStatus | None = None
     saturation: dict[str, str] = field(default_factory=dict)  # pool -> class, from summary.json (finished runs)
@@ -77,6 +79,10 @@ class RunData:
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
+
+    @property
+    def requests(self) -> pl.DataFrame:  # every column of every request: the views ask `table` for theirs
+        return self.table.all()
 
     @property
     def name(self) -> str:
@@ -136,7 +142,7 @@ class RunData:
         """First-token times and TTFTs (ms) of every request that got one, by time (kept by the
         loader, off the interface's thread)."""
         if self._firsts is None:
-            got = self.requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+            got = self.table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
             self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
         return self._firsts
 
@@ -278,12 +284,13 @@ def _load_finished(path: Path, src: Path) -> RunData:
     saturation = _saturation_in(src)
     ticks = _read_parquet(src / TICKS.table.file, TICKS)
     events = _read_parquet(src / EVENTS.table.file, EVENTS)
-    requests = _read_parquet(src / REQUESTS.table.file, REQUESTS)
-    got = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
-    builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+    table = open_requests(src / REQUESTS.table.file, REQUESTS, OPENING, _read_parquet)  # checked whole, read in part
+    got = table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
+    builder.add_requests(_ended(table.select(*OPENING)), got["first_token_us"].to_numpy(),
+                         got["ttft_us"].to_numpy() / 1000.0)
     builder.add_ticks(ticks, src / TICKS.table.file)
     builder.add_events(events)
-    data = builder.snapshot(requests, None)
+    data = builder.snapshot(table, None)
     data.saturation = saturation
     return data
 
@@ -322,8 +329,9 @@ class SortedTimes:
     def append(self, times: np.ndarray, values: np.ndarray) -> None:
         if not len(times):
             return
-        order = np.argsort(times, kind="stable")
-        times, values = times[order], values[order]
+        if (np.diff(times) < 0).any():  # (a finished run's are sorted already: no copy)
+            order = np.argsort(times, kind="stable")
+            times, values = times[order], values[order]
         if self.t.n and times[0] < self.t.last():  # out of order: merge (not expected from the writer)
             times = np.concatenate((self.t.view(), times))
             values = np.concatenate((self.v.view(), values))
@@ -463,7 +471,7 @@ class RunBuilder:
     def tick_rows(self) -> int:
         return self.t.n * len(self.pools or ())
 
-    def snapshot(self, requests: pl.DataFrame, live: LiveStatus | None) -> RunData:
+    def snapshot(self, requests: pl.DataFrame | RequestTable, live: LiveStatus | None) -> RunData:
         if self.pools is None:  # no tick yet
             series: dict = {}
             pools = self.config_pools
@@ -480,6 +488,8 @@ class RunBuilder:
                 frames[:] = [pl.concat(frames, rechunk=True)]
         all_events = _concat(self.events, EMPTY_EVENTS)
         log = _concat(self.log, EMPTY_EVENTS)
+        if isinstance(requests, pl.DataFrame):
+            requests = RequestTable.of_frame(requests)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
                        _firsts=(self.firsts.t.view(), self.firsts.v.view()), block_size=self.block_size)
@@ -584,6 +594,6 @@ class LiveFollower:
             # the same rows, and no column the live chunks lack (a request log's observed TTFT/E2E)
             if (_rows_in(src / TICKS.table.file) == b.tick_rows and _rows_in(src / REQUESTS.table.file) == held
                     and _rows_in(src / EVENTS.table.file) == b.event_rows
-                    and _columns_in(src / REQUESTS.table.file) == self.data.requests.columns):
+                    and _columns_in(src / REQUESTS.table.file) == self.data.table.columns):
                 return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)
