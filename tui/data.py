@@ -27,7 +27,7 @@ from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.percentiles import window_percentiles
-from tui.request_table import RequestTable, open_requests
+from tui.request_table import RequestTable, columns_in as _columns_in, open_requests, rows_in as _rows_in
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
                           check_version, summary_saturation)
 
@@ -176,22 +176,6 @@ def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:
     return frame
 
 
-def _rows_in(path: Path) -> int | None:
-    """A parquet file's row count from its footer (None when unreadable)."""
-    try:
-        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
-    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
-        return None
-
-
-def _columns_in(path: Path) -> list[str] | None:
-    """A parquet file's column names from its footer (None when unreadable)."""
-    try:
-        return list(pl.read_parquet_schema(path))
-    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
-        return None
-
-
 def _read_status(path: Path) -> LiveStatus:
     try:
         body = json.loads(path.read_text())
@@ -267,9 +251,13 @@ def _load_config(file: Path) -> dict:
 def _ended(requests: pl.DataFrame) -> pl.DataFrame:
     """(ended_us, met) of requests that left the system (finished, or rejected at arrival: the
     window rule of replay.fleet.metrics), by time."""
-    return (requests.filter(pl.col("status") != "unfinished")
-            .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met"))
-            .sort("ended_us"))
+    return _by_time(requests.filter(pl.col("status") != "unfinished")
+                    .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met")), "ended_us")
+
+
+def _by_time(frame: pl.DataFrame, col: str) -> pl.DataFrame:
+    """`frame` sorted by the integer column `col`, ties in order (numpy's stable sort: 2x polars' here)."""
+    return frame[np.argsort(frame[col].to_numpy(), kind="stable")]
 
 
 def _saturation_in(src: Path) -> dict[str, str]:
@@ -285,7 +273,7 @@ def _load_finished(path: Path, src: Path) -> RunData:
     ticks = _read_parquet(src / TICKS.table.file, TICKS)
     events = _read_parquet(src / EVENTS.table.file, EVENTS)
     table = open_requests(src / REQUESTS.table.file, REQUESTS, OPENING, _read_parquet)  # checked whole, read in part
-    got = table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
+    got = _by_time(table.select("first_token_us", "ttft_us").drop_nulls("first_token_us"), "first_token_us")
     builder.add_requests(_ended(table.select(*OPENING)), got["first_token_us"].to_numpy(),
                          got["ttft_us"].to_numpy() / 1000.0)
     builder.add_ticks(ticks, src / TICKS.table.file)

@@ -100,3 +100,19 @@ def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> R
         if fd is not None:
             os.close(fd)
     return RequestTable.of_frame(read_whole(file, schema))
+
+
+def rows_in(path: Path) -> int | None:
+    """A parquet file's row count from its footer (None when unreadable)."""
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
+
+
+def columns_in(path: Path) -> list[str] | None:
+    """A parquet file's column names from its footer (None when unreadable)."""
+    try:
+        return list(pl.read_parquet_schema(path))
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
