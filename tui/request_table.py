@@ -3,7 +3,7 @@ asks for it, never the whole table to open a run.
 
 A finished run's table is checked whole as it opens (tui/validate.py, in one streaming pass that
 holds no column), then each column is read from the file the first time it is asked for and
-kept. The file is read through the descriptor opened then, so a run replaced in place (`run
+kept. The file is read through the handle opened then, so a run replaced in place (`run
 --force --out` the same directory) keeps showing the run that was opened. A live run's table is
 the frames already read (`RequestTable.of_frame`).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 
@@ -22,23 +23,18 @@ from common.errors import UserError
 class RequestTable:
     """The columns of requests.parquet, each read once, when first asked for."""
 
-    def __init__(self, columns: list[str], height: int, path: Path | None = None, fd: int | None = None,
+    def __init__(self, columns: list[str], height: int, path: Path | None = None, handle: BinaryIO | None = None,
                  held: dict[str, pl.Series] | None = None):
         self.columns = list(columns)
         self.height = height
         self.path = path
-        self._fd = fd
+        self._handle = handle  # the file as opened (closed with the table)
         self._held: dict[str, pl.Series] = dict(held or {})
         self._lock = threading.Lock()  # (the views ask from the interface's thread and from workers)
 
     @classmethod
     def of_frame(cls, frame: pl.DataFrame) -> RequestTable:
         return cls(frame.columns, frame.height, held={name: frame[name] for name in frame.columns})
-
-    def __del__(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
     def select(self, *names: str) -> pl.DataFrame:
         """These columns (each read from the file the first time), in this order."""
@@ -48,7 +44,7 @@ class RequestTable:
                 unknown = [name for name in missing if name not in self.columns]
                 if unknown:
                     raise pl.exceptions.ColumnNotFoundError(f"{unknown[0]!r} is not a column of {self.path}")
-                read = pl.read_parquet(self._source(), columns=missing, glob=False)
+                read = self._read(missing)
                 if read.height != self.height:
                     raise UserError(f"{self.path}: {read.height} rows now, {self.height} when the run was opened")
                 self._held.update({name: read[name] for name in missing})
@@ -66,11 +62,12 @@ class RequestTable:
         """The columns read so far."""
         return list(self._held)
 
-    def _source(self) -> str | Path:
-        # the file as it was opened, even if the run directory was replaced since (Linux: the
-        # descriptor's /proc entry reopens the same inode)
-        proc = f"/proc/self/fd/{self._fd}"
-        return proc if self._fd is not None and os.path.exists(proc) else self.path
+    def _read(self, names: list[str]) -> pl.DataFrame:
+        # through the handle opened with the run: the file as it was then, even if the run
+        # directory was replaced since (a path, or /proc/self/fd/N, which polars caches by name,
+        # could give another file)
+        self._handle.seek(0)
+        return pl.read_parquet(self._handle, columns=names)
 
 
 def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> RequestTable:
@@ -81,24 +78,23 @@ def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> R
     raises the message it always has, or passes, and then its frame is the table."""
     from tui.validate import check_version, may_fail
 
-    fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    proc = f"/proc/self/fd/{fd}"
-    source = proc if os.path.exists(proc) else file  # checked and read: the one file opened here
+    handle = open(file, "rb")  # noqa: SIM115 - kept open by the table, closed with it
     try:
-        scan = pl.scan_parquet(source, glob=False)
-        with open(source, "rb") as handle:  # (by handle: a name with glob characters is not expanded)
-            check_version(file, pl.read_parquet_metadata(handle))
+        scan = pl.scan_parquet(file, glob=False)
+        check_version(file, pl.read_parquet_metadata(handle))  # (a handle: glob characters are not expanded)
         if not may_fail(file, scan, schema):
             held = scan.select(opening).collect()
-            table = RequestTable(list(scan.collect_schema()), held.height, file, fd,
+            if os.stat(file).st_ino != os.fstat(handle.fileno()).st_ino:  # replaced meanwhile: read it whole
+                raise FileNotFoundError(file)
+            table = RequestTable(list(scan.collect_schema()), held.height, file, handle,
                                  {name: held[name] for name in held.columns})
-            fd = None
+            handle = None
             return table
     except Exception:  # noqa: BLE001 - whatever it is, the whole frame's reader says it as before
         pass
     finally:
-        if fd is not None:
-            os.close(fd)
+        if handle is not None:
+            handle.close()
     return RequestTable.of_frame(read_whole(file, schema))
 
 
