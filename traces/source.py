@@ -242,7 +242,7 @@ class _Scan:
         try:
             self.decoder.decode(chunk, final=final)
         except UnicodeDecodeError as exc:
-            pending = len(exc.object) - len(chunk)  # bytes of a character cut by the previous chunk
+            # (exc.object starts with the bytes of a character the previous chunk cut: no line ending)
             line = self.lines + exc.object.count(b"\n", 0, exc.start) + 1
             self.bad_utf8 = TraceError(f"{self.display} line {line}: byte 0x{exc.object[exc.start]:02x} is not "
                                        "valid UTF-8 (expected UTF-8 text)")
