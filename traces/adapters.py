@@ -66,7 +66,7 @@ def name_label(src: Source, fallback: str) -> str:
 
 def azure(src: Source, opts: Options) -> Parsed:
     """Azure LLM inference traces 2023 (naive 7-digit timestamps) and 2024 (UTC offset)."""
-    table = read_csv(src, AZURE_COLUMNS)
+    table = read_csv(src, AZURE_COLUMNS, types={"ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64})
     check = Checker(table, src.display)
     first = table["TIMESTAMP"][0].strip()
     if _OFFSET.search(first):
@@ -109,7 +109,8 @@ def burstgpt(src: Source, opts: Options) -> Parsed:
     0 response tokens are failed requests: dropped and counted as `zero_output_tokens`.
     """
     optional = ("Model", "Log Type", "Session ID")
-    table = read_csv(src, BURSTGPT_COLUMNS, optional)
+    table = read_csv(src, BURSTGPT_COLUMNS, optional,
+                     types={"Timestamp": pl.Float64, "Request tokens": pl.Int64, "Response tokens": pl.Int64})
     check = Checker(table, src.display)
     output = check.counts("Response tokens")
     check.counts("Request tokens")
@@ -152,7 +153,7 @@ def vidur(src: Source, opts: Options) -> Parsed:
 
 
 def _vidur_columns(src: Source, opts: Options, label: str) -> Parsed:
-    table = read_csv(src, VIDUR_COLUMNS)
+    table = read_csv(src, VIDUR_COLUMNS, types=dict(zip(VIDUR_COLUMNS, (pl.Float64, pl.Int64, pl.Int64))))
     check = Checker(table, src.display)
     columns = {
         "arrival_us": check.times("arrived_at", us_per_unit=1_000_000, what="seconds"),

@@ -61,7 +61,7 @@ def generic(src: Source, opts: Options, container: str) -> Parsed:
         )
     source_columns = list(dict.fromkeys(cmap.values()))
     if container == "csv":
-        table = read_csv(src, source_columns)
+        table = read_csv(src, source_columns, types=_numeric_columns(cmap, unit))
     elif container == "parquet":
         table = read_parquet(src, source_columns)
     else:
@@ -124,6 +124,15 @@ def _label(check: Checker, col: str | None, default: str) -> pl.Series:
     if col is None:
         return pl.repeat(default, check.frame.height, eager=True)
     return check.labels(col, default)
+
+
+def _numeric_columns(cmap: dict[str, str], unit: str) -> dict[str, pl.DataType]:
+    """Source columns every use of which parses one numeric type (read_csv may parse them as it reads)."""
+    types = _json_schema(cmap, unit)
+    uses: dict[str, set] = {}
+    for key, col in cmap.items():
+        uses.setdefault(col, set()).add(_json_schema({key: col}, unit)[col])
+    return {col: types[col] for col, kinds in uses.items() if len(kinds) == 1 and types[col] in (pl.Int64, pl.Float64)}
 
 
 def _json_schema(cmap: dict[str, str], unit: str) -> dict[str, pl.DataType]:

@@ -114,7 +114,12 @@ def load_trace(
         time_unit=time_unit or "s",
         max_span_s=limits.max_span_s,
     )
-    parsed = ADAPTERS[fmt](src, opts)
+    try:
+        parsed = ADAPTERS[fmt](src, opts)
+    except TraceError:
+        # a bad value, found in columns parsed as they were read: read again as text, so the
+        # message quotes it as the file has it
+        parsed = ADAPTERS[fmt](dataclasses.replace(src, typed=False), opts)
     return LoadedTrace(
         frame=parsed.frame,
         source=display,

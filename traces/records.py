@@ -78,16 +78,21 @@ def _skip(text: str, pos: int) -> int:
 
 
 def first_json_object(src: Source) -> dict | None:
-    """The first object of a JSON array or JSON-lines file, or None (only its keys matter)."""
-    text = src.text
-    pos = text.find("{")
-    if pos < 0 or text[:pos].strip() not in ("", "["):
-        return None
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text, pos)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
+    """The first object of a JSON array or JSON-lines file, or None (only its keys matter). Read
+    from the file's beginning; the whole text only when the first object runs past it."""
+    texts = (src.head_text,) if src.head_is_whole else (src.head_text, None)
+    for text in texts:
+        text = src.text if text is None else text
+        pos = text.find("{")
+        if pos >= 0 and text[:pos].strip() not in ("", "["):
+            return None
+        if pos >= 0:
+            try:
+                value, _ = json.JSONDecoder().raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                continue
+            return value if isinstance(value, dict) else None
+    return None
 
 
 class Rows:

@@ -48,7 +48,7 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
     for name, dtype in TRACE_SCHEMA.items():
         if name in frame.columns:
             column = frame[name]
-            if name in DEFAULTS:
+            if name in DEFAULTS and column.null_count():
                 column = column.fill_null(DEFAULTS[name])
         else:
             column = pl.repeat(DEFAULTS.get(name), frame.height, dtype=dtype, eager=True)

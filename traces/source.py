@@ -7,11 +7,13 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
 import json
 import pathlib
+import re
 import zlib
 
 import polars as pl
@@ -32,21 +34,53 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 _SNIFF_BYTES = 8192
 _CHUNK_BYTES = 16 << 20
+_GLOB = re.compile(r"[*?\[\]{}]")
+_HEAD_BYTES = 1 << 20  # kept of a file that is not held: format detection reads its first line and object
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Source:
-    """One trace file's bytes; `display` is how error messages name it (path as given, or bundled name)."""
+    """One trace file, checked within its bounds; `display` is how error messages name it (path as
+    given, or bundled name). The bytes are held only when they are not the file's own (gzip, a BOM,
+    CR line endings): otherwise `scannable` is true, readers scan `path` lazily (`scan_lines`,
+    polars' `scan_*`), and `data` / `text` read the file again only for whoever asks for them
+    (the slow passes that name a bad line, the small log formats)."""
 
     display: str
     path: pathlib.Path
     sha256: str
-    data: bytes  # decompressed
-    text: str | None  # None for Parquet
+    is_parquet: bool
+    held: bytes | None  # the decompressed bytes, when they cannot be read back from `path` as they are
+    head: bytes = b""  # the first bytes (up to _HEAD_BYTES) of the decompressed text
+    has_quote: bool | None = None  # whether the text holds a '"' (None: look)
+    typed: bool = True  # readers may parse numeric columns as they read (tables.read_csv)
 
     @property
-    def is_parquet(self) -> bool:
-        return self.text is None
+    def quoted(self) -> bool:
+        """Whether the text holds a quote character (then CSV records may span lines)."""
+        return '"' in self.text if self.has_quote is None else self.has_quote
+
+    @property
+    def scannable(self) -> bool:
+        """`path` holds exactly the bytes (and, for text, the lines) this source stands for."""
+        return self.held is None
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        """The decompressed bytes (CR line endings made LF); read again from `path` when not held."""
+        if self.held is not None:
+            return self.held
+        if self.head_is_whole and not self.is_parquet:
+            return self.head  # the whole file
+        with open_regular(self.path, self.display, "trace", TraceError) as handle:
+            data = handle.read()
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise TraceError(f"{self.display}: the file changed while it was read (expected it to stay as it is)")
+        return data
+
+    @functools.cached_property
+    def text(self) -> str | None:  # None for Parquet
+        return None if self.is_parquet else self.data.decode("utf-8-sig")
 
     @property
     def stem(self) -> str:
@@ -55,11 +89,29 @@ class Source:
             name = name.removesuffix(suffix)
         return name
 
-    def first_line(self) -> str:
-        if self.text is None:
+    @property
+    def head_is_whole(self) -> bool:
+        return len(self.head) < _HEAD_BYTES
+
+    @functools.cached_property
+    def head_text(self) -> str:
+        """The text's beginning: the whole text when it is shorter than _HEAD_BYTES, else a prefix
+        of it cut at a character boundary."""
+        if self.is_parquet:
             return ""
-        end = self.text.find("\n")  # not split(): that would copy the rest of the file
-        return (self.text if end < 0 else self.text[:end]).rstrip("\r")
+        if self.head_is_whole:
+            return self.text
+        return codecs.getincrementaldecoder("utf-8-sig")().decode(self.head, final=False)
+
+    def first_line(self) -> str:
+        if self.is_parquet:
+            return ""
+        text = self.head_text
+        end = text.find("\n")  # not split(): that would copy the rest of the file
+        if end < 0 and not self.head_is_whole:
+            text = self.text
+            end = text.find("\n")
+        return (text if end < 0 else text[:end]).rstrip("\r")
 
     def lines(self) -> pl.DataFrame:
         """Non-blank lines as (`__line` 1-based Int64, `text` without the line ending)."""
@@ -72,6 +124,21 @@ class Source:
             .with_columns(pl.col("__line").cast(pl.Int64), pl.col("text").str.strip_suffix("\r"))
         )
         return frame.filter(pl.col("text").str.strip_chars() != "")
+
+    def scan_lines(self) -> pl.LazyFrame:
+        """`lines()` as a lazy frame: scanned from the file when it is scannable, so the text is
+        never held whole."""
+        if not self.scannable:
+            return self.lines().lazy()
+        return (
+            pl.scan_lines(self.path, name="text", row_index_name="__line", row_index_offset=1)
+            .with_columns(pl.col("__line").cast(pl.Int64))
+            .filter(pl.col("text").str.strip_chars() != "")
+        )
+
+    def parquet_source(self) -> io.BytesIO | pathlib.Path:
+        """What polars' Parquet readers open: the file itself, or its held bytes (a gzip's)."""
+        return self.path if self.scannable else io.BytesIO(self.data)
 
 
 def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) -> Source:
@@ -91,23 +158,99 @@ def open_source(path: str | pathlib.Path, limits: TraceLimits = DEFAULT_LIMITS) 
     with open_regular(file, display, "trace", TraceError) as handle:
         hashing = _Hashing(handle)
         try:
-            data = _read_bounded(hashing, display, limits, file_size(handle))
+            data, scan = _read_bounded(hashing, display, limits, file_size(handle))
             while hashing.read(1 << 20):  # the hash covers every byte of the file
                 pass
         except OSError as exc:
             raise TraceError(f"{display}: cannot read the file ({exc.strerror or exc})") from None
+    sha = hashing.sha.hexdigest()
+    if data is None and _GLOB.search(str(file)):  # polars' scans would expand the name (and miss)
+        data = Source(display, file, sha, scan.parquet, None, scan.head).data
+    if data is None and scan.parquet:
+        _check_parquet_rows(file, display, limits.max_rows)
+        return Source(display, file, sha, True, None)
+    if data is None and scan.scannable():
+        if not scan.nonspace:
+            raise TraceError(f"{display}: file is empty (expected a trace with at least one request)")
+        if scan.bad_utf8 is not None:
+            raise scan.bad_utf8
+        if scan.lines + (scan.last != b"\n") > limits.max_rows:
+            raise _too_many_lines(display, limits.max_rows)
+        return Source(display, file, sha, False, None, scan.head, scan.quote)
+    if data is None:  # text the readers cannot scan as it is: read it again and hold it
+        data = Source(display, file, sha, False, None, scan.head).data
+    return _held(display, file, sha, data, limits)
+
+
+def _held(display: str, file: pathlib.Path, sha: str, data: bytes, limits: TraceLimits) -> Source:
+    """A source whose decompressed bytes are held (a gzip, a BOM, CR line endings)."""
     if not data or data.isspace():  # (no stripped copy of a large file)
         raise TraceError(f"{display}: file is empty (expected a trace with at least one request)")
     if data[:4] == b"PAR1":
-        _check_parquet_rows(data, display, limits.max_rows)
-        return Source(display, file, hashing.sha.hexdigest(), data, None)
+        _check_parquet_rows(io.BytesIO(data), display, limits.max_rows)
+        return Source(display, file, sha, True, data)
     text = _decode(data, display)
     if "\n" not in text and "\r" in text:
         # Classic Mac line endings (CR only): every reader below splits on LF.
         text, data = text.replace("\r", "\n"), data.replace(b"\r", b"\n")
     if text.count("\n") + (not text.endswith("\n")) > limits.max_rows:  # CR-only lines are counted here
         raise _too_many_lines(display, limits.max_rows)
-    return Source(display, file, hashing.sha.hexdigest(), data, text)
+    source = Source(display, file, sha, False, data, data[:_HEAD_BYTES])
+    source.__dict__["text"] = text  # (cached_property: decoded once)
+    return source
+
+
+class _Scan:
+    """What one pass over a file's bytes found, so that a file the readers can scan as it is need
+    not be held: UTF-8 checked incrementally (the first bad byte kept, raised after the bounds as
+    before), whether any byte makes polars' scans read other lines than `Source.lines` (NUL, a CR
+    not before LF, a BOM), and the first bytes."""
+
+    def __init__(self, display: str):
+        self.display = display
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.bad_utf8: TraceError | None = None
+        self.parquet = False
+        self.odd = False  # a byte the scans would read otherwise: the text is held instead
+        self.nonspace = False
+        self.quote = False
+        self.head = b""
+        self.last = b""
+        self.lines = 0
+        self.offset = 0
+
+    def add(self, chunk: bytes) -> None:
+        if not self.offset:
+            self.parquet = chunk[:4] == b"PAR1"
+            self.odd = chunk[:3] == codecs.BOM_UTF8
+        if not self.parquet:
+            if len(self.head) < _HEAD_BYTES:
+                self.head += chunk[:_HEAD_BYTES - len(self.head)]
+            self.nonspace = self.nonspace or not chunk.isspace()
+            self.quote = self.quote or b'"' in chunk
+            # a CR is read as part of a line unless it ends a CRLF (one cut between two chunks included)
+            self.odd = (self.odd or b"\x00" in chunk or (self.last == b"\r" and chunk[:1] != b"\n")
+                        or chunk.count(b"\r") != chunk.count(b"\r\n") + chunk.endswith(b"\r"))
+            self._decode(chunk)
+            self.lines += chunk.count(b"\n")
+        self.offset += len(chunk)
+        self.last = chunk[-1:]
+
+    def _decode(self, chunk: bytes, final: bool = False) -> None:
+        if self.bad_utf8 is not None:
+            return
+        try:
+            self.decoder.decode(chunk, final=final)
+        except UnicodeDecodeError as exc:
+            # (exc.object starts with the bytes of a character the previous chunk cut: no line ending)
+            line = self.lines + exc.object.count(b"\n", 0, exc.start) + 1
+            self.bad_utf8 = TraceError(f"{self.display} line {line}: byte 0x{exc.object[exc.start]:02x} is not "
+                                       "valid UTF-8 (expected UTF-8 text)")
+
+    def scannable(self) -> bool:
+        if not self.parquet:
+            self._decode(b"", final=True)
+        return not self.odd and self.last != b"\r"
 
 
 class _Hashing:
@@ -123,10 +266,11 @@ class _Hashing:
         return chunk
 
 
-def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -> bytes:
-    """The file's bytes, gunzipped when it starts with gzip's magic number; sniffed for binary
-    content after the first block; a TraceError as soon as more than `limits.max_bytes` bytes or
-    (text) `limits.max_rows` lines would be produced, so a gzip bomb stops early."""
+def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -> tuple[bytes | None, _Scan]:
+    """The file's bytes when it is a gzip (gunzipped), else None and what a pass over them found;
+    sniffed for binary content after the first block; a TraceError as soon as more than
+    `limits.max_bytes` bytes or (text) `limits.max_rows` lines would be produced, so a gzip bomb
+    stops early."""
     max_bytes = limits.max_bytes
     gz = raw.handle.peek(2)[:2] == b"\x1f\x8b"
     if not gz and size > max_bytes:
@@ -134,15 +278,19 @@ def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -
                          "(--max-trace-bytes raises it)")
     reader = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
     chunks: list[bytes] = []
+    scan = _Scan(display)
     total = lines = 0
     text = True
     line_start = 0  # offset of the line not yet ended: every line before it is within the bound
     try:
         while chunk := reader.read(min(_CHUNK_BYTES, max_bytes + 1 - total)):
-            if not chunks:
+            if not total:
                 _sniff(chunk, display)
                 text = chunk[:4] != b"PAR1"  # Parquet's rows are counted from its footer
-            chunks.append(chunk)
+            if gz:
+                chunks.append(chunk)
+            else:
+                scan.add(chunk)
             total += len(chunk)
             if total > max_bytes:
                 what = "decompresses to" if gz else "holds"
@@ -157,7 +305,7 @@ def _read_bounded(raw: _Hashing, display: str, limits: TraceLimits, size: int) -
         raise TraceError(
             f"{display}: truncated or corrupt gzip data ({exc}); expected a complete .gz file"
         ) from None
-    return b"".join(chunks)
+    return (b"".join(chunks) if gz else None), scan
 
 
 def _check_lines(chunk: bytes, offset: int, line_start: int, limits: TraceLimits, display: str,
@@ -210,9 +358,9 @@ def _sniff(head: bytes, display: str) -> None:
         ) from None
 
 
-def _check_parquet_rows(data: bytes, display: str, max_rows: int) -> None:
+def _check_parquet_rows(source: io.BytesIO | pathlib.Path, display: str, max_rows: int) -> None:
     try:  # the row count is in the footer: nothing is decoded
-        rows = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
+        rows = pl.scan_parquet(source).select(pl.len()).collect().item()
     except pl.exceptions.PolarsError:
         return  # unreadable: read_parquet says why, naming the file
     if rows > max_rows:

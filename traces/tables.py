@@ -22,15 +22,21 @@ from traces.source import Source, header_names
 HASH_LIST = pl.List(pl.UInt64)
 
 
-def read_csv(src: Source, required: Sequence[str], optional: Sequence[str] = ()) -> pl.DataFrame:
-    """String columns `required` (must exist) and those of `optional` present in the header."""
+def read_csv(src: Source, required: Sequence[str], optional: Sequence[str] = (),
+             types: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+    """String columns `required` (must exist) and those of `optional` present in the header.
+
+    A column of `types` (Int64 or Float64) comes parsed as `traces.fields` parses text (stripped,
+    then cast) when every value of it parses, so the text of a large file is never held: the
+    checkers' figures are the same either way. Where a checker then finds a bad value, the loader
+    reads again without `types` (`Source.typed`), so the message quotes it as the file has it."""
     header = header_names(src)
     _check_header(src, header, required)
     wanted = [name for name in dict.fromkeys([*required, *optional]) if name in header]
-    if '"' in src.text:
+    if src.quoted:
         frame = _csv_slow(src, header, wanted)
     else:
-        frame = _csv_fast(src, header, wanted)
+        frame = _csv_fast(src, header, wanted, (types or {}) if src.typed else {})
     if frame.height == 0:
         raise TraceError(
             f"{src.display}: only a header, no requests (expected at least one data row after line 1)"
@@ -52,17 +58,31 @@ def _check_header(src: Source, header: list[str], required: Sequence[str]) -> No
             )
 
 
-def _csv_fast(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
-    # Without quote characters a record is exactly one line: split on commas, vectorised.
-    body = src.lines().filter(pl.col("__line") > 1)
-    parts = body["text"].str.split(",")
-    sizes = parts.list.len()
-    wrong = sizes != len(header)
+def _csv_fast(src: Source, header: list[str], wanted: list[str], types: dict[str, pl.DataType]) -> pl.DataFrame:
+    # Without quote characters a record is exactly one line: split on commas, vectorised, over
+    # the lines scanned from the file (the text is never held whole).
+    parts = pl.col("text").str.split(",")
+
+    def field(name: str, typed: bool) -> pl.Expr:
+        value = parts.list.get(header.index(name), null_on_oob=True)
+        if typed and name in types:  # (as fields.whole_numbers and fields._floats parse text)
+            value = value.str.strip_chars().cast(types[name], strict=False)
+        return value.alias(name)
+
+    def scan(typed: bool) -> pl.DataFrame:
+        return (src.scan_lines().filter(pl.col("__line") > 1)
+                .select("__line", parts.list.len().alias("__fields"), *(field(name, typed) for name in wanted))
+                .collect(engine="streaming"))
+
+    frame = scan(typed=True)
+    wrong = frame["__fields"] != len(header)
     if wrong.any():
-        index = int(wrong.arg_true()[0])
-        _wrong_fields(src, int(body["__line"][index]), header, int(sizes[index]), body["text"][index])
-    columns = {name: parts.list.get(header.index(name)) for name in wanted}
-    return pl.DataFrame({"__line": body["__line"], **columns})
+        line = int(frame["__line"][int(wrong.arg_true()[0])])
+        text = src.scan_lines().filter(pl.col("__line") == line).collect()["text"][0]
+        _wrong_fields(src, line, header, int(frame["__fields"].filter(wrong)[0]), text)
+    if any(frame[name].null_count() for name in types if name in wanted):
+        frame = scan(typed=False)  # a value that needs the checkers' slower reading, or a bad one
+    return frame.drop("__fields")
 
 
 def _csv_slow(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
@@ -96,19 +116,22 @@ def read_jsonl(
     src: Source, schema: dict[str, pl.DataType], required: Sequence[str]
 ) -> pl.DataFrame:
     """Keys of `schema` from a JSON-lines file; `required` keys must be present and not null."""
-    lines = src.lines()
-    try:
-        frame = pl.read_ndjson(io.BytesIO(src.data), schema=schema)
-        fast = frame.height == lines.height and not any(frame[k].null_count() for k in required)
-    except pl.exceptions.PolarsError:
-        fast = False
+    lines = src.scan_lines()
     # polars keeps the first of a repeated key and Python's json the last: a line that may repeat
     # one takes the slow pass, which refuses it, so both paths give one answer.
-    fast = fast and not any(_may_repeat(lines["text"], key) for key in schema)
+    repeats = [_may_repeat(pl.col("text"), key) for key in schema]
+    numbers = lines.select("__line", pl.any_horizontal(repeats).alias("__repeat")).collect(engine="streaming")
+    try:
+        frame = pl.scan_ndjson(src.path, schema=schema).collect() if src.scannable else \
+            pl.read_ndjson(io.BytesIO(src.data), schema=schema)
+        fast = frame.height == numbers.height and not any(frame[k].null_count() for k in required)
+    except pl.exceptions.PolarsError:
+        fast = False
+    fast = fast and not numbers["__repeat"].any()
     if not fast:
         # Slow pass: either raises naming the line, or yields text values the checkers judge.
-        frame = _jsonl_slow(src, lines, schema, required)
-    return frame.with_columns(lines["__line"])
+        frame = _jsonl_slow(src, src.lines(), schema, required)
+    return frame.with_columns(numbers["__line"])
 
 
 def _jsonl_slow(
@@ -153,8 +176,8 @@ def _jsonl_slow(
     return pl.DataFrame({key: pl.Series(key, column, dtype=pl.String) for key, column in values.items()})
 
 
-def _may_repeat(text: pl.Series, key: str) -> bool:
-    return bool((text.str.count_matches(f'"{re.escape(key)}"\\s*:') > 1).any())
+def _may_repeat(text: pl.Expr, key: str) -> pl.Expr:
+    return text.str.count_matches(f'"{re.escape(key)}"\\s*:') > 1
 
 
 class _RepeatedKey(Exception):
@@ -194,25 +217,40 @@ def _json_text(value) -> str | None:
     return json.dumps(value)
 
 
-def read_parquet(src: Source, required: Sequence[str], optional: Sequence[str] = ()) -> pl.DataFrame:
-    """Columns of a Parquet file as stored; `__line` is the 1-based row number."""
-    try:
-        present = list(pl.read_parquet_schema(io.BytesIO(src.data)))
-    except pl.exceptions.PolarsError as exc:
-        raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
+def read_parquet(src: Source, required: Sequence[str], optional: Sequence[str] = (),
+                 cast: dict[str, pl.DataType] | None = None, numbered: bool = True) -> pl.DataFrame:
+    """Columns of a Parquet file as stored, or those of `cast` cast to its types as they are read
+    when every value casts (strict); `__line` is the 1-based row number, when `numbered`."""
+    present = parquet_columns(src)
     for name in required:
         if name not in present:
             raise TraceError(
                 f"{src.display}: missing column {name!r} (the file has {', '.join(present)})"
             )
     wanted = [name for name in dict.fromkeys([*required, *optional]) if name in present]
+    scan = pl.scan_parquet(src.parquet_source()).select(wanted)
+    frame = None
+    if cast:
+        try:  # straight to the narrow types, so no wide copy of a column is held; else as stored
+            frame = scan.cast({k: v for k, v in cast.items() if k in wanted}, strict=True).collect()
+        except pl.exceptions.PolarsError:
+            pass
     try:
-        frame = pl.read_parquet(io.BytesIO(src.data), columns=wanted)
+        frame = scan.collect() if frame is None else frame
     except pl.exceptions.PolarsError as exc:
         raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
     if frame.height == 0:
         raise TraceError(f"{src.display}: no rows (expected at least one request)")
+    if not numbered:
+        return frame
     return frame.with_columns(pl.int_range(1, frame.height + 1, dtype=pl.Int64).alias("__line"))
+
+
+def parquet_columns(src: Source) -> list[str]:
+    try:
+        return list(pl.read_parquet_schema(src.parquet_source()))
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(f"{src.display}: not a readable Parquet file ({_first_line(exc)})") from None
 
 
 def _first_line(exc: Exception) -> str:

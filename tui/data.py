@@ -26,6 +26,8 @@ from common.files import kind_of
 from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
+from tui.percentiles import window_percentiles
+from tui.request_table import RequestTable, columns_in as _columns_in, open_requests, rows_in as _rows_in
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
                           check_version, summary_saturation)
 
@@ -37,6 +39,7 @@ TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
 REQUEST_COLUMNS = REQUESTS.names
 FIRST_COLUMNS = FIRSTS.names
+OPENING = ("status", "finished_us", "arrival_us", "slo_met", "first_token_us", "ttft_us")  # what opening reads
 # the frames of a live run before its first chunk, of the writer's dtypes
 EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
 EMPTY_EVENTS = run_schema.EVENTS.dtypes
@@ -68,7 +71,7 @@ class RunData:
     pools: list[str]
     series: dict[str, dict[str, np.ndarray]]  # scope -> metric -> float64 [T]
     events: pl.DataFrame  # the event log's kinds (not --detailed-events' per-request ones)
-    requests: pl.DataFrame
+    table: RequestTable  # requests.parquet, each column read when a view first asks for it
     slo: dict
     live: LiveStatus | None = None
     saturation: dict[str, str] = field(default_factory=dict)  # pool -> class, from summary.json (finished runs)
@@ -76,6 +79,10 @@ class RunData:
     _all_events: pl.DataFrame | None = field(default=None, repr=False)
     _firsts: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
+
+    @property
+    def requests(self) -> pl.DataFrame:  # every column of every request: the views ask `table` for theirs
+        return self.table.all()
 
     @property
     def name(self) -> str:
@@ -135,7 +142,7 @@ class RunData:
         """First-token times and TTFTs (ms) of every request that got one, by time (kept by the
         loader, off the interface's thread)."""
         if self._firsts is None:
-            got = self.requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
+            got = self.table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
             self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
         return self._firsts
 
@@ -146,11 +153,14 @@ class RunData:
         times, values = self.firsts()
         a = np.searchsorted(times, np.asarray(lo_us) - self.window_us, side="right")
         b = np.searchsorted(times, np.asarray(hi_us), side="right")
-        out = np.full((len(a), len(qs)), np.nan)
-        for i in range(len(a)):
-            if b[i] > a[i]:
-                out[i] = np.percentile(values[a[i]:b[i]], [q * 100 for q in qs])
-        return out
+        return window_percentiles(values, a, b, [q * 100 for q in qs], lambda: self.order_of("ttft", values))
+
+    def order_of(self, name: str, values: np.ndarray) -> np.ndarray:
+        """np.argsort(values), kept while `values` (a signal named `name`) is the same array."""
+        key = ("order", name, len(values), values.__array_interface__["data"][0])
+        if key not in self._memo:
+            self._memo[key] = np.argsort(values)
+        return self._memo[key]
 
 
 def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:
@@ -164,22 +174,6 @@ def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:
     check_version(path, metadata)  # before the columns: a newer schema explains a missing one
     check_frame(path, frame, schema)
     return frame
-
-
-def _rows_in(path: Path) -> int | None:
-    """A parquet file's row count from its footer (None when unreadable)."""
-    try:
-        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
-    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
-        return None
-
-
-def _columns_in(path: Path) -> list[str] | None:
-    """A parquet file's column names from its footer (None when unreadable)."""
-    try:
-        return list(pl.read_parquet_schema(path))
-    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
-        return None
 
 
 def _read_status(path: Path) -> LiveStatus:
@@ -257,9 +251,13 @@ def _load_config(file: Path) -> dict:
 def _ended(requests: pl.DataFrame) -> pl.DataFrame:
     """(ended_us, met) of requests that left the system (finished, or rejected at arrival: the
     window rule of replay.fleet.metrics), by time."""
-    return (requests.filter(pl.col("status") != "unfinished")
-            .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met"))
-            .sort("ended_us"))
+    return _by_time(requests.filter(pl.col("status") != "unfinished")
+                    .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met")), "ended_us")
+
+
+def _by_time(frame: pl.DataFrame, col: str) -> pl.DataFrame:
+    """`frame` sorted by the integer column `col`, ties in order (numpy's stable sort: 2x polars' here)."""
+    return frame[np.argsort(frame[col].to_numpy(), kind="stable")]
 
 
 def _saturation_in(src: Path) -> dict[str, str]:
@@ -274,12 +272,13 @@ def _load_finished(path: Path, src: Path) -> RunData:
     saturation = _saturation_in(src)
     ticks = _read_parquet(src / TICKS.table.file, TICKS)
     events = _read_parquet(src / EVENTS.table.file, EVENTS)
-    requests = _read_parquet(src / REQUESTS.table.file, REQUESTS)
-    got = requests.filter(pl.col("first_token_us").is_not_null()).sort("first_token_us")
-    builder.add_requests(_ended(requests), got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+    table = open_requests(src / REQUESTS.table.file, REQUESTS, OPENING, _read_parquet)  # checked whole, read in part
+    got = _by_time(table.select("first_token_us", "ttft_us").drop_nulls("first_token_us"), "first_token_us")
+    builder.add_requests(_ended(table.select(*OPENING)), got["first_token_us"].to_numpy(),
+                         got["ttft_us"].to_numpy() / 1000.0)
     builder.add_ticks(ticks, src / TICKS.table.file)
     builder.add_events(events)
-    data = builder.snapshot(requests, None)
+    data = builder.snapshot(table, None)
     data.saturation = saturation
     return data
 
@@ -318,8 +317,9 @@ class SortedTimes:
     def append(self, times: np.ndarray, values: np.ndarray) -> None:
         if not len(times):
             return
-        order = np.argsort(times, kind="stable")
-        times, values = times[order], values[order]
+        if (np.diff(times) < 0).any():  # (a finished run's are sorted already: no copy)
+            order = np.argsort(times, kind="stable")
+            times, values = times[order], values[order]
         if self.t.n and times[0] < self.t.last():  # out of order: merge (not expected from the writer)
             times = np.concatenate((self.t.view(), times))
             values = np.concatenate((self.v.view(), values))
@@ -459,7 +459,7 @@ class RunBuilder:
     def tick_rows(self) -> int:
         return self.t.n * len(self.pools or ())
 
-    def snapshot(self, requests: pl.DataFrame, live: LiveStatus | None) -> RunData:
+    def snapshot(self, requests: pl.DataFrame | RequestTable, live: LiveStatus | None) -> RunData:
         if self.pools is None:  # no tick yet
             series: dict = {}
             pools = self.config_pools
@@ -476,6 +476,8 @@ class RunBuilder:
                 frames[:] = [pl.concat(frames, rechunk=True)]
         all_events = _concat(self.events, EMPTY_EVENTS)
         log = _concat(self.log, EMPTY_EVENTS)
+        if isinstance(requests, pl.DataFrame):
+            requests = RequestTable.of_frame(requests)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
                        _firsts=(self.firsts.t.view(), self.firsts.v.view()), block_size=self.block_size)
@@ -580,6 +582,6 @@ class LiveFollower:
             # the same rows, and no column the live chunks lack (a request log's observed TTFT/E2E)
             if (_rows_in(src / TICKS.table.file) == b.tick_rows and _rows_in(src / REQUESTS.table.file) == held
                     and _rows_in(src / EVENTS.table.file) == b.event_rows
-                    and _columns_in(src / REQUESTS.table.file) == self.data.requests.columns):
+                    and _columns_in(src / REQUESTS.table.file) == self.data.table.columns):
                 return RunData(**{**self.data.__dict__, "live": None, "saturation": _saturation_in(src)})
         return _load_finished(self.path, src)

@@ -116,7 +116,7 @@ class Model:
         wl = workload_of(self.view.scope)
         if wl is None:
             return run.series[self.view.scope]["slo_attainment"]
-        key = ("slo-ticks", wl, len(run.t_us), run.requests.height)
+        key = ("slo-ticks", wl, len(run.t_us), run.table.height)
         if key not in run._memo:
             run._memo[key] = workload_values(run, wl, "slo_attainment", run.t_us, run.t_us)
         return run._memo[key]

@@ -35,7 +35,7 @@ PD_COLUMNS = ("id", "prefill", "pool", "replica", "workload", "arrival", "TTFT",
 
 def disaggregated(run: RunData) -> bool:
     """A prefill/decode run: some request was prefilled on another pool's replica."""
-    req = run.requests
+    req = run.table
     return "prefill_replica" in req.columns and req["prefill_replica"].null_count() < req.height
 
 
@@ -45,7 +45,7 @@ OBSERVED = {"obs TTFT": "observed_ttft_us", "obs E2E": "observed_e2e_us"}
 
 
 def has_observed(run: RunData) -> bool:
-    req = run.requests
+    req = run.table
     return all(c in req.columns for c in OBSERVED.values()) and req["observed_ttft_us"].null_count() < req.height
 
 

@@ -151,6 +151,37 @@ def check_frame(path: Path, frame: pl.DataFrame, schema: Reads) -> None:
                             f"{', '.join(STATUSES)}")
 
 
+def may_fail(path: Path, scan: pl.LazyFrame, schema: Reads) -> bool:
+    """Whether check_frame could refuse the table `scan` reads, from its schema and one streaming
+    pass that holds no column: each of its tests reduced to whether any row fails it. False means
+    check_frame would pass; True, that it must run on the whole frame to say what is wrong."""
+    names = scan.collect_schema()
+    try:  # the columns and their kinds, from the footer (a kind's message quotes a value: re-run)
+        check_frame(path, pl.DataFrame(schema=names), schema)
+    except UserError:
+        return True
+    tests = []
+    for name in schema.kinds:
+        if name in names and names[name].is_float():
+            tests.append((~pl.col(name).is_finite() & pl.col(name).is_not_null()).any())
+        if name in names and name.endswith("_us") and names[name].is_integer():
+            tests.append(((pl.col(name) < 0) | (pl.col(name) > MAX_TIME_US)).any())
+    tests += [pl.col(name).null_count() > 0 for name in schema.not_null]
+    if "status" in schema.needed:
+        tests.append((~pl.col("status").is_in(STATUSES)).any())
+    keys = pl.col(schema.unique[0]) if len(schema.unique) == 1 else pl.struct(schema.unique)
+    if len(schema.unique) == 1:  # unique when increasing (as the writer writes request ids): no hash set
+        tests.append(~(keys.diff().drop_nulls() > 0).all())
+    if not tests:
+        return False
+    row = scan.select(*(t.alias(f"t{i}") for i, t in enumerate(tests))).collect(engine="streaming").row(0)
+    if any(bool(v) for v in row[:len(tests) - (len(schema.unique) == 1)]):
+        return True
+    if schema.unique and (len(schema.unique) > 1 or row[-1]):
+        return bool(scan.select(keys.n_unique() != pl.len()).collect(engine="streaming").item())
+    return False
+
+
 def _number(file: Path, key: str, value: object, positive: bool = True) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or (positive and value <= 0):

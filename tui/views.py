@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from tui.data import RunData
+from tui.percentiles import window_percentiles
 
 WORKLOAD_PREFIX = "workload:"  # a view scope "workload:chat" (pools and workloads may share names)
 
@@ -22,18 +23,24 @@ def workload_of(scope: str) -> str | None:
 
 def workloads(run: RunData) -> list[str]:
     """The workload labels of a run's requests, sorted (unlabelled requests are not a workload)."""
-    key = ("workloads", run.requests.height)
+    key = ("workloads", run.table.height)
     if key not in run._memo:
-        run._memo[key] = sorted(run.requests["workload"].drop_nulls().unique().to_list())
+        run._memo[key] = sorted(run.table["workload"].drop_nulls().unique().to_list())
     return run._memo[key]
+
+
+# the columns of requests.parquet each view reads (when it is first shown)
+WORKLOAD_COLUMNS = ("workload", "status", "arrival_us", "finished_us", "first_token_us", "ttft_us", "tpot_us", "slo_met")
+REPLICA_COLUMNS = ("pool", "replica", "status", "arrival_us", "first_scheduled_us", "first_token_us", "finished_us",
+                   "prompt_tokens", "output_tokens")
 
 
 def _arrays(run: RunData, workload: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per signal: (times sorted, values) of one workload's requests."""
-    key = ("workload-arrays", workload, run.requests.height)
+    key = ("workload-arrays", workload, run.table.height)
     if key in run._memo:
         return run._memo[key]
-    req = run.requests.filter(pl.col("workload") == workload)
+    req = run.table.select(*WORKLOAD_COLUMNS).filter(pl.col("workload") == workload)
 
     def by(frame: pl.DataFrame, t: str, v: pl.Expr) -> tuple[np.ndarray, np.ndarray]:
         frame = frame.select(t=pl.col(t), v=v.cast(pl.Float64)).drop_nulls().sort("t")
@@ -83,16 +90,14 @@ def workload_values(run: RunData, workload: str, key: str, lo_us: np.ndarray, hi
         n = b - a
         np.divide(cum[b] - cum[a], n, out=out, where=n > 0)
         return out
-    for i in np.flatnonzero(b > a):
-        out[i] = np.percentile(values[a[i]:b[i]], how)
-    return out
+    return window_percentiles(values, a, b, [how], lambda: run.order_of(f"{workload}:{signal}", values))[:, 0]
 
 
 # -- replicas ---------------------------------------------------------------------------------
 def replicas_of(run: RunData, pool: str) -> list[int]:
-    key = ("replicas", pool, run.requests.height)
+    key = ("replicas", pool, run.table.height)
     if key not in run._memo:
-        ids = run.requests.filter(pl.col("pool") == pool)["replica"].drop_nulls().unique().sort()
+        ids = run.table.select("pool", "replica").filter(pl.col("pool") == pool)["replica"].drop_nulls().unique().sort()
         run._memo[key] = [int(r) for r in ids.to_list()]
     return run._memo[key]
 
@@ -100,11 +105,11 @@ def replicas_of(run: RunData, pool: str) -> list[int]:
 def _replica_arrays(run: RunData, pool: str) -> dict[int, dict[str, np.ndarray]]:
     """Per replica, sorted edge times: a request waits from arrival to its first schedule and runs
     from then to its end (still running at the run's end if unfinished)."""
-    key = ("replica-arrays", pool, run.requests.height)
+    key = ("replica-arrays", pool, run.table.height)
     if key in run._memo:
         return run._memo[key]
     never = np.iinfo(np.int64).max
-    req = run.requests.filter((pl.col("pool") == pool) & pl.col("replica").is_not_null()
+    req = run.table.select(*REPLICA_COLUMNS).filter((pl.col("pool") == pool) & pl.col("replica").is_not_null()
                               & (pl.col("status") != "rejected"))
     out = {}
     for (replica,), part in req.group_by(["replica"], maintain_order=True):

@@ -121,9 +121,19 @@ def _window_percentiles(times, values, t_us, window_us, qs):
 @njit(cache=True)
 def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
     """_window_percentiles, given `order`: the positions of `values` from smallest to largest."""
-    out = np.full((len(t_us), len(qs)), np.nan)
     lo = np.searchsorted(times, t_us - window_us, side="right")
     hi = np.searchsorted(times, t_us, side="right")
+    return percentiles_in_spans(values, order, lo, hi, qs, False)
+
+
+@njit(cache=True)
+def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
+    """Percentiles (linear) of `values[lo[i]:hi[i]]` per i (empty when lo >= hi: NaN), `order`
+    the positions of `values` from smallest to largest. Spans that move forward (both ends
+    non-decreasing: trailing windows, chart columns) count each value in once and out once.
+    `as_numpy`: interpolate as np.percentile does (from the upper value when the fraction is
+    >= 0.5, numpy's _lerp), for the same floats as it; else as the tick columns always have."""
+    out = np.full((len(lo), len(qs)), np.nan)
     size = len(values)
     rank = np.empty(size, np.int32)
     for r in range(size):
@@ -135,7 +145,7 @@ def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
     counts = (np.zeros(size + 1, np.int8), np.zeros((size >> 6) + 1, np.int32),
               np.zeros((size >> 12) + 1, np.int32), np.zeros((size >> 18) + 1, np.int32))
     a = b = 0  # the counts hold the values at positions [a, b)
-    for i in range(len(t_us)):
+    for i in range(len(lo)):
         first, end = min(lo[i], hi[i]), hi[i]
         # To the union of the two windows first, so that a <= b throughout; then down to the new
         # one. Ticks in time order move each value in once and out once.
@@ -160,7 +170,10 @@ def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
             frac = pos - j
             below = values[order[_kth(counts, j + 1)]]
             upper = values[order[_kth(counts, min(j + 2, n))]]
-            out[i, k] = below + (upper - below) * frac
+            if as_numpy and frac >= 0.5:
+                out[i, k] = upper - (upper - below) * (1 - frac)
+            else:
+                out[i, k] = below + (upper - below) * frac
     return out
 
 

@@ -1,0 +1,108 @@
+"""Opening a big run in the dashboard: wall time and peak RSS, this checkout against another.
+
+    python bench/bench_tui_open.py                                   # 5M requests, this checkout
+    python bench/bench_tui_open.py --baseline /tmp/base              # and another checkout, same run
+    git archive BASE | tar -x -C /tmp/base                           # (how to make one)
+
+The run is bench/bench_tui.py's synthetic day (86,400 ticks x 4 pools) with `--requests`
+requests, written once under /tmp/llm-replay-bench-tui-open. Two figures, each a median over
+`--repeat` fresh processes (so each peak is that process's own):
+
+- load: `tui.data.load_run` in a process that imported the dashboard first (peak = its high-water
+  mark, VmHWM; over = peak - RSS after the imports);
+- screenshot: `llm-replay tui RUN --screenshot` (imports, load, mount, first frame and SVG), its
+  peak from getrusage of that one child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = Path("/tmp/llm-replay-bench-tui-open")
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        return int(re.search(rf"^{field}:\s+(\d+) kB", fh.read(), re.M).group(1)) / 1024
+
+
+def load_one(run: str) -> dict:
+    from tui.data import load_run
+
+    base = _status_mb("VmRSS")
+    began = time.perf_counter()
+    data = load_run(run)
+    wall = time.perf_counter() - began
+    return {"wall_s": wall, "peak_mb": _status_mb("VmHWM"), "over_mb": _status_mb("VmHWM") - base,
+            "ticks": len(data.t_us)}
+
+
+def screenshot_one(run: str, root: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": root}
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "llm_replay", "tui", run, "--screenshot", str(FOLDER / "s.svg"),
+                    "--size", "200x60"], check=True, capture_output=True, cwd=root, env=env)
+    return {"wall_s": time.perf_counter() - began,
+            "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def measure(run: Path, root: Path, what: str, repeat: int) -> dict:
+    rows = []
+    for _ in range(repeat):
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        out = subprocess.run([sys.executable, __file__, "--one", what, "--run", str(run), "--root", str(root)],
+                             check=True, capture_output=True, text=True, cwd=root, env=env).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=5_000_000)
+    ap.add_argument("--baseline", type=Path, help="another checkout to compare with, on the same run")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--one", choices=["load", "screenshot"], help=argparse.SUPPRESS)
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        sys.path.insert(0, args.root)
+        result = load_one(args.run) if args.one == "load" else screenshot_one(args.run, args.root)
+        print(json.dumps(result))
+        return 0
+    FOLDER.mkdir(exist_ok=True)
+    run = FOLDER / f"run-{args.requests}"
+    if not (run / "config.yaml").exists():
+        sys.path.insert(0, str(ROOT))
+        from bench.bench_tui import synthetic_run
+
+        synthetic_run(run, 86_400, 4, args.requests)
+    size = sum(f.stat().st_size for f in run.iterdir()) / (1 << 20)
+    print(f"run: 86,400 ticks x 4 pools, {args.requests:,} requests ({size:.0f} MB of files); medians of {args.repeat}")
+    for what in ("load", "screenshot"):
+        new = measure(run, ROOT, what, args.repeat)
+        line = f"{what:<10} new {new['wall_s']:6.2f} s peak {new['peak_mb']:6.0f} MB"
+        if "over_mb" in new:
+            line += f" (over imports {new['over_mb']:6.0f} MB)"
+        if args.baseline:
+            old = measure(run, args.baseline, what, args.repeat)
+            line += f" | old {old['wall_s']:6.2f} s peak {old['peak_mb']:6.0f} MB"
+            if "over_mb" in old:
+                line += f" (over imports {old['over_mb']:6.0f} MB)"
+            line += f" | new/old time {new['wall_s'] / old['wall_s']:.2f} peak {new['peak_mb'] / old['peak_mb']:.2f}"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""requests.parquet as the dashboard's views read it: one column at a time, when a view first
+asks for it, never the whole table to open a run.
+
+A finished run's table is checked whole as it opens (tui/validate.py, in one streaming pass that
+holds no column), then each column is read from the file the first time it is asked for and
+kept. The file is read through the handle opened then, so a run replaced in place (`run
+--force --out` the same directory) keeps showing the run that was opened. A live run's table is
+the frames already read (`RequestTable.of_frame`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+import polars as pl
+
+from common.errors import UserError
+
+
+class RequestTable:
+    """The columns of requests.parquet, each read once, when first asked for."""
+
+    def __init__(self, columns: list[str], height: int, path: Path | None = None, handle: BinaryIO | None = None,
+                 held: dict[str, pl.Series] | None = None):
+        self.columns = list(columns)
+        self.height = height
+        self.path = path
+        self._handle = handle  # the file as opened (closed with the table)
+        self._held: dict[str, pl.Series] = dict(held or {})
+        self._lock = threading.Lock()  # (the views ask from the interface's thread and from workers)
+
+    @classmethod
+    def of_frame(cls, frame: pl.DataFrame) -> RequestTable:
+        return cls(frame.columns, frame.height, held={name: frame[name] for name in frame.columns})
+
+    def select(self, *names: str) -> pl.DataFrame:
+        """These columns (each read from the file the first time), in this order."""
+        with self._lock:
+            missing = [name for name in dict.fromkeys(names) if name not in self._held]
+            if missing:
+                unknown = [name for name in missing if name not in self.columns]
+                if unknown:
+                    raise pl.exceptions.ColumnNotFoundError(f"{unknown[0]!r} is not a column of {self.path}")
+                read = self._read(missing)
+                if read.height != self.height:
+                    raise UserError(f"{self.path}: {read.height} rows now, {self.height} when the run was opened")
+                self._held.update({name: read[name] for name in missing})
+            return pl.DataFrame([self._held[name] for name in names])
+
+    def __getitem__(self, name: str) -> pl.Series:
+        return self.select(name)[name]
+
+    def all(self) -> pl.DataFrame:
+        """Every column (what a view of whole rows, the drill-down, shows)."""
+        return self.select(*self.columns)
+
+    @property
+    def held(self) -> list[str]:
+        """The columns read so far."""
+        return list(self._held)
+
+    def _read(self, names: list[str]) -> pl.DataFrame:
+        # through the handle opened with the run: the file as it was then, even if the run
+        # directory was replaced since (a path, or /proc/self/fd/N, which polars caches by name,
+        # could give another file)
+        self._handle.seek(0)
+        return pl.read_parquet(self._handle, columns=names)
+
+
+def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> RequestTable:
+    """A finished run's requests.parquet, checked, with only the `opening` columns read.
+
+    Anything the streaming check doubts (or any failure on the way: an unreadable file, a
+    newer schema) is left to `read_whole(file, schema)`, the reader of the whole frame, which
+    raises the message it always has, or passes, and then its frame is the table."""
+    from tui.validate import check_version, may_fail
+
+    handle = open(file, "rb")  # noqa: SIM115 - kept open by the table, closed with it
+    try:
+        scan = pl.scan_parquet(file, glob=False)
+        check_version(file, pl.read_parquet_metadata(handle))  # (a handle: glob characters are not expanded)
+        if not may_fail(file, scan, schema):
+            held = scan.select(opening).collect()
+            if os.stat(file).st_ino != os.fstat(handle.fileno()).st_ino:  # replaced meanwhile: read it whole
+                raise FileNotFoundError(file)
+            table = RequestTable(list(scan.collect_schema()), held.height, file, handle,
+                                 {name: held[name] for name in held.columns})
+            handle = None
+            return table
+    except Exception:  # noqa: BLE001 - whatever it is, the whole frame's reader says it as before
+        pass
+    finally:
+        if handle is not None:
+            handle.close()
+    return RequestTable.of_frame(read_whole(file, schema))
+
+
+def rows_in(path: Path) -> int | None:
+    """A parquet file's row count from its footer (None when unreadable)."""
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
+
+
+def columns_in(path: Path) -> list[str] | None:
+    """A parquet file's column names from its footer (None when unreadable)."""
+    try:
+        return list(pl.read_parquet_schema(path))
+    except Exception:  # noqa: BLE001 - any unreadable file: the caller reloads in full
+        return None
