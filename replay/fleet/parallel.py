@@ -55,12 +55,18 @@ REQUEST_FIELDS = ("arrival_us", "prompt_tokens", "output_tokens", "priority", "p
                   "tenant", "adapter", "next_turn", "turn_gap_us", "hash_tokens")
 WHOLE_FIELDS = ("trace_hashes",)
 
-# When it pays. Forking, sending the results back and merging them cost about a few tens of
-# milliseconds and ~1 us a request (bench/bench_pools.py); a worker saves the time of the work the
-# other workers take off it. Below this much work outside the largest group the fleet runs in one
-# engine. Work is in request-equivalents: a request, plus its tokens' share of the steps.
-MIN_SHARED_WORK = 20_000
-TOKENS_PER_WORK = 64  # output tokens that cost about what one request's arrival and admission do
+# When it pays (measured on the lazy numba engine, bench/bench_pools.py and a tick-only run): a
+# request-equivalent of engine work (a request's arrival, admission and end, or TOKENS_PER_WORK
+# output tokens) costs about WORK_S; every tick costs each worker about TICK_S of Python (the
+# snapshot and the control plane) whatever its pools do, so each worker past the first repeats
+# the fleet's ticks; forking a worker and sending its rows back costs about WORKER_S. A fleet is
+# split when the work taken off the busiest worker is worth at least twice what the extra
+# workers cost: on a shared machine a worker may get less than a core.
+WORK_S = 25e-6
+TOKENS_PER_WORK = 64
+TICK_S = 75e-6
+WORKER_S = 0.02
+PAYS_OFF = 2.0
 
 
 def default_jobs() -> int:
@@ -86,7 +92,7 @@ def serial_reason(cfg: FleetConfig, plans: list, inputs: EngineInputs, engine: s
         return "a live run (--tui) watches one engine tick by tick"
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform != "linux":
         return f"pool workers are forked processes, which {sys.platform} does not run safely"
-    return coupling(cfg, plans, inputs) or _too_little_work(inputs, jobs)
+    return coupling(cfg, plans, inputs) or _too_little_work(inputs, jobs, max(1, round(cfg.tick_s * 1e6)))
 
 
 def coupling(cfg: FleetConfig, plans: list, inputs: EngineInputs) -> str | None:
@@ -116,7 +122,7 @@ def coupling(cfg: FleetConfig, plans: list, inputs: EngineInputs) -> str | None:
 
 
 def pool_work(inputs: EngineInputs) -> np.ndarray:
-    """Each pool's work, in request-equivalents (see MIN_SHARED_WORK)."""
+    """Each pool's work, in request-equivalents (see WORK_S)."""
     npool = len(inputs.pool_replicas)
     requests = np.bincount(inputs.pool, minlength=npool).astype(np.float64)
     tokens = np.bincount(inputs.pool, weights=inputs.output_tokens, minlength=npool)
@@ -137,16 +143,18 @@ def pool_groups(inputs: EngineInputs, jobs: int) -> list[list[int]]:
     return sorted(sorted(g) for g in groups)
 
 
-def _too_little_work(inputs: EngineInputs, jobs: int) -> str | None:
+def _too_little_work(inputs: EngineInputs, jobs: int, tick_us: int) -> str | None:
     groups = pool_groups(inputs, jobs)
-    work = pool_work(inputs)
-    loads = [float(work[g].sum()) for g in groups]
-    shared = sum(loads) - max(loads)
     if len(groups) < 2:
         return "only one pool has requests"
-    if shared < MIN_SHARED_WORK:
-        return (f"too little work to share: {shared:,.0f} request-equivalents outside the busiest pool group, "
-                f"under the {MIN_SHARED_WORK:,} that pay for a worker process")
+    work = pool_work(inputs)
+    loads = [float(work[g].sum()) for g in groups]
+    saved_s = (sum(loads) - max(loads)) * WORK_S
+    ticks = int(inputs.arrival_us[-1]) // tick_us + 1
+    cost_s = (len(groups) - 1) * ticks * TICK_S + len(groups) * WORKER_S
+    if saved_s < PAYS_OFF * cost_s:
+        return (f"too little work to share: about {saved_s:.2f} s of it would move to other workers, which would "
+                f"cost about {cost_s:.2f} s ({len(groups)} workers each running the {ticks:,} ticks)")
     return None
 
 
