@@ -17,6 +17,11 @@ it writes them, so worker RSS double-counts what both hold). Serial is `--jobs 1
 the parallel path costs even where the rule would keep the fleet in one engine (it says which).
 The outputs (requests, ticks, events frames and summary.json) are digested in each process and
 compared. Wall times are medians of repeats; machines are shared and noisy, so quote ratios.
+
+CPU seconds are printed beside wall seconds: Linux shares the CPUs between sessions, not between
+processes (sched_autogroup), so on a machine other sessions keep busy the workers only split this
+run's share and the wall time cannot fall; the serial run's CPU over the parent's plus the
+slowest worker's is the speed-up on idle cores (each worker on a core of its own).
 """
 
 from __future__ import annotations
@@ -86,12 +91,21 @@ def one(case: str, jobs: int, requests: int) -> None:
     trace, cfg = bundled_case() if case == "bundled" else synthetic_case(requests)
     rule = parallel.serial_reason(cfg, *_plans_inputs(trace, cfg), "numba", jobs)  # what `run` would choose
     parallel.PAYS_OFF = 0.0
-    started = time.perf_counter()
+    work = parallel._work
+
+    def timed_work(*args):  # each worker's CPU seconds, on stderr for `measure`
+        work(*args)
+        print(f"worker_cpu_s {time.process_time()}", file=sys.stderr, flush=True)
+
+    parallel._work = timed_work
+    started, cpu = time.perf_counter(), time.process_time()
     run = replay_trace(trace, cfg, jobs=jobs)
-    wall = time.perf_counter() - started
-    print(json.dumps({"wall_s": wall, "parent_mb": _rss(resource.RUSAGE_SELF),
-                      "worker_mb": _rss(resource.RUSAGE_CHILDREN), "digest": digest(run),
-                      "requests": run.requests.height, "execution": run.execution, "rule": rule}))
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "workers_cpu_s": children.ru_utime + children.ru_stime,
+                      "parent_mb": _rss(resource.RUSAGE_SELF), "worker_mb": _rss(resource.RUSAGE_CHILDREN),
+                      "digest": digest(run), "requests": run.requests.height, "execution": run.execution,
+                      "rule": rule}))
 
 
 def _plans_inputs(trace, cfg):
@@ -111,8 +125,12 @@ def measure(case: str, jobs: int, requests: int, repeats: int) -> dict:
     for _ in range(repeats):
         done = subprocess.run([sys.executable, __file__, "--one", case, "--jobs", str(jobs), "--requests",
                                str(requests)], capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    out = {k: statistics.median(r[k] for r in rows) for k in ("wall_s", "parent_mb", "worker_mb")}
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        workers = [float(line.split()[1]) for line in done.stderr.splitlines() if line.startswith("worker_cpu_s ")]
+        row["max_worker_cpu_s"] = max(workers, default=0.0)
+        rows.append(row)
+    keys = ("wall_s", "cpu_s", "workers_cpu_s", "max_worker_cpu_s", "parent_mb", "worker_mb")
+    out = {k: statistics.median(r[k] for r in rows) for k in keys}
     out["digests"] = {r["digest"] for r in rows}
     out.update({k: rows[0][k] for k in ("requests", "execution", "rule")})
     return out
@@ -123,10 +141,14 @@ def report(title: str, case: str, jobs: int, requests: int, repeats: int) -> Non
     par = measure(case, jobs, requests, repeats)
     same = len(serial["digests"] | par["digests"]) == 1
     print(f"{title} ({serial['requests']:,} requests), median of {repeats}:")
-    print(f"  serial   (--jobs 1): {serial['wall_s']:.2f} s, peak RSS {serial['parent_mb']:.0f} MB")
-    print(f"  parallel (--jobs {jobs}): {par['wall_s']:.2f} s, peak RSS parent {par['parent_mb']:.0f} MB + largest "
-          f"worker {par['worker_mb']:.0f} MB; {par['execution']}")
-    print(f"  speed-up {serial['wall_s'] / par['wall_s']:.2f}x; outputs identical: {same}; "
+    path = par["cpu_s"] + par["max_worker_cpu_s"]  # the parent's CPU, then the slowest worker's
+    print(f"  serial   (--jobs 1): {serial['wall_s']:.2f} s wall, {serial['cpu_s']:.2f} s CPU, peak RSS "
+          f"{serial['parent_mb']:.0f} MB")
+    print(f"  parallel (--jobs {jobs}): {par['wall_s']:.2f} s wall, CPU parent {par['cpu_s']:.2f} s + workers "
+          f"{par['workers_cpu_s']:.2f} s (slowest {par['max_worker_cpu_s']:.2f} s), peak RSS parent "
+          f"{par['parent_mb']:.0f} MB + largest worker {par['worker_mb']:.0f} MB; {par['execution']}")
+    print(f"  wall speed-up {serial['wall_s'] / par['wall_s']:.2f}x; on idle cores (serial CPU / parent + slowest "
+          f"worker CPU) {serial['cpu_s'] / path:.2f}x; outputs identical: {same}; "
           f"the default rule: {par['rule'] or 'parallel'}")
 
 

@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
                         "(default: what the machine has, MemAvailable or the cgroup's limit)")
     p.add_argument("--jobs", "-j", type=jobs_count, default=None, metavar="N",
                    help="replay pools that share nothing in up to N processes, with the same outputs "
-                        "(default: the cores this process may use; 1: one process)")
+                        "(default: the cores this process may use that the load leaves idle; 1: one process)")
     add_observed_option(p)
     add_plugin_option(p)
     add_trace_options(p)
@@ -155,14 +155,16 @@ def _replay(args: argparse.Namespace) -> int:
             engine_ready(console, terminal=show, quiet=args.quiet)
             raise_if_signalled()  # one that numba's loading swallowed
         timing["warm_up_s"] = time.perf_counter() - began
-        from replay.fleet.parallel import default_jobs
+        from replay.fleet.parallel import auto_jobs
 
-        jobs = args.jobs if args.jobs is not None else default_jobs()
+        jobs, busy = (args.jobs, None) if args.jobs is not None else auto_jobs()
         with progress_bar(console, enabled=show) as progress:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
                                   progress=progress, plans=checked.plans, config_source=checked.source, jobs=jobs)
-        if result.execution and not args.quiet:
-            console.print(f"[yellow]note:[/] {escape(result.execution)}", soft_wrap=True, highlight=False)
+        execution = result.execution or (busy and len(cfg.pools) > 1 and
+                                         f"replayed the {len(cfg.pools)} pools in one process: {busy}")
+        if execution and not args.quiet:
+            console.print(f"[yellow]note:[/] {escape(execution)}", soft_wrap=True, highlight=False)
         raise_if_signalled()
         result, notes = with_observed(result, checked)
         write_run(out, result, force=args.force, timing=timing)

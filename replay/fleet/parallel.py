@@ -77,6 +77,23 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def auto_jobs() -> tuple[int, str | None]:
+    """`run`'s default: the cores this process may use, less those the machine is busy with (the
+    load average over a minute, this process counted in it), and why it is one when it is. A
+    worker gets a core only if one is idle: Linux shares the CPUs between sessions, not between
+    processes (sched_autogroup), so on a busy machine more workers only split this run's share."""
+    cores = default_jobs()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average here
+        return cores, None
+    free = int(cores - max(0.0, load - 1.0))
+    if cores > 1 and free < 2:
+        return 1, (f"the machine is busy: a load average of {load:.1f} on {cores} cores leaves no core for a "
+                   "second worker (--jobs N to use N anyway)")
+    return max(1, min(cores, free)), None
+
+
 def serial_reason(cfg: FleetConfig, plans: list, inputs: EngineInputs, engine: str, jobs: int,
                   on_tick: Callable | None = None) -> str | None:
     """Why this fleet is replayed in one engine; None when its pools can go to `jobs` workers."""
@@ -146,7 +163,7 @@ def pool_groups(inputs: EngineInputs, jobs: int) -> list[list[int]]:
 def _too_little_work(inputs: EngineInputs, jobs: int, tick_us: int) -> str | None:
     groups = pool_groups(inputs, jobs)
     if len(groups) < 2:
-        return "only one pool has requests"
+        return "fewer than two pools have requests"
     work = pool_work(inputs)
     loads = [float(work[g].sum()) for g in groups]
     saved_s = (sum(loads) - max(loads)) * WORK_S

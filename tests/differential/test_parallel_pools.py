@@ -121,7 +121,7 @@ def test_parallel_pools_replay_the_serial_run(fleet, jobs, detailed):
     serial, par = serial_and_parallel(frame, cfg, jobs, detailed=detailed)
     assert serial.workers == 1
     if par.workers == 1:  # by prompt length, every request may go to one pool
-        assert par.serial_reason == "only one pool has requests", par.serial_reason
+        assert par.serial_reason == "fewer than two pools have requests", par.serial_reason
     else:
         assert par.serial_reason is None and 2 <= par.workers <= jobs
     assert_same_run(serial, par)
@@ -218,7 +218,7 @@ def test_what_keeps_a_fleet_in_one_engine():
     assert _reason(frame, two_pools(), jobs=1).startswith("one job")
     assert _reason(frame, {"model": "llama-3.1-8b", "pools": [{"name": "a"}]}) == "one pool"
     assert _reason(frame, two_pools(), on_tick=lambda **_: None).startswith("a live run")
-    assert _reason(small_frame(workloads=("w0",)), two_pools()) == "only one pool has requests"
+    assert _reason(small_frame(workloads=("w0",)), two_pools()) == "fewer than two pools have requests"
 
 
 @pytest.mark.parametrize(("plugin", "pool", "fragment"), [
@@ -296,3 +296,16 @@ def test_a_worker_error_is_the_serial_run_s_error(monkeypatch):
     with pytest.raises(ConfigError) as par:
         simulate(frame, None, build_config(cfg, "drawn", "."), jobs=2)
     assert str(serial.value) == str(par.value) and "still draining" in str(par.value)
+
+
+@pytest.mark.parametrize(("cores", "load", "jobs", "busy"), [
+    (2, 0.3, 2, False), (8, 3.0, 6, False), (2, 6.3, 1, True), (2, 2.2, 1, True), (1, 0.0, 1, False),
+    (16, 40.0, 1, True),
+])
+def test_the_default_jobs_leave_out_the_cores_the_load_keeps_busy(monkeypatch, cores, load, jobs, busy):
+    monkeypatch.setattr(parallel, "default_jobs", lambda: cores)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, load, load))
+    got, reason = parallel.auto_jobs()
+    assert got == jobs and (reason is not None) == busy
+    if busy:
+        assert reason.startswith(f"the machine is busy: a load average of {load:.1f} on {cores} cores")
