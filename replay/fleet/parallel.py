@@ -24,6 +24,13 @@ exactly the steps the fleet's engine makes, and the outputs only need merging:
 - the run ends at the first tick at which every group has ended (each group stops at its own
   end, then runs on, idle but for its control plane, to the last group's).
 
+Requests keep their order and replicas theirs within a group, so every tie the engine breaks by
+index breaks the same way. One thing is renumbered: the hash of a block that is a request's own
+(past the trace's prefix hashes) mixes in the request's index (kvblocks.block_key_nb), the
+group's index here. Block hashes are only compared for equality, and a request's own blocks
+match no other request's, so no output changes, unless two 64-bit hashes collide, which the
+fleet's engine risks as much.
+
 Processes, not threads: the kernels hold the GIL (and the control plane is Python). A fork
 inherits the compiled kernels and the trace's arrays without copying them; the workers use no
 polars. Anything that couples pools, or code that might (a user's policy may keep state across
@@ -55,15 +62,16 @@ REQUEST_FIELDS = ("arrival_us", "prompt_tokens", "output_tokens", "priority", "p
                   "tenant", "adapter", "next_turn", "turn_gap_us", "hash_tokens")
 WHOLE_FIELDS = ("trace_hashes",)
 
-# When it pays (measured on the lazy numba engine, bench/bench_pools.py and a tick-only run): a
-# request-equivalent of engine work (a request's arrival, admission and end, or TOKENS_PER_WORK
-# output tokens) costs about WORK_S; every tick costs each worker about TICK_S of Python (the
-# snapshot and the control plane) whatever its pools do, so each worker past the first repeats
-# the fleet's ticks; forking a worker and sending its rows back costs about WORKER_S. A fleet is
-# split when the work taken off the busiest worker is worth at least twice what the extra
-# workers cost: on a shared machine a worker may get less than a core.
-WORK_S = 25e-6
-TOKENS_PER_WORK = 64
+# When it pays. A request costs the lazy numba engine about WORK_S of CPU (its arrival, admission,
+# steps and end), plus about as much again for every TOKENS_PER_WORK output tokens (measured:
+# 28,185 bundled conv + code requests, 0.7-0.9 s; 200,000 Poisson conv-length requests on 4 x 16
+# replicas, 7.75 s; bench/bench_pools.py). Every tick costs each worker about TICK_S of Python
+# (the snapshot and the control plane; 76 us for one pool, 89 us for two, measured on a tick-only
+# run), so each worker past the first repeats the fleet's ticks; forking a worker and sending its
+# rows back costs about WORKER_S. A fleet is split when the work taken off the busiest worker
+# is worth at least PAYS_OFF times what the extra workers cost.
+WORK_S = 30e-6
+TOKENS_PER_WORK = 1000
 TICK_S = 75e-6
 WORKER_S = 0.02
 PAYS_OFF = 2.0
@@ -285,6 +293,8 @@ def _run_workers(groups: list[Group], run: _Run, progress) -> tuple[list[dict], 
             conn.send(end)
         done = _gather(conns, procs, groups, clock, progress, run.last_arrival_us)
         _raise_first(done)
+        for proc in procs:  # each has sent its rows: let it exit on its own
+            proc.join(timeout=10)
         return [payload for _, _, payload in done], end
     finally:
         for conn in conns:

@@ -186,10 +186,10 @@ def pd_fleet() -> dict:
             "pools": [{"name": "prefill", "replicas": 1}, {"name": "decode", "replicas": 1}]}
 
 
-def small_frame(n: int = 30, workloads: tuple[str, ...] = ("w0", "w1")) -> pl.DataFrame:
+def small_frame(n: int = 30, workloads: tuple[str, ...] = ("w0", "w1"), gap_us: int = 400_000) -> pl.DataFrame:
     rng = np.random.default_rng(3)
     return cast_to_schema(pl.DataFrame({
-        "arrival_us": np.cumsum(rng.integers(0, 400_000, n)), "prompt_tokens": rng.integers(1, 2000, n),
+        "arrival_us": np.cumsum(rng.integers(0, gap_us, n)), "prompt_tokens": rng.integers(1, 2000, n),
         "output_tokens": rng.integers(1, 300, n), "workload": [workloads[i % len(workloads)] for i in range(n)],
     }), source="small")
 
@@ -246,8 +246,10 @@ def test_the_pay_off_rule_keeps_small_fleets_in_one_engine(monkeypatch):
     monkeypatch.setattr(parallel, "PAYS_OFF", 2.0)
     reason = _reason(small_frame(), two_pools())
     assert reason is not None and reason.startswith("too little work to share")
-    big = small_frame(400_000)
-    assert _reason(big, two_pools()) is None
+    assert _reason(small_frame(200_000, gap_us=10_000), two_pools()) is None
+    # as many requests over four and a half days: every worker would run ~400,000 ticks
+    reason = _reason(small_frame(200_000, gap_us=4_000_000), dict(two_pools(), tick_s=1.0))
+    assert reason is not None and reason.startswith("too little work to share")
 
 
 @settings(max_examples=60, deadline=None)
