@@ -53,11 +53,15 @@ def replay_trace(
     plans: list[PoolPlan] | None = None,
     config_source: str = "config",
     on_tick: Callable[..., None] | None = None,
+    jobs: int = 1,
 ) -> RunOutputs:
+    """`jobs` > 1: pools that share nothing are replayed in up to that many processes, with the
+    same outputs; RunOutputs.execution then says how the pools were replayed (and why serially,
+    when they were)."""
     started = time.perf_counter()
     frame = trace.frame
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick)
+                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs)
     return_freed_memory()  # the engine's state, freed: not under the output frames' peak
     requests = request_frame(frame, raw, cfg)
     ticks = tick_frame(raw, requests, cfg)
@@ -103,4 +107,15 @@ def replay_trace(
         summary["closed_loop"] = session_summary(frame, requests)
     summary["verdict"] = verdict(summary, {"ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms}, cfg.max_drain_s)
     # Wall time goes to timing.json, not summary.json: every other file of a rerun is byte-identical.
-    return RunOutputs(requests, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started})
+    return RunOutputs(requests, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started},
+                      execution=execution(raw, jobs))
+
+
+def execution(raw, jobs: int) -> str | None:
+    """How the pools were replayed, when there was a choice: in how many processes, or why in one."""
+    pools = len(raw.plans)
+    if pools < 2 or jobs <= 1:
+        return None
+    if raw.workers > 1:
+        return f"replayed the {pools} pools in {raw.workers} worker processes (--jobs {jobs})"
+    return f"replayed the {pools} pools in one process: {raw.serial_reason}"

@@ -35,9 +35,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-memory", type=size_bytes, metavar="SIZE",
                    help="refuse, before it starts, a run whose estimated peak memory exceeds SIZE, e.g. 8GiB "
                         "(default: what the machine has, MemAvailable or the cgroup's limit)")
+    p.add_argument("--jobs", "-j", type=jobs_count, default=None, metavar="N",
+                   help="replay pools that share nothing in up to N processes, with the same outputs "
+                        "(default: the cores this process may use that the load leaves idle; 1: one process)")
     add_observed_option(p)
     add_plugin_option(p)
     add_trace_options(p)
+
+
+def jobs_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes from 1 to 1024, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,9 +155,16 @@ def _replay(args: argparse.Namespace) -> int:
             engine_ready(console, terminal=show, quiet=args.quiet)
             raise_if_signalled()  # one that numba's loading swallowed
         timing["warm_up_s"] = time.perf_counter() - began
+        from replay.fleet.parallel import auto_jobs
+
+        jobs, busy = (args.jobs, None) if args.jobs is not None else auto_jobs()
         with progress_bar(console, enabled=show) as progress:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
-                                  progress=progress, plans=checked.plans, config_source=checked.source)
+                                  progress=progress, plans=checked.plans, config_source=checked.source, jobs=jobs)
+        execution = result.execution or (busy and len(cfg.pools) > 1 and
+                                         f"replayed the {len(cfg.pools)} pools in one process: {busy}")
+        if execution and not args.quiet:
+            console.print(f"[yellow]note:[/] {escape(execution)}", soft_wrap=True, highlight=False)
         raise_if_signalled()
         result, notes = with_observed(result, checked)
         write_run(out, result, force=args.force, timing=timing)

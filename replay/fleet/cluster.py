@@ -7,6 +7,7 @@ Autoscalers (issue 3) plug in here: they read the same snapshot and change repli
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import reprlib
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from policies.user_config import UserChoice, UserTable
 from replay.calibration.profiles import default_source, step_coefficients
 from replay.config import FleetConfig, PoolConfig
 from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_decider
-from replay.fleet.ticks import check_drain, check_tick_count, tick_arrays
-from replay.engine.common import SNAPSHOT_COLUMNS, SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.fleet.ticks import check_tick_count
+from replay.fleet.tickloop import TickLoop
+from replay.engine.common import SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
@@ -509,6 +511,8 @@ class RawRun:
     requests: dict[str, np.ndarray]
     end_us: int
     tick_us: int
+    workers: int = 1  # processes that replayed the pools (replay/fleet/parallel.py)
+    serial_reason: str | None = None  # why the pools were replayed in one engine, when they were
 
 
 def simulate(
@@ -522,60 +526,45 @@ def simulate(
     plans: list[PoolPlan] | None = None,
     config_source: str = "config",
     on_tick: Callable[..., None] | None = None,
+    jobs: int = 1,
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
-    `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword."""
+    `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword. `jobs` > 1
+    replays pools that share nothing in up to that many processes, with the same outputs
+    (replay/fleet/parallel.py); the run says why when they could not be."""
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
     closed = cfg.trace is not None and cfg.trace.closed_loop
     inputs = build_inputs(frame, trace_block_tokens, plans, pool_index, detailed_events, cfg.seed, cfg.slo.ttft_ms,
                           pd_inputs(cfg, plans), config_source, closed)
-    eng = make_engine(engine, inputs)
+    from replay.fleet import parallel
 
+    why = parallel.serial_reason(cfg, plans, inputs, engine, jobs, on_tick)
+    if why is None:
+        raw = parallel.simulate_pools(inputs, pool_index, plans, cfg, engine, jobs, progress)
+        if raw is not None:
+            return _with_sent_times(raw, frame, inputs, closed)
+        why = parallel.UNMERGEABLE
+    eng = make_engine(engine, inputs)
     tick_us = max(1, round(cfg.tick_s * 1e6))
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
-    limit_us = last_arrival + round(cfg.max_drain_s * 1e6)
     control = make_control(plans, inputs, cfg, tick_us)
     control.start(eng)
-    # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
-    membership = np.zeros((len(inputs.replica_pool), len(plans)), np.int64)
-    membership[np.arange(len(inputs.replica_pool)), inputs.replica_pool] = 1
-    snapshots: list[np.ndarray] = []
-    pool_counts: list[np.ndarray] = []
-    by_state: list[np.ndarray] = []
-    billed: list[np.ndarray] = []
-    events: list[dict[str, np.ndarray]] = []
-    t = 0
-    while True:
-        billed.append(control.billed_gpus())  # what the interval (t, t + tick] costs
-        t += tick_us
-        eng.advance(t)
-        snap = eng.snapshot(t)
-        snapshots.append(membership.T @ snap)  # [pool, column]
-        pc = eng.pool_counters()
-        # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
-        # `waiting` counts them, and `held` says how many of them are.
-        snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
-        pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
-        events.append(eng.take_events())
-        by_state.append(control.tick(t, eng, snap, pc))
-        if progress is not None:
-            progress(t, last_arrival)  # past the last arrival: the fleet drains
-        if on_tick is not None:
-            on_tick(t_us=t, end_us=last_arrival, pools=snapshots[-1], counts=pool_counts[-1], states=by_state[-1],
-                    gpus=billed[-1], events=events[-1], control_events=control.events,
-                    request_columns=eng.request_columns)
-        if (eng.done and t >= last_arrival) or t >= limit_us:
-            break
-        check_drain(len(snapshots), len(plans), tick_us, last_arrival)
-    ticks = tick_arrays(snapshots, pool_counts, by_state, billed, tick_us)
-    ev = {k: np.concatenate([e[k] for e in events]) for k in events[0]}
-    columns = eng.request_columns()
-    if closed:
-        columns = with_sent_times(columns, frame, inputs, [p.serving for p in plans])
-    return RawRun(plans, pool_index, ticks, ev, control.events, inputs.pool_replicas, columns, t, tick_us)
+    loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last_arrival,
+                    last_arrival + round(cfg.max_drain_s * 1e6), progress=progress, on_tick=on_tick)
+    loop.run()
+    raw = RawRun(plans, pool_index, loop.tick_arrays(), loop.engine_events(), control.events, inputs.pool_replicas,
+                 eng.request_columns(), loop.t, tick_us, serial_reason=why)
+    return _with_sent_times(raw, frame, inputs, closed)
+
+
+def _with_sent_times(raw: RawRun, frame: pl.DataFrame, inputs: EngineInputs, closed: bool) -> RawRun:
+    if not closed:
+        return raw
+    sent = with_sent_times(raw.requests, frame, inputs, [p.serving for p in raw.plans])
+    return dataclasses.replace(raw, requests=sent)
 
 
 def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, tick_us: int) -> FleetControl:

@@ -41,6 +41,7 @@ class RunOutputs:
     summary: dict
     config: dict
     timing: dict = field(default_factory=dict)  # phase -> wall seconds (timing.json)
+    execution: str | None = None  # how the pools were replayed (replay/run.py execution), not written
 
 
 def _names(names: list[str], most: int = 5) -> str:

@@ -64,6 +64,14 @@ def test_run_size_flags_that_are_not_a_size_are_one_line(cli, flag, value):
                               f"500MB or 1000000, got {value!r}"), res.err
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "many", "100000"])
+def test_run_jobs_that_is_not_a_count_is_one_line(cli, value):
+    res = cli("run", "--jobs", value)
+    assert res.code == 2 and res.out == "" and len(res.err.splitlines()) == 1, res.err
+    assert res.err.startswith("llm-replay: error: run: argument --jobs/-j: expected a whole number of processes "
+                              f"from 1 to 1024, got {value!r}"), res.err
+
+
 def test_the_command_table_is_what_help_lists_and_python_m_runs_it():
     """One row of replay.cli.app.COMMANDS per command once the application registered the
     dashboard's, in the order --help lists them; `python -m llm_replay` (what bench/bench_tui.py
