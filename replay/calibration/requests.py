@@ -37,9 +37,10 @@ class Param:
     follows: str | None = None
 
 
-# expert_mbu (routed experts' own share of bandwidth) is not fitted: with one MoE model among the
-# experiments, a fit with it pinned the MoE model better but left the dense ones' folds unstable
-# (leave-one-model-out, a near-capacity run replayed overloaded); few parameters generalise.
+# expert_mbu (routed experts' own share of bandwidth) is fitted where an MoE model's experiments
+# pin it, else it follows mbu. With one share for both, the MoE model (its steps mostly expert
+# reads) and the dense ones pulled the fit to a regime neither wants: all 17 real servers fitted
+# mbu 0.70 with no per-step overhead, the 13 dense ones alone mbu 0.92 with 1.4 ms a step.
 PARAMS = (
     Param("mbu", 0.2, 1.0, 0.03, "memory-bound decode steps"),
     Param("attention_mbu", 0.2, 1.0, 0.03, "decode steps whose KV reads differ (batch sizes, contexts, KV heads)",
@@ -48,6 +49,7 @@ PARAMS = (
     Param("per_seq_overhead_us", 0.0, 200.0, 2.0, "experiments at different batch sizes"),
     Param("allreduce_latency_us", 0.0, 60.0, 2.0,
           "experiments at tensor_parallel_size > 1 of models of different depths or at different TPs"),
+    Param("expert_mbu", 0.2, 1.0, 0.03, "experiments of an MoE model", follows="mbu"),
 )
 # A parameter whose largest effect on any residual is below this (a log ratio per nudge) is one
 # the data cannot pin; so is one whose effect the others' reproduce to within COLLINEAR of its size
