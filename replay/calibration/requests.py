@@ -159,9 +159,11 @@ def fit(targets: Sequence[Target], start: dict[str, float], max_iterations: int 
     """Fit PARAMS to the targets from `start`; a parameter the targets cannot pin is an error
     naming it (and what would pin it) before anything is written, or with `hold_unpinned` (a
     cross-validation fold) is held at its `start` value."""
-    if not hold_unpinned and len(targets) * len(METRICS) < len(PARAMS) + 1:
-        raise UserError(f"calibrate --experiments: {len(targets)} experiment(s) cannot pin {len(PARAMS)} step-model "
-                        f"terms and the serving time; give at least {math.ceil((len(PARAMS) + 1) / len(METRICS))}")
+    # terms that follow another when unpinned (attention_mbu, expert_mbu) need no data of their own
+    needed = sum(p.follows is None for p in PARAMS)
+    if not hold_unpinned and len(targets) * len(METRICS) < needed + 1:
+        raise UserError(f"calibrate --experiments: {len(targets)} experiment(s) cannot pin {needed} step-model "
+                        f"terms and the serving time; give at least {math.ceil((needed + 1) / len(METRICS))}")
     theta = np.array([start[p.name] if p.name in start else start[p.follows] for p in PARAMS], np.float64)
     lo = np.array([p.lo for p in PARAMS])
     hi = np.array([p.hi for p in PARAMS])
