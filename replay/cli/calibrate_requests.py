@@ -15,7 +15,8 @@ import yaml
 
 FORMAT = "llm-replay-request-fit/1"
 # Where the fit starts: vLLM-like overheads and an H100-like share of HBM bandwidth.
-START = {"mbu": 0.8, "attention_mbu": 0.8, "per_step_overhead_us": 500.0, "per_seq_overhead_us": 10.0, "allreduce_latency_us": 6.0}
+START = {"mbu": 0.8, "attention_mbu": 0.8, "per_step_overhead_us": 500.0, "per_seq_overhead_us": 10.0, "allreduce_latency_us": 6.0,
+         "expert_mbu": 0.8}
 ZERO_SERVING = {"api_server_us": 0.0, "tokenize_us_per_token": 0.0, "token_return_us": 0.0}
 
 

@@ -297,12 +297,14 @@ def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, d
     expert_bytes = 0.0
     if p[NUM_EXPERTS] > 0 and real > 0:
         # Top-k routing of T tokens over E experts touches E (1 - (1 - k/E)^T) distinct experts per
-        # MoE layer in expectation (uniform routing); only those experts' weights are read. T is the
-        # real tokens, though vLLM v0.15 routes a CUDA graph's padded slots too (skipping them came in
-        # vllm-project/vllm PR #46428): counting them moved Scout's held-out ITL 4-6 points closer but
-        # the leave-one-model-out MAPE overall from 12.3 / 8.3 / 8.1% to 14.6 / 8.4 / 8.7%.
+        # MoE layer in expectation (uniform routing); only those experts' weights are read. T counts a
+        # CUDA graph's padded slots: vLLM v0.15 routes them like real tokens (the runner zeroes only
+        # their positions, so they carry stale token ids; `_preprocess` in vllm/v1/worker/
+        # gpu_model_runner.py), and a TP-only fused-MoE step reads the experts they pick ("padded
+        # tokens go through the full router and activate extra experts", sgl-project/sglang PR #25852;
+        # vLLM skips them only from vllm-project/vllm PR #46428, opt-in, after v0.15).
         e = p[NUM_EXPERTS]
-        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** real)
+        touched = e * (1.0 - (1.0 - p[EXPERTS_PER_TOKEN] / e) ** tokens)
         expert_bytes = p[EXPERT_BYTES_EACH] * touched
     if lora_adapters > 0:
         # Each distinct adapter's A and B are gathered and read once (Punica SGMV, S-LoRA).

@@ -181,9 +181,10 @@ def test_the_h100_request_fit_is_carried_to_the_campaigns_other_gpus(gpu):
 
     fit = request_fit("h100-sxm-80gb")["step_model"]
     got = step_coefficients(StepModelArgs(), "llama-3.1-70b", gpu, 4, "w")
-    for key in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us", "mbu", "attention_mbu"):
+    for key in ("per_step_overhead_us", "per_seq_overhead_us", "allreduce_latency_us", "mbu", "attention_mbu",
+                "expert_mbu"):
         assert got[key] == fit[key]
-    assert got["per_step_overhead_us"] < default_coefficients(gpu)["per_step_overhead_us"]
+    assert got["per_step_overhead_us"] != default_coefficients(gpu)["per_step_overhead_us"]
     assert got["mfu"] == default_coefficients(gpu)["mfu"]  # the request fit pins no mfu: the GPU's own stays
     assert "h100-sxm-80gb request-level fit" in default_source(gpu)
     # a pool's own keys still win over the carried fit
