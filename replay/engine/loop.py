@@ -23,6 +23,7 @@ from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
+from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
 from replay.engine.kvblocks import U64
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
@@ -43,7 +44,18 @@ from policies._userview import E_STATUS
 
 @njit(cache=True, _nrt=False)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
-    """Process every event with time <= until, in (time, kind, replica) order."""
+    """Process every event with time <= until, in (time, kind, replica) order; at until, every
+    replica in a quiet run is caught up (engine/quiet.py), so the host reads it as of until."""
+    status = run_events(rq, blocks, reps, pools, ev, th, tbs, until)
+    if status == STATUS_OK:
+        for r in range(reps.pool.shape[0]):
+            quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
+    return status
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
+    """advance_nb's loop: the events up to until, or the status that stops it first."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
@@ -84,7 +96,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
                     return STATUS_OK
-                refresh_views(reps, pools, ref_p, t_ref)
+                refresh_views(rq, blocks, reps, pools, th, tbs, ref_p, t_ref)
                 continue
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
@@ -101,6 +113,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_OK
         r = best_r
         if best_kind == 0:
+            quiet_land(rq, blocks, reps, pools, th, tbs, r)
             finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
             continue
         reps.wake[r] = NO_EVENT
@@ -109,6 +122,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             reps.step_start[r] = best_t
             reps.busy_until[r] = best_t + dur
             reps.counters[r, C_STEPS] += 1
+            quiet_begin(reps, pools, r)
         elif preempted:
             # A victim policy other than FCFS can preempt the request it was making room for and
             # leave nothing to run; as vLLM, schedule again (the queue is admitted then).
@@ -168,6 +182,7 @@ def reset_replica_nb(blocks, reps, r):
     reps.lz_cool[r] = 0
     reps.fh_n[r] = 0
     reps.ah_n[r] = 0
+    reps.qr_end[r] = -1
     reps.busy_until[r] = -1
     reps.wake[r] = NO_EVENT
     reps.reserved[r] = 0

@@ -228,6 +228,8 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         ah_key=full(int(seqs_per.sum()), 0),
         ah_q=full(int(seqs_per.sum()), -1),
         lz_due=full(int(seqs_per.sum()), -1),
+        qr_end=full(nrep, -1),
+        qr_steps=full(nrep, 0),
     )
 
 
