@@ -27,13 +27,21 @@ def _outputs(engine):
 
 
 def _run(inputs, lazy: bool, ticks):
+    """The outputs, and what the host reads at each tick: every replica's snapshot, and every
+    tenth tick the requests' progress (lazy requests' written as of then)."""
     engine = NumbaEngine(inputs, lazy=lazy)
-    for t in ticks:
+    snapshots, progress = [], []
+    for k, t in enumerate(ticks):
         engine.advance(int(t))
+        snapshots.append(engine.snapshot(int(t)))
+        if k % 10 == 0:
+            columns = engine.request_columns()
+            progress.append(np.stack([columns["computed"], columns["generated"]]))
         if engine.done:
             break
     assert engine.done
-    return engine, _outputs(engine)
+    reads = {"snapshots": np.stack(snapshots), "progress": np.stack(progress)}
+    return engine, (*_outputs(engine), reads)
 
 
 def assert_quiet_same(inputs, tick_us: int = 1_000_000, ticks=None, quiet_used: bool = True):
@@ -42,7 +50,7 @@ def assert_quiet_same(inputs, tick_us: int = 1_000_000, ticks=None, quiet_used: 
         ticks = range(tick_us, 10**11, tick_us)
     quiet, a = _run(inputs, True, ticks)
     eager, b = _run(inputs, False, ticks)
-    for what, x, y in zip(("event", "request", "replica", "pool"), a, b):
+    for what, x, y in zip(("event", "request", "replica", "pool", "tick"), a, b):
         for name in y:
             np.testing.assert_array_equal(x[name], y[name], err_msg=f"{what} column {name}: quiet vs eager")
     if quiet_used:
