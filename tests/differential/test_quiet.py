@@ -132,6 +132,21 @@ def test_quiet_runs_cut_by_the_free_blocks(kv_blocks):
     assert_quiet_same(inputs, tick_us=23_000)
 
 
+@pytest.mark.parametrize("router", ["prefix-aware", {"policy": "weighted", "scorers": {"prefix": 1}}],
+                         ids=["prefix-aware", "prefix-only"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_prefix_hits_routed_on_after_quiet_evictions(router, seed):
+    """Small replicas that churn through their blocks: a quiet run's allocations evict cached
+    prefixes, and a router that reads each replica's hits must see them gone."""
+    rng = np.random.default_rng(seed)
+    n = 200
+    inputs = make_inputs(np.cumsum(rng.integers(0, 150_000, n)), rng.integers(50, 200, n), rng.integers(100, 400, n),
+                         families=rng.integers(0, 6, n), trace_block_tokens=16, replicas=(3,), kv_blocks=(48,),
+                         max_num_seqs=(8,), router=(router,))
+    assert_quiet_same(inputs)
+    assert_quiet_same(inputs, tick_us=29_000)
+
+
 def test_quiet_runs_match_on_closed_loop_sessions():
     rng = np.random.default_rng(21)
     sessions = [(int(rng.integers(0, 20_000_000)), [(int(rng.integers(1, 200)), int(rng.integers(20, 400)))
