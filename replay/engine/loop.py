@@ -65,10 +65,9 @@ def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
-        # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).
+        # Earliest replica event: a step end (kind 0; a quiet run's last) or a wake-up (kind 3).
         best_r = reps.tree[1]
-        best_t = NO_EVENT
-        best_kind = 4
+        best_t, best_kind = NO_EVENT, 4
         if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
             best_t = reps.ekey[best_r] // 4
             best_kind = reps.ekey[best_r] % 4
@@ -77,8 +76,7 @@ def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
         a = skip_released(rq, pools, ev.clock[0])
         ev.clock[0] = a
         t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
-        # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
-        # arrivals (kind 2) and wake-ups (kind 3).
+        # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
         ref_p = -1
         for p in range(pools.next_refresh.shape[0]):
             if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
