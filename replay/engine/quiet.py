@@ -102,8 +102,14 @@ def quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
     host's `until`, after every event at t) and the schedule of the next. An event at t of kind 1
     or 2 comes after a step that ends at t and before r schedules the next: r is then left as
     step by step leaves it, its step ended and a wake-up at t, and the run is over."""
-    if reps.qr_end[r] < 0:
-        return
+    if reps.qr_end[r] >= 0 and (reps.busy_until[r] < t or (reps.busy_until[r] == t and t < reps.qr_end[r])):
+        catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive)
+
+
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
+    """quiet_catch_up's work, compiled once rather than inlined at each of its callers (it runs
+    once per catch-up, not per event: the call's cost is small, the copies' compile was not)."""
     while reps.busy_until[r] < reps.qr_end[r] and (reps.busy_until[r] < t or (inclusive and reps.busy_until[r] == t)):
         quiet_step(rq, blocks, reps, pools, th, tbs, r)
     if reps.busy_until[r] == t and t < reps.qr_end[r]:
