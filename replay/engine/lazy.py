@@ -18,8 +18,7 @@ preempted; a token budget that would starve a lazy request) puts every lazy requ
 the run_list first (`materialise`) and runs the step-by-step code.
 
 Prefix caching: a lazy request's blocks that fill up are offered to the cache when it stops
-being lazy, not at the step they fill, and not at all when it stops because it finished (its own
-keys are never looked up again). That is invisible: lazify only takes a request never
+being lazy, not at the step they fill. That is invisible: lazify only takes a request never
 preempted whose next blocks have keys private to it (`kvblocks.block_key_nb`: past its hashed
 prompt), so no other request can look those keys up and no copy of them can be in the table;
 its blocks are held, so no allocation can evict them; the table maps the same keys to the same
@@ -129,10 +128,7 @@ def finish_lazy(rq, blocks, reps, pools, ev, th, tbs, r, t):
     heap_pop(reps.fh_key[off:], reps.fh_q[off:], reps.fh_n[r])
     reps.fh_n[r] -= 1
     bs = pools.block_size[p]
-    # The blocks it filled while lazy are not offered to the prefix cache: their keys are its own
-    # (can_lazify), and a finished request's keys are never looked up again, so caching them
-    # (and deleting them from the table when the blocks are reused) would change no output.
-    unlazy(rq, blocks, reps, th, tbs, bs, False, r, q)
+    unlazy(rq, blocks, reps, th, tbs, bs, pools.prefix_caching[p] != 0, r, q)
     finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t)
 
 

@@ -44,18 +44,7 @@ from policies._userview import E_STATUS
 
 @njit(cache=True, _nrt=False)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
-    """Process every event with time <= until, in (time, kind, replica) order; at until, every
-    replica in a quiet run is caught up (engine/quiet.py), so the host reads it as of until."""
-    status = run_events(rq, blocks, reps, pools, ev, th, tbs, until)
-    if status == STATUS_OK:
-        for r in range(reps.pool.shape[0]):
-            quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
-    return status
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
-    """advance_nb's loop: the events up to until, or the status that stops it first."""
+    """Process every event with time <= until, in (time, kind, replica) order (then `synced`)."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
@@ -87,18 +76,18 @@ def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
             t_x = pools.xh_t[0]
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
-                    return STATUS_OK
+                    return synced(rq, blocks, reps, pools, th, tbs, until)
                 finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
         if ref_p >= 0:
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
-                    return STATUS_OK
+                    return synced(rq, blocks, reps, pools, th, tbs, until)
                 refresh_views(rq, blocks, reps, pools, th, tbs, ref_p, t_ref)
                 continue
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
-                return STATUS_OK
+                return synced(rq, blocks, reps, pools, th, tbs, until)
             if q_arr != a:
                 rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
             arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
@@ -108,7 +97,7 @@ def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
                 return STATUS_UNKNOWN_POLICY
             continue
         if best_r < 0 or best_t > until:
-            return STATUS_OK
+            return synced(rq, blocks, reps, pools, th, tbs, until)
         r = best_r
         if best_kind == 0:
             quiet_land(rq, blocks, reps, pools, th, tbs, r)
@@ -133,6 +122,15 @@ def run_events(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def synced(rq, blocks, reps, pools, th, tbs, until):
+    """advance_nb reached until: every replica in a quiet run is caught up (engine/quiet.py), so
+    the host reads it as of until. A call, not inlined at advance_nb's returns (compile time)."""
+    for r in range(reps.pool.shape[0]):
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
+    return STATUS_OK
 
 
 @njit(cache=True, _nrt=False)

@@ -510,7 +510,8 @@ class NumbaEngine:
         reps.state[r] = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
-        self._entry(sync_lazy_nb, (self.rq, self.reps))(self.rq, self.reps)  # lazy requests' computed/generated, written as of now
+        # Lazy requests' computed/generated, written as of now.
+        self._entry(sync_lazy_nb, (self.rq, self.reps))(self.rq, self.reps)
         rq = self.rq
         return {
             "replica": rq.replica,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.events import update_event
@@ -43,7 +44,8 @@ from replay.model.stepmodel import step_time_us_nb
 def quiet_duration(reps, pools, p, r, ahead):
     """`scheduling.step_duration` of a quiet step `ahead` steps after the lazy step count now."""
     n = reps.nlazy[r]
-    return step_time_us_nb(pools.step[p], 0, 0.0, 0, n, reps.lz_ctx[r] + n + ahead * n, n, 0, 0)
+    z = np.int64(0)  # typed zeros: literal ones would compile the step model a second time
+    return step_time_us_nb(pools.step[p], z, np.float64(0.0), z, n, reps.lz_ctx[r] + n + ahead * n, n, z, z)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -91,7 +93,7 @@ def quiet_step(rq, blocks, reps, pools, th, tbs, r):
             heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
             reps.ah_n[r] += 1
     reps.step_start[r] = t
-    reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, 0)
+    reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
     reps.counters[r, C_STEPS] += 1
     reps.qr_steps[r] += 1
 
@@ -103,14 +105,15 @@ def quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
     or 2 comes after a step that ends at t and before r schedules the next: r is then left as
     step by step leaves it, its step ended and a wake-up at t, and the run is over."""
     if reps.qr_end[r] >= 0 and (reps.busy_until[r] < t or (reps.busy_until[r] == t and t < reps.qr_end[r])):
-        catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive)
+        catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, np.int64(inclusive))
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
     """quiet_catch_up's work, compiled once rather than inlined at each of its callers (it runs
     once per catch-up, not per event: the call's cost is small, the copies' compile was not)."""
-    while reps.busy_until[r] < reps.qr_end[r] and (reps.busy_until[r] < t or (inclusive and reps.busy_until[r] == t)):
+    end = reps.qr_end[r]
+    while reps.busy_until[r] < end and (reps.busy_until[r] < t or (inclusive != 0 and reps.busy_until[r] == t)):
         quiet_step(rq, blocks, reps, pools, th, tbs, r)
     if reps.busy_until[r] == t and t < reps.qr_end[r]:
         lazy_step_done(reps, r)
