@@ -21,6 +21,7 @@ _KERNEL_SOURCES = (
     "engine/transfer.py",
     "engine/lora.py",
     "engine/lazy.py",
+    "engine/quiet.py",
     "engine/scheduling.py",
     "engine/loop.py",
     "model/stepmodel.py",

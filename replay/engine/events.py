@@ -26,8 +26,11 @@ def record(ev, t, kind, replica, request, value):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def update_event(reps, r):
-    """Recompute replica r's next event after busy_until or wake changed; O(log R)."""
-    if reps.busy_until[r] >= 0:
+    """Recompute replica r's next event after busy_until or wake changed; O(log R). A replica in
+    a quiet run (engine/quiet.py) has the end of the run's last step."""
+    if reps.qr_end[r] >= 0:
+        reps.ekey[r] = reps.qr_end[r] * 4
+    elif reps.busy_until[r] >= 0:
         reps.ekey[r] = reps.busy_until[r] * 4
     elif reps.wake[r] != NO_EVENT:
         reps.ekey[r] = reps.wake[r] * 4 + 3

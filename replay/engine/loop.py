@@ -23,6 +23,7 @@ from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
+from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
 from replay.engine.kvblocks import U64
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
@@ -43,7 +44,7 @@ from policies._userview import E_STATUS
 
 @njit(cache=True, _nrt=False)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
-    """Process every event with time <= until, in (time, kind, replica) order."""
+    """Process every event with time <= until, in (time, kind, replica) order (then `synced`)."""
     n = rq.arrival.shape[0]
     cap = ev.t.shape[0]
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
@@ -53,10 +54,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
-        # Earliest replica event: a step end (kind 0) or a wake-up to schedule (kind 3).
+        # Earliest replica event: a step end (kind 0; a quiet run's last) or a wake-up (kind 3).
         best_r = reps.tree[1]
-        best_t = NO_EVENT
-        best_kind = 4
+        best_t, best_kind = NO_EVENT, 4
         if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
             best_t = reps.ekey[best_r] // 4
             best_kind = reps.ekey[best_r] % 4
@@ -65,8 +65,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         a = skip_released(rq, pools, ev.clock[0])
         ev.clock[0] = a
         t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
-        # Routers' view refreshes (kind 1): after the steps that end at the same time, before the
-        # arrivals (kind 2) and wake-ups (kind 3).
+        # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
         ref_p = -1
         for p in range(pools.next_refresh.shape[0]):
             if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
@@ -77,18 +76,18 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             t_x = pools.xh_t[0]
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
-                    return STATUS_OK
+                    return synced(rq, blocks, reps, pools, th, tbs, until)
                 finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
         if ref_p >= 0:
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
-                    return STATUS_OK
-                refresh_views(reps, pools, ref_p, t_ref)
+                    return synced(rq, blocks, reps, pools, th, tbs, until)
+                refresh_views(rq, blocks, reps, pools, th, tbs, ref_p, t_ref)
                 continue
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
-                return STATUS_OK
+                return synced(rq, blocks, reps, pools, th, tbs, until)
             if q_arr != a:
                 rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
             arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
@@ -98,9 +97,10 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                 return STATUS_UNKNOWN_POLICY
             continue
         if best_r < 0 or best_t > until:
-            return STATUS_OK
+            return synced(rq, blocks, reps, pools, th, tbs, until)
         r = best_r
         if best_kind == 0:
+            quiet_land(rq, blocks, reps, pools, th, tbs, r)
             finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
             continue
         reps.wake[r] = NO_EVENT
@@ -109,6 +109,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             reps.step_start[r] = best_t
             reps.busy_until[r] = best_t + dur
             reps.counters[r, C_STEPS] += 1
+            quiet_begin(reps, pools, r)
         elif preempted:
             # A victim policy other than FCFS can preempt the request it was making room for and
             # leave nothing to run; as vLLM, schedule again (the queue is admitted then).
@@ -121,6 +122,15 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def synced(rq, blocks, reps, pools, th, tbs, until):
+    """advance_nb reached until: every replica in a quiet run is caught up (engine/quiet.py), so
+    the host reads it as of until. A call, not inlined at advance_nb's returns (compile time)."""
+    for r in range(reps.pool.shape[0]):
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
+    return STATUS_OK
 
 
 @njit(cache=True, _nrt=False)
@@ -168,6 +178,7 @@ def reset_replica_nb(blocks, reps, r):
     reps.lz_cool[r] = 0
     reps.fh_n[r] = 0
     reps.ah_n[r] = 0
+    reps.qr_end[r] = -1
     reps.busy_until[r] = -1
     reps.wake[r] = NO_EVENT
     reps.reserved[r] = 0

@@ -27,6 +27,7 @@ from replay.engine.common import (
 from replay.engine.events import record, wake_idle
 from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
+from replay.engine.quiet import quiet_cancel, quiet_catch_up_pool
 from replay.engine.sessions import release_next
 from replay.engine.state import (
     PD_DECODE,
@@ -62,8 +63,10 @@ def routable(reps, r, t):
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def refresh_views(reps, pools, p, t):
-    """The pool's routers see each replica as it is now, until the next refresh."""
+def refresh_views(rq, blocks, reps, pools, th, tbs, p, t):
+    """The pool's routers see each replica as it is now (after its quiet steps that end by t),
+    until the next refresh."""
+    quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t)
     for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
         reps.view_wait[r] = reps.nwait[r]
         reps.view_run[r] = reps.nrun[r]
@@ -219,6 +222,8 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)
     keeps it in its FIFO; any other rejects it as no_replica."""
     p = rq.pool[q]
+    if pools.route_hits[p] != 0:  # quiet runs' allocations may have evicted cached blocks
+        quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t)
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
     if r == ROUTE_UNKNOWN:
         unknown_policy(ev, UNKNOWN_ROUTER, p, t)
@@ -231,9 +236,12 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         else:
             reject(rq, pools, ev, q, REJECT_NO_REPLICA, t)
         return
+    quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t)  # r is read (its prefix hits) and then given work
     d = -1
     if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
+        if pools.route_hits[pp] != 0:
+            quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, pp, t)
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
         if rp == ROUTE_UNKNOWN:
             unknown_policy(ev, UNKNOWN_ROUTER, pp, t)
@@ -241,6 +249,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         if rp < 0:
             rp = route_starting(pools, reps, pp)
         if rp >= 0:  # else no prefill replica at all: the decode replica prefills it itself
+            quiet_cancel(rq, blocks, reps, pools, th, tbs, rp, t)
             d = r
             r = rp
             p = pp

@@ -135,6 +135,10 @@ class Replicas(NamedTuple):
     ah_key: np.ndarray
     ah_q: np.ndarray
     lz_due: np.ndarray
+    # Quiet runs (engine/quiet.py): the end of the run's last step (-1: not in a run), and the
+    # steps made in runs (a diagnostic for the benchmarks).
+    qr_end: np.ndarray
+    qr_steps: np.ndarray
 
 
 

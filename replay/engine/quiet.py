@@ -1,0 +1,154 @@
+"""Quiet runs: a replica whose batch cannot change for a while is advanced in a tight loop,
+not one event per step.
+
+A step of replica r is *quiet* when every running request is lazy (engine/lazy.py), nothing
+waits, no KV transfer touches r, and no lazy request finishes in it: the step then only makes
+one token per lazy request and takes the blocks that fall due, and its duration is the step
+model's for `nlazy` decodes over a context that grows by `nlazy` a step. Once r schedules such a
+step (`quiet_begin`), the steps up to the one in which its first lazy request finishes are all
+quiet unless something from outside touches r, so their durations are summed here, in the same
+integer-microsecond step-model calls as step by step, and r's event in the tournament tree
+becomes the end of that last step (`reps.qr_end`): one event for the run instead of two a step.
+The run is cut short where the free blocks might not cover every block due in it, so no step of
+it can preempt.
+
+Everything that reads r before the run's end first *catches it up* (`quiet_catch_up`): the
+steps that end by then are applied one by one as step by step would (counters, lazy step count,
+the due blocks taken in the same order, so block ids, the free queue's LRU order and the prefix
+cache stay identical), respecting the event order at equal times (a step end before a view
+refresh or an arrival, a wake-up after them). What must: an arrival queued on r or whose decode
+replica is r (`quiet_cancel`: the run ends, r steps one event at a time again), a router that
+reads the pool's prefix-cache hits (allocations evict cached blocks), a routers' view refresh
+(it reads the used blocks), and the host (`advance_nb` catches every replica up to `until`
+before it returns, so snapshots, request rows and lifecycle changes see the state as of then).
+Quiet steps record no event. The reference engine stays step by step; the differential tests
+hold the two (and `lazy=False`) to identical outputs.
+"""
+
+from __future__ import annotations
+
+import replay._numba_cache  # noqa: F401  (before any kernel is defined)
+
+import numpy as np
+from numba import njit
+
+from replay.engine.events import update_event
+from replay.engine.kvblocks import grow_request
+from replay.engine.lazy import SEQ_SPAN, lazy_step_done
+from replay.engine.queues import heap_pop, heap_push
+from replay.engine.state import C_BUSY, C_STEPS
+from replay.model.stepmodel import step_time_us_nb
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_duration(reps, pools, p, r, ahead):
+    """`scheduling.step_duration` of a quiet step `ahead` steps after the lazy step count now."""
+    n = reps.nlazy[r]
+    z = np.int64(0)  # typed zeros: literal ones would compile the step model a second time
+    return step_time_us_nb(pools.step[p], z, np.float64(0.0), z, n, reps.lz_ctx[r] + n + ahead * n, n, z, z)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_begin(reps, pools, r):
+    """Replica r has just scheduled a step: if its batch is all lazy and nothing can reach it
+    but from outside, make its event the end of the last quiet step after this one."""
+    if (reps.nlazy[r] == 0 or reps.neager[r] != 0 or reps.nwait[r] != 0 or reps.pend_head[r] >= 0
+            or reps.outgoing[r] != 0 or reps.incoming[r] != 0 or reps.reserved[r] != 0):
+        return
+    p = reps.pool[r]
+    n = reps.nlazy[r]
+    # The step with lazy count k ends with k + 1 tokens made: the first finish ends step f - 1.
+    steps = reps.fh_key[reps.run_off[r]] // SEQ_SPAN - 1 - reps.lz_steps[r]
+    # A lazy request takes at most one block every block_size steps: the free ones must cover them.
+    steps = min(steps, reps.nfree[r] // n * pools.block_size[p])
+    if steps <= 0:
+        return
+    end = reps.busy_until[r]
+    for ahead in range(1, steps + 1):
+        end += quiet_duration(reps, pools, p, r, ahead)
+    reps.qr_end[r] = end
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_step(rq, blocks, reps, pools, th, tbs, r):
+    """The current quiet step of r ends (`scheduling.finish_step` with nothing finishing) and the
+    next one is scheduled at once (`lazy.lazy_running` with no eager request)."""
+    t = reps.busy_until[r]
+    lazy_step_done(reps, r)
+    if reps.lz_cool[r] > 0:
+        reps.lz_cool[r] -= 1
+    reps.counters[r, C_BUSY] += t - reps.step_start[r]
+    p = reps.pool[r]
+    bs = pools.block_size[p]
+    off = reps.run_off[r]
+    s = reps.lz_steps[r]
+    # The blocks due at this step, in (step, running order), as lazy_running takes them.
+    while reps.ah_n[r] > 0 and reps.ah_key[off] // SEQ_SPAN <= s:
+        q = reps.ah_q[off]
+        heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
+        reps.ah_n[r] -= 1
+        grow_request(rq, blocks, reps, th, tbs, bs, False, r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
+        due = s + bs
+        if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
+            heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
+            reps.ah_n[r] += 1
+    reps.step_start[r] = t
+    reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
+    reps.counters[r, C_STEPS] += 1
+    reps.qr_steps[r] += 1
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
+    """Apply r's quiet steps as of time t: those that end before t (by t when `inclusive`: the
+    host's `until`, after every event at t) and the schedule of the next. An event at t of kind 1
+    or 2 comes after a step that ends at t and before r schedules the next: r is then left as
+    step by step leaves it, its step ended and a wake-up at t, and the run is over."""
+    if reps.qr_end[r] >= 0 and (reps.busy_until[r] < t or (reps.busy_until[r] == t and t < reps.qr_end[r])):
+        catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, np.int64(inclusive))
+
+
+@njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
+    """quiet_catch_up's work, compiled once rather than inlined at each of its callers (it runs
+    once per catch-up, not per event: the call's cost is small, the copies' compile was not)."""
+    end = reps.qr_end[r]
+    while reps.busy_until[r] < end and (reps.busy_until[r] < t or (inclusive != 0 and reps.busy_until[r] == t)):
+        quiet_step(rq, blocks, reps, pools, th, tbs, r)
+    if reps.busy_until[r] == t and t < reps.qr_end[r]:
+        lazy_step_done(reps, r)
+        if reps.lz_cool[r] > 0:
+            reps.lz_cool[r] -= 1
+        reps.counters[r, C_BUSY] += t - reps.step_start[r]
+        reps.busy_until[r] = -1
+        reps.wake[r] = t
+        reps.qr_end[r] = -1
+        update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t):
+    """Something from outside reaches r at t (before r's wake-ups at t): catch it up and end its
+    run, so that it steps one event at a time from its current step on."""
+    if reps.qr_end[r] < 0:
+        return
+    quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, False)
+    if reps.qr_end[r] >= 0:
+        reps.qr_end[r] = -1
+        update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_land(rq, blocks, reps, pools, th, tbs, r):
+    """r's run reached its last step, which ends now: r is caught up to that step's start and
+    steps one event at a time again (the caller applies the step's end)."""
+    if reps.qr_end[r] >= 0:
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, reps.qr_end[r], False)
+        reps.qr_end[r] = -1
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t):
+    """Every replica of pool p caught up as of an event at t (before the wake-ups at t)."""
+    for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, False)
