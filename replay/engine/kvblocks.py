@@ -272,13 +272,42 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
     if caching:
         full = num_tokens // bs
         if full > rq.ncached[q]:
-            # The blocks to cache are the newest ones: walk back from the tail.
+            # The blocks to cache are the newest ones: walk back from the tail. A block whose key
+            # is the request's own waits until it is released unfinished (offer_own_blocks).
+            defer = rq.preemptions[q] == 0
             b = rq.tail[q]
             for j in range(rq.nblocks[q] - 1, rq.ncached[q] - 1, -1):
-                if j < full:
+                if j < full and not (defer and own_block(rq, tbs, q, j, bs)):
                     cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
                 b = blocks.cprev[b]
             rq.ncached[q] = full
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def own_block(rq, tbs, q, j, bs):
+    """Whether block j of request q has a key of its own (block_key_nb: past its hashed prefix),
+    which no other request can look up."""
+    end = (j + 1) * bs
+    return not (rq.hash_len[q] > 0 and end <= rq.hash_tokens[q] and (end - 1) // tbs < rq.hash_len[q])
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
+    """Before a request never preempted releases its blocks unfinished (preempted, or handed to a
+    decode replica), offer the prefix cache the full blocks with keys of its own that grow_request
+    held back. Only this request can look such a key up, and only once it has been released:
+    a request that finishes never does, so its own blocks are never hashed into the table (nor
+    deleted from it when they are reused), the probes that dominated a replay without shared
+    prefixes. Until its first release nothing else can put one of its keys in a table and its
+    blocks are held, so the table then maps the same keys to the same blocks as if each had
+    been offered when it filled (only the slots differ, which nothing reads)."""
+    if rq.preemptions[q] != 0:
+        return
+    b = rq.tail[q]
+    for j in range(rq.nblocks[q] - 1, rq.nhit[q] - 1, -1):
+        if j < rq.ncached[q] and own_block(rq, tbs, q, j, bs):
+            cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
+        b = blocks.cprev[b]
 
 
 

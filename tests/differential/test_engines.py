@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from replay.engine.common import EV_PREEMPT, EV_SCHEDULE, EV_SWAP_OUT
 from replay.engine.numba_engine import NumbaEngine
 from replay.engine.reference.engine import ReferenceEngine
 from tests.strategies import engine_inputs, make_inputs, run_to_end
@@ -47,6 +49,33 @@ def test_preemption_and_prefix_hits_on_a_busy_replica():
     ev, req, _, _ = _run(NumbaEngine, inputs)
     assert req["preemptions"].sum() > 0
     assert req["cached_tokens"].sum() > 0
+    assert_same(inputs)
+
+
+@pytest.mark.parametrize("case", [{}, {"swap": (1,), "host_blocks": (30,)}, {"pd": "pd"}], ids=["recompute", "swap", "pd"])
+def test_a_preempted_request_hits_its_own_blocks_again(case):
+    """A trace without prefix hashes: every block's key is its request's own, so a prefix-cache
+    hit can only be a preempted request finding its own blocks again (the numba engine offers
+    those to the cache only when the request is released unfinished: kvblocks.offer_own_blocks)."""
+    rng = np.random.default_rng(11)
+    n = 80
+    shape = dict(replicas=(2,), kv_blocks=(50,), max_num_seqs=(8,))
+    if case.get("pd"):  # pool 0 prefills, pool 1 decodes; every request arrives at 1
+        shape = dict(replicas=(1, 2), kv_blocks=(50, 30), max_num_seqs=(8, 8), pool=np.ones(n, np.int64),
+                     pd={"pd_prefill_pool": 0, "pd_decode_pool": 1, "pd_local_threshold": 0,
+                         "pd_us_per_token": 0.37, "pd_base_us": 1000, "pd_layers": 4},
+                     block_size=(16, 16), max_batched=(256, 256), long_prefill=(0, 0), prefix_caching=(1, 1),
+                     max_model_len=(4096, 4096), router=("least-outstanding",) * 2)
+    inputs = make_inputs(
+        np.cumsum(rng.integers(0, 5_000, n)), rng.integers(100, 400, n), rng.integers(20, 200, n),
+        **shape, **{k: v for k, v in case.items() if k != "pd"},
+    )
+    ev, req, _, _ = _run(NumbaEngine, inputs)
+    assert req["preemptions"].sum() > 0
+    preempted = set(ev["request"][np.isin(ev["kind"], (EV_PREEMPT, EV_SWAP_OUT))].tolist())
+    rehit = (ev["kind"] == EV_SCHEDULE) & (ev["value"] > 0) & np.isin(ev["request"], list(preempted))
+    if not case:  # recompute: the request's own blocks come back from the cache
+        assert rehit.any()
     assert_same(inputs)
 
 
