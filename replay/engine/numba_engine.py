@@ -152,21 +152,19 @@ def kv_layout(inputs: EngineInputs) -> KvLayout:
 
 
 def make_blocks(layout: KvLayout) -> Blocks:
-    """Every block free, in id order per replica; an empty hash table."""
-    blocks_per, block_off, tsize, total_blocks = layout.blocks_per, layout.block_off, layout.tsize, layout.total_blocks
-    i64 = np.int64
-    # Each replica's free queue starts as its blocks in id order.
-    gid = np.arange(total_blocks, dtype=i64)
-    first_of = np.repeat(block_off, blocks_per)
-    last_of = np.repeat(block_off + blocks_per - 1, blocks_per)
+    """The block arrays, zeroed (calloc's pages: a replica's cost nothing until it is used). A
+    replica's blocks and hash table are laid out when it first serves (`reset_replica_nb`: at
+    construction for those active from the start, at `start_replica` for the others), so a
+    fleet that may scale to hundreds of replicas does not write every one of them up front."""
+    hsize = int(layout.tsize.sum())
     return Blocks(
-        ref=full(total_blocks, 0),
-        key=np.zeros(total_blocks, dtype=np.uint64),
-        fprev=np.where(gid == first_of, -1, gid - 1),
-        fnext=np.where(gid == last_of, -1, gid + 1),
-        cprev=full(total_blocks, -1),
-        htab_key=np.zeros(int(tsize.sum()), dtype=np.uint64),
-        htab_val=full(int(tsize.sum()), -1),
+        ref=np.zeros(layout.total_blocks, np.int64),
+        key=np.zeros(layout.total_blocks, np.uint64),
+        fprev=np.zeros(layout.total_blocks, np.int64),
+        fnext=np.zeros(layout.total_blocks, np.int64),
+        cprev=np.zeros(layout.total_blocks, np.int64),
+        htab_key=np.zeros(hsize, np.uint64),
+        htab_val=np.zeros(hsize, np.int64),
     )
 
 
@@ -356,6 +354,8 @@ class NumbaEngine:
         self.rq = make_requests(inputs)
         self.blocks = make_blocks(layout)
         self.reps = make_replicas(inputs, layout)
+        for r in np.flatnonzero(self.reps.state == R_ACTIVE):
+            reset_replica_nb(self.blocks, self.reps, r)
         self.pools = make_pools(inputs, lazy)
         self.ev = make_events(inputs, event_capacity)
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
