@@ -12,14 +12,13 @@ at 1 s ticks, the garbage collector off); machines are shared and noisy, so quot
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
-import time
 
+from bench_replay import engine_run
 from replay.config import EngineArgs, FleetConfig, PoolConfig
 from replay.engine.state import C_STEPS
-from replay.fleet.cluster import assign_pools, build_inputs, make_engine, plan_pools
+from replay.fleet.cluster import assign_pools, build_inputs, plan_pools
 from traces import load_trace
 from traces.synthetic import poisson_trace
 
@@ -33,18 +32,7 @@ def inputs_for(trace, replicas: int, caching: bool):
 
 def core(inputs, engine: str) -> tuple[float, int, int]:
     """One replay core: (seconds, steps, steps made in quiet runs)."""
-    gc.collect()
-    gc.disable()
-    try:
-        started = time.perf_counter()
-        eng = make_engine(engine, inputs)
-        t = 0
-        while not eng.done:
-            t += 1_000_000
-            eng.advance(t)
-        wall = time.perf_counter() - started
-    finally:
-        gc.enable()
+    wall, eng = engine_run(inputs, engine)
     return wall, int(eng.reps.counters[:, C_STEPS].sum()), int(eng.reps.qr_steps.sum())
 
 

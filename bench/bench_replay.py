@@ -53,6 +53,11 @@ def engine_only(trace, cfg, engine: str) -> float:
 
 def engine_seconds(inputs, engine: str = "numba") -> float:
     """`engine_only` on engine inputs already built (bench_user_policy.py times user policies so)."""
+    return engine_run(inputs, engine)[0]
+
+
+def engine_run(inputs, engine: str = "numba"):
+    """`engine_seconds`, and the engine at the end (bench_quiet.py reads its step counters)."""
     gc.collect()
     gc.disable()
     try:
@@ -62,7 +67,7 @@ def engine_seconds(inputs, engine: str = "numba") -> float:
         while not eng.done:
             t += 1_000_000
             eng.advance(t)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, eng
     finally:
         gc.enable()
 

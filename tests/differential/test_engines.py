@@ -79,6 +79,16 @@ def test_a_preempted_request_hits_its_own_blocks_again(case):
     assert_same(inputs)
 
 
+def assert_lifecycle_same(a, b) -> None:
+    """Two `_run_with_lifecycle` results are identical: events, request rows, lifecycle, counters."""
+    for x, y in zip(a[:2], b[:2]):
+        for name in x:
+            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
+    for x, y in zip(a[2:], b[2:]):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+
+
 def _run_with_lifecycle(cls, inputs, ops, tick_us=200_000):
     """Replay with replicas started, drained and retired at tick boundaries, as an autoscaler would."""
     from replay.engine.common import R_DRAINING, R_OFF
@@ -141,9 +151,4 @@ def test_requests_held_at_a_pool_at_zero_match_reference(inputs, hold, ops):
                                  pool_hold=np.array(hold[:npool], np.int64))
     a = _run_with_lifecycle(NumbaEngine, inputs, ops)
     b = _run_with_lifecycle(ReferenceEngine, inputs, ops)
-    for x, y in zip(a[:2], b[:2]):
-        for name in x:
-            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
-    for x, y in zip(a[2:], b[2:]):
-        for u, v in zip(x, y):
-            np.testing.assert_array_equal(u, v)
+    assert_lifecycle_same(a, b)

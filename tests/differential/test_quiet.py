@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from policies.registry import ROUTERS, router_columns
 from replay.engine.numba_engine import NumbaEngine
 from tests.differential.test_closed_loop import session_trace
-from tests.differential.test_engines import _run_with_lifecycle, assert_same
+from tests.differential.test_engines import _run_with_lifecycle, assert_lifecycle_same, assert_same
 from tests.strategies import engine_inputs, make_inputs, routers
 
 
@@ -169,12 +169,7 @@ LIFECYCLE = st.dictionaries(
 def _lifecycle_same(inputs, ops, tick_us):
     a = _run_with_lifecycle(functools.partial(NumbaEngine, lazy=True), inputs, ops, tick_us)
     b = _run_with_lifecycle(functools.partial(NumbaEngine, lazy=False), inputs, ops, tick_us)
-    for x, y in zip(a[:2], b[:2]):
-        for name in y:
-            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
-    for x, y in zip(a[2:], b[2:]):
-        for u, v in zip(x, y):
-            np.testing.assert_array_equal(u, v)
+    assert_lifecycle_same(a, b)
 
 
 @settings(max_examples=30, deadline=None)
