@@ -10,6 +10,7 @@ the frames already read (`RequestTable.of_frame`).
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from pathlib import Path
@@ -65,9 +66,11 @@ class RequestTable:
     def _read(self, names: list[str]) -> pl.DataFrame:
         # through the handle opened with the run: the file as it was then, even if the run
         # directory was replaced since (a path, or /proc/self/fd/N, which polars caches by name,
-        # could give another file)
+        # could give another file). Its bytes are read here and handed over in memory: polars
+        # given the open file object itself crashed the process now and then (a segfault in the
+        # test suite, with the interface's worker threads reading too).
         self._handle.seek(0)
-        return pl.read_parquet(self._handle, columns=names)
+        return pl.read_parquet(io.BytesIO(self._handle.read()), columns=names)
 
 
 def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> RequestTable:
