@@ -308,7 +308,6 @@ class NumbaEngine:
         self.window = Window(inputs, window)
         self.rq = self.window.requests()
         self.window.fill(self.rq)
-        self._rows: list[dict[str, np.ndarray]] = []  # of the requests that left the window, in id order
         self.blocks = make_blocks(layout)
         self.reps = make_replicas(inputs, layout)
         for r in np.flatnonzero(self.reps.state == R_ACTIVE):
@@ -396,7 +395,6 @@ class NumbaEngine:
         if k == 0:
             return False
         self._drain()  # the buffer's request ids are slots of the window as it is
-        self._rows.append(self.window.rows(self.rq, k))
         self.window.slide(self.rq, self.reps, self.pools, self.ev.clock, k)
         self.window.fill(self.rq)
         return True
@@ -492,8 +490,8 @@ class NumbaEngine:
         reps.state[r] = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
-        """Every request's output columns, in id order: those that left the window, the window's
-        (lazy requests' computed/generated written as of now), then those not loaded yet."""
+        """Every request's output columns, in id order (engine/window.py `columns_now`), lazy
+        requests' computed/generated written as of now. The arrays are the engine's: a later
+        advance writes on."""
         self._entry(sync_lazy_nb, (self.rq, self.reps))(self.rq, self.reps)
-        parts = [*self._rows, self.window.rows(self.rq, self.window.loaded), self.window.unloaded_rows()]
-        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        return self.window.columns_now(self.rq)

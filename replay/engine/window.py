@@ -10,8 +10,8 @@ keeps three promises the kernels rely on:
 - a closed-loop turn's successor is loaded with it (`release_next` writes its arrival): the
   window ends only where no loaded request's `next_turn` lies beyond it;
 - every index a slot holds of another slot is a slot: when the oldest slots are all ended
-  (finished or rejected, which nothing refers to any more), `slide` hands their rows to the
-  caller, moves the live slots down, and subtracts the shift from every stored request index
+  (finished or rejected, which nothing refers to any more), `slide` writes their output rows
+  (`row_columns`, one array per column for the whole trace), moves the live slots down, and subtracts the shift from every stored request index
   (`REQUEST_LINKS`, `REPLICA_LINKS`, `POOL_LINKS`, the arrival cursor `Events.clock[0]`). The
   event buffer is drained (its request ids made global) before a slide, never during one.
 
@@ -71,6 +71,13 @@ assert set(TRACE_FIELDS) | set(PROGRESS_FIELDS) | {"base"} == set(Requests._fiel
 DEFAULT_CAPACITY = 1 << 16
 
 
+# The narrowest type of each output column that holds every value it can take: counts of
+# replicas, preemptions, cached tokens and transfers fit int32 (the trace's token counts are
+# Int32: traces/schema.py); times and the progress counts (a prompt plus its output) stay int64.
+ROW_DTYPES = {"replica": np.int32, "preemptions": np.int32, "cached_tokens": np.int32,
+              "prefill_replica": np.int32, "kv_transfers": np.int32}
+
+
 def unloaded_value(name: str) -> int:
     return UNLOADED.get(name, 0) if name in TRACE_FIELDS else PROGRESS_FIELDS[name][0]
 
@@ -85,6 +92,7 @@ class Window:
         self.base = 0  # global id of slot 0
         self.loaded = 0  # slots [0, loaded) hold requests base ..
         self.ended = 0  # slots [0, ended) are known ended (finished or rejected)
+        self._columns: dict[str, np.ndarray] | None = None  # row_columns
         self._sources = {name: self._source(attr, default) for name, (attr, default) in TRACE_FIELDS.items()}
         # Closed loop: the load ends E where no request before E has its next turn at E or later.
         self._ends = None
@@ -149,27 +157,39 @@ class Window:
         self.ended = self.ended + (int(live[0]) if len(live) else len(state))
         return self.ended
 
-    def rows(self, rq: Requests, k: int) -> dict[str, np.ndarray]:
-        """Copies of slots [0, k)'s output columns."""
-        out = {name: getattr(rq, field)[:k].copy() for name, field in ROW_FIELDS.items()}
-        if self.inputs.closed_loop:
-            out["arrival_us"] = rq.arrival[:k].copy()
-        return out
+    def row_columns(self) -> dict[str, np.ndarray]:
+        """Every request's output columns, allocated once and written as requests leave: pages
+        the kernel maps when first written, so they cost memory as the rows arrive."""
+        if self._columns is None:
+            self._columns = {name: np.empty(self.total, ROW_DTYPES.get(name, PROGRESS_FIELDS[field][1]))
+                             for name, field in ROW_FIELDS.items()}
+            if self.inputs.closed_loop:  # when each turn arrived (its successor's: when released)
+                self._columns["arrival_us"] = np.empty(self.total, np.int64)
+        return self._columns
 
-    def unloaded_rows(self) -> dict[str, np.ndarray]:
-        """The output columns of the requests not loaded yet: as they start (pending)."""
-        n = self.total - self.end
-        out = {name: np.full(n, *PROGRESS_FIELDS[field]) for name, field in ROW_FIELDS.items()}
+    def write_rows(self, rq: Requests, k: int) -> None:
+        """Slots [0, k)'s output columns, written to their requests' rows."""
+        for name, column in self.row_columns().items():
+            column[self.base:self.base + k] = getattr(rq, ROW_FIELDS.get(name, "arrival"))[:k]
+
+    def columns_now(self, rq: Requests) -> dict[str, np.ndarray]:
+        """Every request's output columns as of now: those that left, the window's, then those
+        not loaded yet, as they start (pending; a closed-loop turn at its recorded arrival)."""
+        self.write_rows(rq, self.loaded)
+        columns = self.row_columns()
+        for name, field in ROW_FIELDS.items():
+            columns[name][self.end:] = PROGRESS_FIELDS[field][0]
         if self.inputs.closed_loop:
-            out["arrival_us"] = self.inputs.arrival_us[self.end:].astype(np.int64)
-        return out
+            columns["arrival_us"][self.end:] = self.inputs.arrival_us[self.end:]
+        return columns
 
     def slide(self, rq: Requests, reps: Replicas, pools: Pools, clock: np.ndarray, k: int) -> None:
-        """Drop slots [0, k) (ended, their rows already taken): the rest move down by k."""
+        """Drop slots [0, k) (ended), their rows written out: the rest move down by k."""
         if k <= 0:
             return
         if k > self.ended or k > clock[0]:
             raise InvariantViolation(f"window slide by {k}: only {self.ended} slots ended, cursor at {clock[0]}")
+        self.write_rows(rq, k)
         keep = self.loaded - k
         for name in TRACE_FIELDS.keys() | PROGRESS_FIELDS.keys():
             a = getattr(rq, name)
