@@ -69,6 +69,7 @@ ROW_FIELDS = {
 assert set(TRACE_FIELDS) | set(PROGRESS_FIELDS) | {"base"} == set(Requests._fields)
 
 DEFAULT_CAPACITY = 1 << 16
+SCAN = 4096  # slots ended_prefix reads at a time
 
 
 # The narrowest type of each output column that holds every value it can take: counts of
@@ -145,6 +146,9 @@ class Window:
         arrives after it (a closed-loop later turn is skipped by the walk, not waited for)."""
         if self.end == self.total:
             return True
+        last = self.loaded - 1  # arrivals come nearly in id order: the last slot mostly says
+        if last >= cursor and rq.arrival[last] > until and rq.gap[last] < 0:
+            return True
         arrival, gap = rq.arrival[cursor:self.loaded], rq.gap[cursor:self.loaded]
         return bool(np.any((arrival > until) & (gap < 0)))
 
@@ -152,9 +156,12 @@ class Window:
 
     def ended_prefix(self, rq: Requests) -> int:
         """Slots [0, k) all ended: nothing in the engine refers to them any more."""
-        state = rq.state[self.ended:self.loaded]
-        live = np.flatnonzero((state != FINISHED) & (state != REJECTED))
-        self.ended = self.ended + (int(live[0]) if len(live) else len(state))
+        while self.ended < self.loaded:  # in blocks: the oldest live request is mostly near
+            state = rq.state[self.ended:self.ended + SCAN]
+            live = np.flatnonzero((state != FINISHED) & (state != REJECTED))
+            self.ended += int(live[0]) if len(live) else len(state)
+            if len(live):
+                break
         return self.ended
 
     def row_columns(self) -> dict[str, np.ndarray]:
