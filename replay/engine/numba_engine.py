@@ -40,7 +40,6 @@ from replay.engine.state import (
     Events,
     Pools,
     Replicas,
-    Requests,
 )
 from policies._dispatch import UnknownPolicyId
 from policies._userview import E_FAMILY, E_LIMIT, E_POOL, E_STATUS, E_VALUE, ERR_WIDTH, UserCall, choice_message
@@ -379,9 +378,10 @@ class NumbaEngine:
                                   f"(stopped at t_us={int(self.ev.clock[5])})")
 
     def _load(self, until_us: int) -> None:
-        """Before advancing to until_us: while requests are left to load, the slots of the oldest
-        ended requests handed out when they are half the window; and requests loaded past the first the arrival walk stops at
-        (a slide of at least a quarter of the window makes room for them, else it grows)."""
+        """Before advancing to until_us: while requests are left to load, the oldest ended
+        requests leave once they are half the window; then requests are loaded past the first
+        that the arrival walk stops at (a slide of at least a quarter of the window makes room
+        for them, else the window grows)."""
         w = self.window
         if w.end < w.total and w.ended_prefix(self.rq) >= w.capacity // 2:
             self._slide()

@@ -11,13 +11,20 @@ keeps three promises the kernels rely on:
   window ends only where no loaded request's `next_turn` lies beyond it;
 - every index a slot holds of another slot is a slot: when the oldest slots are all ended
   (finished or rejected, which nothing refers to any more), `slide` writes their output rows
-  (`row_columns`, one array per column for the whole trace), moves the live slots down, and subtracts the shift from every stored request index
-  (`REQUEST_LINKS`, `REPLICA_LINKS`, `POOL_LINKS`, the arrival cursor `Events.clock[0]`). The
-  event buffer is drained (its request ids made global) before a slide, never during one.
+  (`row_columns`, one array per column for the whole trace), moves the live slots down, and
+  subtracts the shift from every stored request index (`REQUEST_LINKS`, `REPLICA_LINKS`,
+  `POOL_LINKS`, the arrival cursor `Events.clock[0]`). The event buffer is drained (its request
+  ids made global) before a slide, never during one.
 
 `Requests.base[0]` is the global id of slot 0: a request's own block keys hash its global id
 (kvblocks.request_key), so the KV hash table holds the same keys whatever the window.
 A window the size of the trace never slides: the engine is then as it was before windows.
+
+What it cannot bound: the requests in flight. The window slides past ended requests only, in id
+order, so one long-lived request (queued for long on an overloaded fleet, or a closed-loop
+session spanning much of the trace) holds every later slot, and the window grows behind it
+(doubling, when a slide would free less than a quarter of it): an overloaded fleet has every
+request in flight, and its window becomes the trace.
 """
 
 from __future__ import annotations
