@@ -101,6 +101,7 @@ class Window:
         self.loaded = 0  # slots [0, loaded) hold requests base ..
         self.ended = 0  # slots [0, ended) are known ended (finished or rejected)
         self._columns: dict[str, np.ndarray] | None = None  # row_columns
+        self._pending_from: int | None = None  # rows from here on hold their start values (columns_now)
         self._sources = {name: self._source(attr, default) for name, (attr, default) in TRACE_FIELDS.items()}
         # Closed loop: the load ends E where no request before E has its next turn at E or later.
         self._ends = None
@@ -191,10 +192,12 @@ class Window:
         not loaded yet, as they start (pending; a closed-loop turn at its recorded arrival)."""
         self.write_rows(rq, self.loaded)
         columns = self.row_columns()
-        for name, field in ROW_FIELDS.items():
-            columns[name][self.end:] = PROGRESS_FIELDS[field][0]
-        if self.inputs.closed_loop:
-            columns["arrival_us"][self.end:] = self.inputs.arrival_us[self.end:]
+        if self._pending_from is None:  # once: rows past the window are written only as they leave it
+            self._pending_from = self.end
+            for name, field in ROW_FIELDS.items():
+                columns[name][self.end:] = PROGRESS_FIELDS[field][0]
+            if self.inputs.closed_loop:
+                columns["arrival_us"][self.end:] = self.inputs.arrival_us[self.end:]
         return columns
 
     def slide(self, rq: Requests, reps: Replicas, pools: Pools, clock: np.ndarray, k: int) -> None:
