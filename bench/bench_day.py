@@ -7,7 +7,7 @@ with its peak RSS; optionally the step-by-step engine (`numba-eager`) on the sam
     python bench/bench_day.py --hours 2 --repeats 3
     python bench/bench_day.py --mix m-mid           # ServeGen m-mid: ~155 M requests
 
-The trace is synthesized once per (hours, start day) with `llm-replay synth`'s ServeGen reader (all
+The trace is synthesized once per (mix, hours, start day), an hour at a time, with `llm-replay synth`'s ServeGen reader (all
 162 clients' fitted 10-minute windows; lengths from the bundled Azure conversation trace, since
 ServeGen's language folders hold none) and kept in /tmp/llm-replay-bench. The fleet is
 llama-3.1-8b on H100s under Knative's KPA (concurrency 32 a replica, 4 to 160 replicas). Each run
