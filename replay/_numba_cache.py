@@ -12,6 +12,7 @@ from pathlib import Path
 # every module with a kernel, and every replay module a kernel module imports, is listed.
 _KERNEL_SOURCES = (
     "engine/common.py",
+    "engine/variants.py",
     "engine/state.py",
     "engine/events.py",
     "engine/queues.py",

@@ -37,6 +37,7 @@ from replay.engine.kvblocks import free_request_blocks, grow_request
 from replay.engine.queues import heap_pop, heap_push
 from replay.engine.sessions import release_next
 from replay.engine.state import C_FINISHED, C_OUTPUT
+from replay.engine.variants import WITH_SESSIONS
 
 # A heap key: the lazy step it falls at, then the running order (seq < 2**32 joins a replica).
 SEQ_SPAN = 1 << 32
@@ -139,7 +140,8 @@ def finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     rq.state[q] = FINISHED
     rq.finished[q] = t
-    release_next(rq, pools, q, t)
+    if WITH_SESSIONS:
+        release_next(rq, pools, q, t)
     reps.counters[r, C_FINISHED] += 1
     if ev.clock[2] != 0:
         record(ev, t, EV_FINISH, r, q, rq.generated[q])

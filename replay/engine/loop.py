@@ -39,6 +39,7 @@ from replay.engine.state import (
     STATUS_USER_POLICY,
 )
 from replay.engine.transfer import finish_transfer
+from replay.engine.variants import WITH_PD, WITH_SESSIONS, WITH_USER
 from policies._userview import E_STATUS
 
 
@@ -50,7 +51,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
     while True:
-        if pools.u_router.err[E_STATUS] != 0:  # a user's policy made an invalid choice (its link says which)
+        if WITH_USER and pools.u_router.err[E_STATUS] != 0:  # a user's policy chose wrong (its link says how)
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
@@ -62,9 +63,13 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             best_kind = reps.ekey[best_r] % 4
         else:
             best_r = -1
-        a = skip_released(rq, pools, ev.clock[0])
-        ev.clock[0] = a
-        t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
+        a = ev.clock[0]
+        if WITH_SESSIONS:
+            a = skip_released(rq, pools, a)
+            ev.clock[0] = a
+            t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
+        else:
+            t_arr, q_arr = rq.arrival[a] if a < n else NO_EVENT, a
         # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
         ref_p = -1
         for p in range(pools.next_refresh.shape[0]):
@@ -72,7 +77,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                 ref_p = p
         t_ref = pools.next_refresh[ref_p] if ref_p >= 0 else NO_EVENT
         # KV transfers that complete: after the steps that end at the same time, before the rest.
-        if pools.pd[PD_INFLIGHT] > 0:
+        if WITH_PD and pools.pd[PD_INFLIGHT] > 0:
             t_x = pools.xh_t[0]
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
@@ -88,7 +93,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
                 return synced(rq, blocks, reps, pools, th, tbs, until)
-            if q_arr != a:
+            if WITH_SESSIONS and q_arr != a:
                 rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
             arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
             if q_arr == a:

@@ -29,6 +29,7 @@ from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
 from replay.engine.quiet import quiet_cancel, quiet_catch_up_pool
 from replay.engine.sessions import release_next
+from replay.engine.variants import WITH_PD, WITH_SESSIONS, policy_gates
 from replay.engine.state import (
     PD_DECODE,
     PD_PREFILL,
@@ -46,8 +47,8 @@ from policies.routers._view import RouterView
 
 # Every registered router kernel behind one dispatch; -2: the pool's id has no router.
 ROUTE_UNKNOWN = -2
-route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
-admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0)
+route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN, policy_gates(ROUTER_MODULES))
+admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0, policy_gates(ADMISSION_MODULES))
 # Constants frozen into the kernels. check_policy_ids stops a run whose ids are out of range
 # before any event, so the dispatches' markers for an unknown id are never used.
 NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES), len(QUEUE_MODULES)
@@ -165,7 +166,8 @@ def reject(rq, pools, ev, q, reason, t):
     rq.reject[q] = reason
     pools.rejected[rq.pool[q]] += 1
     record(ev, t, EV_REJECT, -1, q, reason)
-    release_next(rq, pools, q, t)
+    if WITH_SESSIONS:
+        release_next(rq, pools, q, t)
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -238,7 +240,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         return
     quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t)  # r is read (its prefix hits) and then given work
     d = -1
-    if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
+    if WITH_PD and remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
         if pools.route_hits[pp] != 0:
             quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, pp, t)
