@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
@@ -71,7 +72,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         else:
             t_arr, q_arr = rq.arrival[a] if a < n else NO_EVENT, a
         # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
-        ref_p = -1
+        ref_p = np.int64(-1)  # typed: a literal -1 would type refresh_views for it first, a second compile
         for p in range(pools.next_refresh.shape[0]):
             if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
                 ref_p = p
@@ -134,7 +135,7 @@ def synced(rq, blocks, reps, pools, th, tbs, until):
     """advance_nb reached until: every replica in a quiet run is caught up (engine/quiet.py), so
     the host reads it as of until. A call, not inlined at advance_nb's returns (compile time)."""
     for r in range(reps.pool.shape[0]):
-        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, np.bool_(True))
     return STATUS_OK
 
 

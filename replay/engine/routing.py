@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.common import (
@@ -92,7 +93,7 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     n = pools.num_replicas[p]
     bs = pools.block_size[p]
     hits = pools.route_hits[p] != 0
-    active = 0
+    active = np.int64(0)  # typed: the router is typed once, not first for a literal 0
     for r in range(first, first + n):
         if routable(reps, r, t):
             active += 1
@@ -165,7 +166,7 @@ def reject(rq, pools, ev, q, reason, t):
     rq.state[q] = REJECTED
     rq.reject[q] = reason
     pools.rejected[rq.pool[q]] += 1
-    record(ev, t, EV_REJECT, -1, q, reason)
+    record(ev, t, np.int64(EV_REJECT), np.int64(-1), q, reason)
     if WITH_SESSIONS:
         release_next(rq, pools, q, t)
 
@@ -178,10 +179,10 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     pools.arrived_tokens[p, 1] += rq.output[q]
     total = rq.prompt[q] + rq.output[q]
     if total > pools.max_model_len[p]:
-        reject(rq, pools, ev, q, REJECT_CONTEXT, t)
+        reject(rq, pools, ev, q, np.int64(REJECT_CONTEXT), t)
     elif (total - 1 + pools.block_size[p] - 1) // pools.block_size[p] > pools.kv_blocks[p] - pools.watermark_blocks[p]:
         # The request could never hold all its tokens, even alone on a replica (above the watermark).
-        reject(rq, pools, ev, q, REJECT_KV, t)
+        reject(rq, pools, ev, q, np.int64(REJECT_KV), t)
     else:
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
@@ -202,18 +203,18 @@ def check_policy_ids(pools, ev):
         # The last id of each family is its user link: it needs the pool's compiled policy.
         if not 0 <= pools.router[p] < NUM_ROUTERS or (
                 pools.router[p] == NUM_ROUTERS - 1 and pools.u_router.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_ROUTER), p, np.int64(0))
             return False
         if not 0 <= pools.victim[p] < NUM_VICTIMS or (
                 pools.victim[p] == NUM_VICTIMS - 1 and pools.u_victim.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_VICTIM), p, np.int64(0))
             return False
         if not 0 <= pools.queue[p] < NUM_QUEUES or (pools.queue[p] == NUM_QUEUES - 1 and pools.u_queue.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_QUEUE), p, np.int64(0))
             return False
         if not 0 <= pools.admission[p] < NUM_ADMISSIONS or (
                 pools.admission[p] == NUM_ADMISSIONS - 1 and pools.u_admission.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_ADMISSION), p, np.int64(0))
             return False
     return True
 
@@ -228,7 +229,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t)
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
     if r == ROUTE_UNKNOWN:
-        unknown_policy(ev, UNKNOWN_ROUTER, p, t)
+        unknown_policy(ev, np.int64(UNKNOWN_ROUTER), p, t)
         return
     if r < 0:
         r = route_starting(pools, reps, p)
@@ -236,7 +237,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         if pools.hold[p] != 0:
             held_push(rq, pools, p, q)
         else:
-            reject(rq, pools, ev, q, REJECT_NO_REPLICA, t)
+            reject(rq, pools, ev, q, np.int64(REJECT_NO_REPLICA), t)
         return
     quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t)  # r is read (its prefix hits) and then given work
     d = -1
@@ -246,7 +247,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
             quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, pp, t)
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
         if rp == ROUTE_UNKNOWN:
-            unknown_policy(ev, UNKNOWN_ROUTER, pp, t)
+            unknown_policy(ev, np.int64(UNKNOWN_ROUTER), pp, t)
             return
         if rp < 0:
             rp = route_starting(pools, reps, pp)
@@ -265,7 +266,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     rq.replica[q] = r
     rq.state[q] = WAITING
     if ev.clock[2] != 0:
-        record(ev, t, EV_ARRIVE, r, q, 0)
+        record(ev, t, np.int64(EV_ARRIVE), r, q, np.int64(0))
     rq.queued[q] = t
     wq_push_back(rq, reps, r, q)
     wake_idle(reps, r, t)

@@ -102,7 +102,7 @@ def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     off = reps.run_off[r]
     preempted = False
     swap_blocks = 0  # copied to or from host memory in this step
-    i = 0
+    i = np.int64(0)  # typed: the victim policy is typed once, not first for a literal 0
     while i < reps.neager[r] and budget > 0:
         q = reps.run_list[off + i]
         new = rq.prompt[q] + rq.generated[q] - rq.computed[q]
@@ -150,7 +150,7 @@ def schedule_waiting(rq, blocks, reps, pools, ev, th, tbs, r, t, budget, cutoff)
     off = reps.run_off[r]
     swap_blocks = 0
     loras = loras_scheduled(rq, reps, pools, p, r) if WITH_LORA else 0
-    skipped = -1
+    skipped = np.int64(-1)  # typed, as `i` in schedule_running
     while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
         q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff)
         if q < 0:
@@ -252,7 +252,7 @@ def join_batch(rq, blocks, reps, pools, ev, th, tbs, r, q, t, computed, new, nhi
         reps.counters[r, C_QUERY] += rq.prompt[q]
     reps.counters[r, C_ADMITTED] += 1
     if ev.clock[2] != 0:
-        record(ev, t, EV_SCHEDULE, r, q, computed)
+        record(ev, t, np.int64(EV_SCHEDULE), r, q, computed)
     return swap_blocks
 
 
@@ -262,15 +262,11 @@ def step_duration(rq, reps, pools, r, t, swap_blocks):
     Returns its duration (0: nothing was scheduled)."""
     p = reps.pool[r]
     off = reps.run_off[r]
-    prefill_tokens = 0
+    # Typed zeros: with literal ones numba types the step model for them first, a second compile
+    # (and in a variant without LoRA, lora_adapters stays one).
+    prefill_tokens = prefill_ctx = decode_seqs = decode_ctx = num_seqs = spec_tokens = np.int64(0)
     prefill_pairs = 0.0
-    prefill_ctx = 0
-    decode_seqs = 0
-    decode_ctx = 0
-    num_seqs = 0
-    spec_tokens = 0
-    lora_adapters = 0
-    lora_loads = 0
+    lora_adapters = lora_loads = np.int64(0)
     for k in range(reps.neager[r]):
         q = reps.run_list[off + k]
         new = rq.sched_new[q]
@@ -321,7 +317,7 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     reps.counters[r, C_PREEMPT] += 1
     rq.queued[q] = t
     wq_push_front(rq, reps, r, q)
-    record(ev, t, EV_SWAP_OUT if swapped else EV_PREEMPT, r, q, rq.generated[q])
+    record(ev, t, np.int64(EV_SWAP_OUT if swapped else EV_PREEMPT), r, q, rq.generated[q])
     return held if swapped else 0
 
 
@@ -439,7 +435,7 @@ def finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
         if rq.first_token[q] < 0:
             rq.first_token[q] = t
             if ev.clock[2] != 0:
-                record(ev, t, EV_FIRST_TOKEN, r, q, 0)
+                record(ev, t, np.int64(EV_FIRST_TOKEN), r, q, np.int64(0))
         if rq.generated[q] >= rq.output[q]:
             finish_request(rq, blocks, reps, pools, ev, th, tbs, pools.block_size[p], r, q, t)
             return False

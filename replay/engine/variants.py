@@ -23,8 +23,10 @@ runs (the vLLM defaults on one kind of pool); a run that uses anything more runs
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import types as pytypes
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 # The flags, as the kernels read them. True here: the full variant.
@@ -74,12 +76,29 @@ def features(inputs: Any) -> Features:
     )
 
 
+_LEAST = ["plain"]  # `at_least`'s floor
+
+
 def variant_of(features: Features) -> str:
-    """The first variant that has every feature the run uses."""
-    for name, has in VARIANTS.items():
-        if all(h or not used for h, used in zip(has, features)):
+    """The first variant that has every feature the run uses (and is not before `at_least`'s)."""
+    names = list(VARIANTS)
+    for name in names[names.index(_LEAST[-1]):]:
+        if all(has or not used for has, used in zip(VARIANTS[name], features)):
             return name
     raise AssertionError("the full variant has every feature")
+
+
+@contextlib.contextmanager
+def at_least(variant: str) -> Iterator[None]:
+    """Engines made inside run `variant` or a later one: the warm-up compiles a run's variant on
+    a tiny trace that would run the plain one (replay/run.py)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    _LEAST.append(variant)
+    try:
+        yield
+    finally:
+        _LEAST.pop()
 
 
 def policy_gates(modules: tuple[Any, ...]) -> list[str]:
