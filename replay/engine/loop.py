@@ -64,13 +64,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             best_kind = reps.ekey[best_r] % 4
         else:
             best_r = -1
-        a = ev.clock[0]
-        if WITH_SESSIONS:
-            a = skip_released(rq, pools, a)
-            ev.clock[0] = a
-            t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
-        else:
-            t_arr, q_arr = rq.arrival[a] if a < n else NO_EVENT, a
+        a = skip_released(rq, pools, ev.clock[0])
+        ev.clock[0] = a
+        t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
         # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
         ref_p = np.int64(-1)  # typed: a literal -1 would type refresh_views for it first, a second compile
         for p in range(pools.next_refresh.shape[0]):
