@@ -40,7 +40,7 @@ from replay.engine.state import (
     STATUS_USER_POLICY,
 )
 from replay.engine.transfer import finish_transfer
-from replay.engine.variants import WITH_PD, WITH_SESSIONS, WITH_USER
+from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, WITH_USER
 from policies._userview import E_STATUS
 
 
@@ -81,7 +81,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
                     return synced(rq, blocks, reps, pools, th, tbs, until)
                 finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
-        if ref_p >= 0:
+        if WITH_POLICIES and ref_p >= 0:  # only the other built-in routers read a scraped view
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
                     return synced(rq, blocks, reps, pools, th, tbs, until)

@@ -30,7 +30,7 @@ from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
 from replay.engine.quiet import quiet_cancel, quiet_catch_up_pool
 from replay.engine.sessions import release_next
-from replay.engine.variants import WITH_PD, WITH_SESSIONS, policy_gates
+from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, policy_gates
 from replay.engine.state import (
     PD_DECODE,
     PD_PREFILL,
@@ -97,7 +97,7 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     for r in range(first, first + n):
         if routable(reps, r, t):
             active += 1
-            if hits:
+            if WITH_POLICIES and hits:
                 reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     if active == 0:
         return -1
@@ -126,7 +126,7 @@ def admit(rq, reps, pools, p, r, q, t):
     waiting = 0
     waiting_tokens = 0
     active = 0
-    if pools.adm_pool[p] != 0:
+    if WITH_POLICIES and pools.adm_pool[p] != 0:
         first = pools.first_replica[p]
         for x in range(first, first + pools.num_replicas[p]):
             waiting += reps.nwait[x]
@@ -225,7 +225,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)
     keeps it in its FIFO; any other rejects it as no_replica."""
     p = rq.pool[q]
-    if pools.route_hits[p] != 0:  # quiet runs' allocations may have evicted cached blocks
+    if WITH_POLICIES and pools.route_hits[p] != 0:  # quiet runs' allocations may have evicted cached blocks
         quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t)
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
     if r == ROUTE_UNKNOWN:

@@ -35,7 +35,9 @@ WITH_LORA = True  # multi-LoRA adapter slots (engine/lora.py)
 WITH_SPEC = True  # speculative decoding's verify steps and token credits
 WITH_SESSIONS = True  # closed-loop sessions' release heap (engine/sessions.py)
 WITH_USER = True  # users' own per-step policies (policies/user.py)
-WITH_POLICIES = True  # the built-in policies other than each family's default (id 0)
+# the built-in policies other than each family's default (id 0), and what only they read: the
+# routers' scraped view and prefix-cache hits, the pool's queue totals (admission)
+WITH_POLICIES = True
 
 
 class Features(NamedTuple):
