@@ -2,6 +2,7 @@
 
     python bench/bench_compile.py                 # 2 cold compiles, each followed by a cached load
     python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
+    python bench/bench_compile.py --variant full  # the kernels with every feature (replay/engine/variants.py)
 
 Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
 (what the first `llm-replay run` of an install does before replaying); the cached run is a second
@@ -34,6 +35,19 @@ wall time is these over the share of a core the compile got):
   unchanged (bench_replay.py --only-engine numba). At load 2.2 the compile got a whole core:
   40.0 and 40.1 s wall (39.6 and 40.0 s CPU), cached load 0.35 s, `llm-replay run` 2.1 s. A
   first autoscaled run compiles reset_replica_nb and release_held_nb too (0.7 s CPU).
+- kernel variants (engine/variants.py) and typed arguments (issue 15 item 3, 2-core machine at
+  load 4-6, one cold compile each, alternated in the same period): main's engine, which compiled
+  every feature, 63.1 and 66.0 s CPU (784 MB); the plain variant the Quick start runs 33.3 and
+  34.3 s CPU (578 MB, 110 signatures instead of 166); the full variant 52.5 and 48.9 s CPU (748
+  MB): with P/D, LoRA, speculative decoding, sessions, users' policies and the other built-in
+  policies pruned before typing, and no callee compiled again for a literal argument (numba types
+  a call's int constant, or a variable's first value, as a literal and compiles the callee for it:
+  record x10, unknown_policy x5, reject x4, the routers and victims x2, ...). Where the plain
+  variant's time goes (--profile, 41.8 s CPU with the profiler's overhead): native lowering 34 s,
+  typing 5.3 s; advance_nb 7.1, schedule_running 2.5, place 1.7, lazy_running 1.4, schedule 1.35,
+  schedule_waiting 1.3, arrive 1.1, finish_step 1.0, then ~90 functions under 0.9 s each: each
+  inner kernel's own module is optimised with its callees linked in and turned into machine code
+  (numba's `CodeLibrary.finalize`), then again inside each caller.
 """
 
 from __future__ import annotations

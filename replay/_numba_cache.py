@@ -68,12 +68,12 @@ _key_numba_cache()
 
 
 # CPU seconds of one cold compile of every kernel a replay in each variant uses (engine/variants.py;
-# bench/bench_compile.py on this project's 2-core machine, issue 15: the plain variant ~XX s, the
-# full one 68-71 s before the variants, when the compile had a core to itself; a busy machine
-# slows its core too): the estimate's basis until a compile was timed here, rounded up so that it
-# errs long. numba compiles on one thread, so its wall time is this over the share of a core it
-# gets (`core_share`), which the estimate says.
-COLD_COMPILE_CPU_S = {"plain": 45.0, "full": 75.0}
+# bench/bench_compile.py on this project's 2-core machine, issue 15: the plain variant 33-34 s, the
+# full one 49-53 s, where every kernel took 63-66 s before the variants, at a load of 4-6; a busy
+# machine slows its core too): the estimate's basis until a compile was timed here, rounded up so
+# that it errs long. numba compiles on one thread, so its wall time is this over the share of a
+# core it gets (`core_share`), which the estimate says.
+COLD_COMPILE_CPU_S = {"plain": 40.0, "full": 60.0}
 
 
 def _marker(variant: str) -> str:

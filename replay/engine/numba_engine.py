@@ -386,10 +386,10 @@ class NumbaEngine:
             return
 
     def _entry(self, kernel, args):
-        """The kernel's compiled entry for these arguments' types, found once per engine: the
-        state tuples never change type, and the dispatcher typing their ~200 arrays at every call
-        cost ~30 us an advance (a third of the bundled trace's replay core at 1 s ticks), the
-        entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
+        """The kernel's compiled entry, in the engine's variant (engine/variants.py), for these
+        arguments' types, found once per engine: the state tuples never change type, and the
+        dispatcher typing their ~200 arrays at every call cost ~30 us an advance (a third of the
+        bundled trace's replay core at 1 s ticks), the entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
         call would."""
         entry = self._entries.get(kernel)
         if entry is None:

@@ -91,3 +91,23 @@ def test_the_estimate_follows_the_machines_load(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.3, 0.2))
     assert _numba_cache.core_share() == 1.0
     assert _numba_cache.compile_estimate_s() == (_numba_cache.COLD_COMPILE_CPU_S["plain"], "on a 2-core machine")
+
+
+def test_the_run_warms_up_the_variant_it_replays(cli, write, monkeypatch):
+    """The notice and the warm-up are for the kernels the replay will run: the plain variant for
+    one pool of vLLM's defaults, the full one for a prefill/decode split or a non-default router."""
+    from replay import run as run_module
+
+    warmed = []
+    real = run_module.warm_up
+    monkeypatch.setattr(run_module, "warm_up", lambda engine="numba", variant="plain": (warmed.append(variant),
+                                                                                       real(engine, variant)))
+    plain = write("plain.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}"))
+    pd = write("pd.yaml", "model: llama-3.1-8b\ntrace: {window: {end_s: 10}}\nsplit: {policy: prefill-decode}\n"
+                          "pools: [{name: prefill, replicas: 1}, {name: decode, replicas: 1}]\n")
+    routed = write("rr.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}").replace(
+        "tensor_parallel_size: 1", "tensor_parallel_size: 1, router: round-robin"))
+    for config, variant in ((plain, "plain"), (pd, "full"), (routed, "full")):
+        res = cli("run", "--config", config, "--out", f"o-{variant}-{len(warmed)}", "-q")
+        assert res.code == 0, res.err
+        assert warmed[-1] == variant, config
