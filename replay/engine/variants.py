@@ -17,7 +17,8 @@ cached, as their originals (policies/_dispatch.py).
 
 Two variants, not one per combination of features: each costs a cold compile, and a test suite
 or a sweep that mixes features would compile dozens. `plain` is what the README's Quick start
-runs (the vLLM defaults on one kind of pool); a run that uses anything more runs `full`.
+runs: vLLM's defaults (each family's default policy; no P/D, LoRA, speculation, sessions or
+user policies), on any number of pools; a run that uses anything more runs `full`.
 `variant_of(features)` picks the first that covers a run.
 """
 
