@@ -38,16 +38,21 @@ wall time is these over the share of a core the compile got):
 - kernel variants (engine/variants.py) and typed arguments (issue 15 item 3, 2-core machine at
   load 4-6, one cold compile each, alternated in the same period): main's engine, which compiled
   every feature, 63.1 and 66.0 s CPU (784 MB); the plain variant the Quick start runs 33.3 and
-  34.3 s CPU (578 MB, 110 signatures instead of 166); the full variant 52.5 and 48.9 s CPU (748
-  MB): with P/D, LoRA, speculative decoding, sessions, users' policies and the other built-in
+  34.3 s CPU (578 MB, 109 signatures compiled instead of 215, numba's own counted); the full
+  variant 52.5 and 48.9 s CPU (748 MB): with P/D, LoRA, speculative decoding, sessions, users' policies and the other built-in
   policies pruned before typing, and no callee compiled again for a literal argument (numba types
   a call's int constant, or a variable's first value, as a literal and compiles the callee for it:
   record x10, unknown_policy x5, reject x4, the routers and victims x2, ...). Where the plain
-  variant's time goes (--profile, 41.8 s CPU with the profiler's overhead): native lowering 34 s,
-  typing 5.3 s; advance_nb 7.1, schedule_running 2.5, place 1.7, lazy_running 1.4, schedule 1.35,
-  schedule_waiting 1.3, arrive 1.1, finish_step 1.0, then ~90 functions under 0.9 s each: each
+  variant's time goes (--profile at load 3-4: 33.0 s CPU, 109 signatures): native lowering 28.0 s,
+  typing 2.6 s; advance_nb 5.8, schedule_running 1.6, place 1.2, lazy_running 1.1, schedule 1.1,
+  arrive 0.9, schedule_waiting 0.9, finish_step 0.8, then ~95 functions under 0.8 s each: each
   inner kernel's own module is optimised with its callees linked in and turned into machine code
-  (numba's `CodeLibrary.finalize`), then again inside each caller.
+  (numba's `CodeLibrary.finalize`), then again inside each caller, so the cost follows the depth
+  of the call tree more than the code's size (session 10 measured skipping the inner kernels'
+  optimisation: a 20% slower replay; their machine code and cache writes: 6% of the compile).
+  The replay core is not slower (process CPU s, medians of 3 alternations of 5 runs, load 3-4):
+  bundled conv trace on 4 replicas 0.131 before, 0.120 plain, 0.134 full; 100k Poisson requests
+  on 64 replicas 0.633, 0.576, 0.636.
 """
 
 from __future__ import annotations
