@@ -15,12 +15,14 @@ from replay.outputs.verdict import verdict
 from traces import LoadedTrace
 
 
-def warm_up(engine: str = "numba") -> None:
-    """Compile (first run) or load from numba's cache every kernel a replay uses, on a tiny
-    trace, so that a replay's time (timing.json's replay_s) measures the replay and not the compiler."""
+def warm_up(engine: str = "numba", variant: str = "plain") -> None:
+    """Compile (first run) or load from numba's cache every kernel a replay in `variant` uses
+    (replay/engine/variants.py; `run_variant` says which a run needs), on a tiny trace, so that a
+    replay's time (timing.json's replay_s) measures the replay and not the compiler."""
     import polars as pl
 
     from replay.config import PoolConfig
+    from replay.engine.variants import at_least
     from traces import cast_to_schema
 
     frame = cast_to_schema(pl.DataFrame({"arrival_us": [0, 1000, 2000], "prompt_tokens": [40, 20, 30],
@@ -29,11 +31,25 @@ def warm_up(engine: str = "numba") -> None:
 
     tiny = LoadedTrace(frame, "warm-up", "synthetic", None, "", {}, 0)
     cfg = FleetConfig(model="llama-3.1-8b", pools=(PoolConfig(replicas=1),))
-    cold = engine == "numba" and not kernels_cached()
+    cold = engine == "numba" and not kernels_cached(variant)
     started, cpu = time.monotonic(), time.process_time()
-    replay_trace(tiny, cfg, engine=engine)
+    with at_least(variant):  # the tiny fleet alone would run the plain variant
+        replay_trace(tiny, cfg, engine=engine)
     if cold:
-        mark_compiled(time.monotonic() - started, time.process_time() - cpu)
+        mark_compiled(time.monotonic() - started, time.process_time() - cpu, variant)
+
+
+def run_variant(cfg: FleetConfig, plans: list[PoolPlan], frame, source: str = "config") -> str:
+    """The kernel variant a replay of this trace on this fleet runs: the engine's own choice
+    (replay/engine/variants.py), from the inputs built for none of the trace's requests."""
+    import numpy as np
+
+    from replay.engine.variants import features, variant_of
+    from replay.fleet.cluster import build_inputs, pd_inputs
+
+    inputs = build_inputs(frame.head(0), None, plans, np.zeros(0, np.int64), pd=pd_inputs(cfg, plans), source=source)
+    closed = cfg.trace is not None and cfg.trace.closed_loop  # its columns need the requests
+    return variant_of(features(inputs)._replace(sessions=closed))
 
 
 def tool_version() -> str:

@@ -42,6 +42,7 @@ from replay.engine.state import (
     Replicas,
     Requests,
 )
+from replay.engine.variants import features, specialise, variant_of
 from policies._dispatch import UnknownPolicyId
 from policies._userview import E_FAMILY, E_LIMIT, E_POOL, E_STATUS, E_VALUE, ERR_WIDTH, UserCall, choice_message
 from policies.user import POOL_WIDTH, REPLICA_WIDTH, REQUEST_WIDTH
@@ -346,10 +347,14 @@ def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
 class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
-    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16, lazy: bool = True):
+    def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16, lazy: bool = True,
+                 variant: str | None = None):
         """`lazy=False` advances every running request at every step (the engine before
-        engine/lazy.py, kept for the differential test and the benchmarks): same outputs."""
+        engine/lazy.py, kept for the differential test and the benchmarks): same outputs.
+        `variant`: the kernels' (engine/variants.py); by default the least that has what the
+        inputs use."""
         self.inputs = inputs
+        self.variant = variant or variant_of(features(inputs))
         layout = kv_layout(inputs)
         self.rq = make_requests(inputs)
         self.blocks = make_blocks(layout)
@@ -381,14 +386,15 @@ class NumbaEngine:
             return
 
     def _entry(self, kernel, args):
-        """The kernel's compiled entry for these arguments' types, found once per engine: the
-        state tuples never change type, and the dispatcher typing their ~200 arrays at every call
-        cost ~30 us an advance (a third of the bundled trace's replay core at 1 s ticks), the
-        entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
+        """The kernel's compiled entry, in the engine's variant (engine/variants.py), for these
+        arguments' types, found once per engine: the state tuples never change type, and the
+        dispatcher typing their ~200 arrays at every call cost ~30 us an advance (a third of the
+        bundled trace's replay core at 1 s ticks), the entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
         call would."""
         entry = self._entries.get(kernel)
         if entry is None:
-            entry = self._entries[kernel] = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+            own = specialise(kernel, self.variant)
+            entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
         return entry
 
     def _kernel(self, kernel, *args):
