@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
@@ -50,6 +51,25 @@ def run_variant(cfg: FleetConfig, plans: list[PoolPlan], frame, source: str = "c
     inputs = build_inputs(frame.head(0), None, plans, np.zeros(0, np.int64), pd=pd_inputs(cfg, plans), source=source)
     closed = cfg.trace is not None and cfg.trace.closed_loop  # its columns need the requests
     return variant_of(features(inputs)._replace(sessions=closed))
+
+
+def variants_of(runs: Iterable[tuple[FleetConfig, Any, str]]) -> list[str]:
+    """The kernel variants a command's replays run, each (config, trace frame, source) by
+    `run_variant`, in replay/engine/variants.py's order: a command that replays many fleets (plan,
+    sweep, demo) compiles or loads each once, up front and with the notice, so that no worker
+    process compiles one. A config whose pools cannot be planned counts for none (its replay
+    fails as it would have)."""
+    from common.errors import UserError
+    from replay.engine.variants import VARIANTS
+    from replay.fleet.cluster import plan_pools
+
+    used = set()
+    for cfg, frame, source in runs:
+        try:
+            used.add(run_variant(cfg, plan_pools(cfg, source), frame, source))
+        except UserError:
+            continue
+    return [name for name in VARIANTS if name in used]
 
 
 def tool_version() -> str:

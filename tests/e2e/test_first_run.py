@@ -111,3 +111,25 @@ def test_the_run_warms_up_the_variant_it_replays(cli, write, monkeypatch):
         res = cli("run", "--config", config, "--out", f"o-{variant}-{len(warmed)}", "-q")
         assert res.code == 0, res.err
         assert warmed[-1] == variant, config
+
+
+def test_a_sweep_and_a_plan_warm_up_every_variant_their_replays_run(cli, write, monkeypatch, tmp_path):
+    """A command that replays many fleets compiles (or loads) each variant its replays need once,
+    in the parent, before any worker starts: a sweep whose grid mixes a default and a
+    non-default router warms both; a plan of a base with default policies warms the plain one."""
+    from replay import run as run_module
+
+    warmed = []
+    real = run_module.warm_up
+    monkeypatch.setattr(run_module, "warm_up", lambda engine="numba", variant="plain": (warmed.append(variant),
+                                                                                       real(engine, variant)))
+    base = write("base.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 5}}"))
+    sweep = write("sweep.yaml", "base: base.yaml\ngrid:\n  router: [least-outstanding, round-robin]\n")
+    res = cli("sweep", sweep, "--out", str(tmp_path / "sw"), "--workers", "1", "--quiet")
+    assert res.code == 0, res.err
+    assert warmed[:2] == ["plain", "full"], warmed
+    warmed.clear()
+    res = cli("plan", "--config", base, "--slo", "ttft_ms=5000", "--gpu", "h100-sxm-80gb", "--tp", "1",
+              "--workers", "1", "--max-replicas", "2")
+    assert res.code in (0, 1), res.err
+    assert warmed[0] == "plain", warmed
