@@ -2,6 +2,7 @@
 
     python bench/bench_compile.py                 # 2 cold compiles, each followed by a cached load
     python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
+    python bench/bench_compile.py --variant full  # the kernels with every feature (replay/engine/variants.py)
 
 Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
 (what the first `llm-replay run` of an install does before replaying); the cached run is a second
@@ -34,6 +35,24 @@ wall time is these over the share of a core the compile got):
   unchanged (bench_replay.py --only-engine numba). At load 2.2 the compile got a whole core:
   40.0 and 40.1 s wall (39.6 and 40.0 s CPU), cached load 0.35 s, `llm-replay run` 2.1 s. A
   first autoscaled run compiles reset_replica_nb and release_held_nb too (0.7 s CPU).
+- kernel variants (engine/variants.py) and typed arguments (issue 15 item 3, 2-core machine at
+  load 4-6, one cold compile each, alternated in the same period): main's engine, which compiled
+  every feature, 63.1 and 66.0 s CPU (784 MB); the plain variant the Quick start runs 33.3 and
+  34.3 s CPU (578 MB, 109 signatures compiled instead of 215, numba's own counted); the full
+  variant 52.5 and 48.9 s CPU (748 MB): with P/D, LoRA, speculative decoding, sessions, users' policies and the other built-in
+  policies pruned before typing, and no callee compiled again for a literal argument (numba types
+  a call's int constant, or a variable's first value, as a literal and compiles the callee for it:
+  record x10, unknown_policy x5, reject x4, the routers and victims x2, ...). Where the plain
+  variant's time goes (--profile at load 3-4: 33.0 s CPU, 109 signatures): native lowering 28.0 s,
+  typing 2.6 s; advance_nb 5.8, schedule_running 1.6, place 1.2, lazy_running 1.1, schedule 1.1,
+  arrive 0.9, schedule_waiting 0.9, finish_step 0.8, then ~95 functions under 0.8 s each: each
+  inner kernel's own module is optimised with its callees linked in and turned into machine code
+  (numba's `CodeLibrary.finalize`), then again inside each caller, so the cost follows the depth
+  of the call tree more than the code's size (session 10 measured skipping the inner kernels'
+  optimisation: a 20% slower replay; their machine code and cache writes: 6% of the compile).
+  The replay core is not slower (process CPU s, medians of 3 alternations of 5 runs, load 3-4):
+  bundled conv trace on 4 replicas 0.131 before, 0.120 plain, 0.134 full; 100k Poisson requests
+  on 64 replicas 0.633, 0.576, 0.636.
 """
 
 from __future__ import annotations
@@ -50,8 +69,8 @@ import tempfile
 import time
 
 
-def child(profile: bool) -> None:
-    """In a fresh interpreter: import, warm up (compile or load), print one JSON line."""
+def child(profile: bool, variant: str) -> None:
+    """In a fresh interpreter: import, warm up `variant` (compile or load), print one JSON line."""
     started = time.perf_counter()
     excl: dict[tuple[str, str], float] = collections.defaultdict(float)
     sigs: dict[str, set[str]] = collections.defaultdict(set)
@@ -61,9 +80,9 @@ def child(profile: bool) -> None:
     from replay import _numba_cache
 
     imported = time.perf_counter()
-    cold = not _numba_cache.kernels_cached()
+    cold = not _numba_cache.kernels_cached(variant)
     cpu = time.process_time()
-    replay.run.warm_up()
+    replay.run.warm_up(variant=variant)
     out = {"cold": cold, "import_s": imported - started, "warm_up_s": time.perf_counter() - imported,
            "warm_up_cpu_s": time.process_time() - cpu,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -73,7 +92,8 @@ def child(profile: bool) -> None:
         for (pass_name, func), seconds in excl.items():
             by_func[func] += seconds
             by_pass[pass_name] += seconds
-        out["by_function"] = sorted(by_func.items(), key=lambda kv: -kv[1])[:15]
+        out["by_function"] = sorted(by_func.items(), key=lambda kv: -kv[1])[:25]
+        out["signatures"] = sum(len(s) for s in sigs.values())
         out["by_pass"] = sorted(by_pass.items(), key=lambda kv: -kv[1])[:8]
         out["twice"] = {name: len(s) for name, s in sigs.items() if len(s) > 1 and not name.startswith("numba.")}
     print(json.dumps(out))
@@ -106,9 +126,9 @@ def _listen(excl, sigs) -> None:
     event.register("numba:compile", listener)
 
 
-def run_child(cache: str, profile: bool) -> dict:
+def run_child(cache: str, profile: bool, variant: str) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-    cmd = [sys.executable, __file__, "--child"] + (["--profile"] if profile else [])
+    cmd = [sys.executable, __file__, "--child", "--variant", variant] + (["--profile"] if profile else [])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -138,19 +158,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cold", type=int, default=2, help="cold compiles to time (each in its own empty cache)")
     ap.add_argument("--profile", action="store_true", help="where the cold compile's CPU time goes")
+    ap.add_argument("--variant", choices=("plain", "full"), default="plain",
+                    help="the kernel variant to compile (replay/engine/variants.py): plain is the Quick start's")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.profile)
+        child(args.profile, args.variant)
         return 0
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    colds, loads, commands = [], [], []
+    print(f"variant {args.variant}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    colds, cpus, loads, commands = [], [], [], []
     for i in range(args.cold):
         with tempfile.TemporaryDirectory() as cache:
-            cold = run_child(cache, args.profile and i == 0)
-            warm = run_child(cache, False)
-            command_s, command_rss = quick_start(cache)
+            cold = run_child(cache, args.profile and i == 0, args.variant)
+            warm = run_child(cache, False, args.variant)
+            # the Quick start runs the plain variant: on a cache of the full one it would compile
+            command_s, command_rss = quick_start(cache) if args.variant == "plain" else (float("nan"), float("nan"))
         colds.append(cold["warm_up_s"])
+        cpus.append(cold["warm_up_cpu_s"])
         loads.append(warm["warm_up_s"])
         commands.append(command_s)
         print(f"cold compile {cold['warm_up_s']:6.1f} s wall ({cold['warm_up_cpu_s']:.1f} s CPU), peak RSS "
@@ -159,8 +183,9 @@ def main() -> int:
         if "by_function" in cold:
             print("  CPU s by function (exclusive):", ", ".join(f"{f} {s:.1f}" for f, s in cold["by_function"]))
             print("  CPU s by pass:", ", ".join(f"{p} {s:.1f}" for p, s in cold["by_pass"]))
-            print("  compiled for more than one signature:", cold["twice"] or "none")
-    print(f"median of {args.cold}: cold compile {statistics.median(colds):.1f} s, cached load "
+            print(f"  {cold['signatures']} signatures compiled; for more than one:", cold["twice"] or "none")
+    print(f"median of {args.cold}: cold compile {statistics.median(colds):.1f} s wall "
+          f"({statistics.median(cpus):.1f} s CPU), cached load "
           f"{statistics.median(loads):.2f} s, `llm-replay run` cached {statistics.median(commands):.2f} s; "
           f"load average now {os.getloadavg()[0]:.1f}")
     return 0

@@ -5,8 +5,9 @@ with its peak RSS; optionally the step-by-step engine (`numba-eager`) on the sam
     python bench/bench_day.py                      # the whole day (~24 M requests at ~280 req/s)
     python bench/bench_day.py --hours 1 --eager    # its first hour, both engines, the ratio
     python bench/bench_day.py --hours 2 --repeats 3
+    python bench/bench_day.py --mix m-mid           # ServeGen m-mid: ~155 M requests
 
-The trace is synthesized once per (hours, start day) with `llm-replay synth`'s ServeGen reader (all
+The trace is synthesized once per (mix, hours, start day), an hour at a time, with `llm-replay synth`'s ServeGen reader (all
 162 clients' fitted 10-minute windows; lengths from the bundled Azure conversation trace, since
 ServeGen's language folders hold none) and kept in /tmp/llm-replay-bench. The fleet is
 llama-3.1-8b on H100s under Knative's KPA (concurrency 32 a replica, 4 to 160 replicas). Each run
@@ -45,30 +46,53 @@ pools:
 """
 
 
-def day_trace(servegen: Path, hours: float, start_day: int) -> Path:
-    """The synthesized trace's Parquet, made once."""
-    out = CACHE / f"m-large-{hours:g}h-day{start_day}.parquet"
-    if out.exists():
-        return out
-    from traces.canonical import write_canonical
+def _synth_hour(folder: Path, mix: str, start_s: float, seconds: float, seed: int):
     from traces.synth import parse_spec, synthesize
 
-    folder = servegen / "language" / "m-large"
-    if not folder.is_dir():
-        sys.exit(f"bench_day: no ServeGen m-large folder at {folder} (pass --servegen)")
-    spec = parse_spec({
-        "seed": 0, "duration_s": hours * 3600,
-        "workloads": [{"name": "m-large", "servegen": {"path": str(folder), "start_s": start_day * 86400},
+    return synthesize(parse_spec({
+        "seed": seed, "duration_s": seconds,
+        "workloads": [{"name": mix, "servegen": {"path": str(folder), "start_s": start_s},
                        "prompt": {"dist": "empirical", "trace": "azure-conv-2023", "column": "prompt_tokens"},
                        "output": {"dist": "empirical", "trace": "azure-conv-2023", "column": "output_tokens"}}],
-    }, "bench_day")
+    }, "bench_day"))
+
+
+def day_trace(servegen: Path, mix: str, hours: float, start_day: int) -> Path:
+    """The synthesized trace's Parquet, made once, an hour at a time so that a day of m-mid's
+    ~155 M requests is made in bounded memory: hour h is its own synthesis (seed h, ServeGen's
+    windows from the day's hour h on), its arrivals shifted by h hours and its ids by the rows
+    before it; the hours are then streamed into one file (polars' sink, no whole frame)."""
+    out = CACHE / f"{mix}-{hours:g}h-day{start_day}.parquet"
+    if out.exists():
+        return out
+    import polars as pl
+
+    from traces.canonical import BLOCK_KEY, write_canonical
+
+    folder = servegen / "language" / mix
+    if not folder.is_dir():
+        sys.exit(f"bench_day: no ServeGen {mix} folder at {folder} (pass --servegen)")
     began = time.perf_counter()
-    trace = synthesize(spec)
     CACHE.mkdir(exist_ok=True)
-    part = out.with_suffix(".part")
-    write_canonical(trace.frame, part, trace.prefix_block_tokens)
-    part.rename(out)
-    print(f"synthesized {trace.frame.height:,} requests in {time.perf_counter() - began:.0f} s -> {out}")
+    parts, metadata = [], None
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        for h in range(max(1, -int(-hours // 1))):
+            trace = _synth_hour(folder, mix, start_day * 86400 + h * 3600, min(3600.0, hours * 3600 - h * 3600), h)
+            part = Path(tmp, f"{h:03d}.parquet")
+            write_canonical(trace.frame, part, trace.prefix_block_tokens)
+            if trace.prefix_block_tokens:
+                metadata = {BLOCK_KEY: str(trace.prefix_block_tokens)}
+            parts.append((part, trace.frame.height, h * 3600 * 1_000_000))
+            del trace
+        ids = 0
+        frames = []
+        for part, rows, shift_us in parts:
+            frames.append(pl.scan_parquet(part).with_columns(pl.col("request_id") + ids, pl.col("arrival_us") + shift_us))
+            ids += rows
+        staged = Path(tmp, "day.parquet")
+        pl.concat(frames).sink_parquet(staged, metadata=metadata, statistics=False)
+        os.replace(staged, out)
+    print(f"synthesized {ids:,} requests in {time.perf_counter() - began:.0f} s -> {out}")
     return out
 
 
@@ -106,6 +130,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--servegen", type=Path, default=DEFAULT_SERVEGEN)
     ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--mix", choices=("m-large", "m-mid", "m-small"), default="m-large",
+                    help="ServeGen's language mix (m-large ~24 M requests a day, m-mid ~155 M)")
     ap.add_argument("--start-day", type=int, default=0, help="which of the data's 14 days")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--eager", action="store_true", help="also the step-by-step engine, for the ratio")
@@ -113,7 +139,7 @@ def main() -> int:
     args, rest = ap.parse_known_args()
     if args.child_engine:
         return as_engine(args.child_engine, rest)
-    trace = day_trace(args.servegen, args.hours, args.start_day)
+    trace = day_trace(args.servegen, args.mix, args.hours, args.start_day)
     import polars as pl
 
     rows = pl.scan_parquet(trace).select(pl.len()).collect().item()
@@ -128,7 +154,7 @@ def main() -> int:
             runs = [run_once(engine, trace, config, Path(tmp, f"run-{engine}")) for _ in range(args.repeats)]
             results[engine] = (statistics.median(w for w, _ in runs), max(m for _, m in runs))
     load = os.getloadavg()[0]
-    print(f"ServeGen m-large, {args.hours:g} h from day {args.start_day}: {rows:,} requests "
+    print(f"ServeGen {args.mix}, {args.hours:g} h from day {args.start_day}: {rows:,} requests "
           f"({rows / (args.hours * 3600):,.0f} req/s) on llama-3.1-8b / H100 under KPA (4-160 replicas); load {load:.1f}")
     for engine, (wall, peak) in results.items():
         print(f"  {engine:12s} whole `llm-replay run`: {wall:,.1f} s (median of {args.repeats}), "

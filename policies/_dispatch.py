@@ -26,25 +26,34 @@ from numba import njit
 
 _LINK = """
 def link(pid, {args}):
-    if pid == i:
+    if {own} and pid == i:
         return kernel({args})
-    return rest(pid, {args})
-"""
-_NONE_LEFT = """
-def none_left(pid, {args}):
+    if {after}:
+        return rest(pid, {args})
     return unknown
 """
 
 
-def build_dispatch(kernels: Sequence[Callable[..., Any]], unknown: Any) -> Callable[..., Any]:
+def build_dispatch(kernels: Sequence[Callable[..., Any]], unknown: Any,
+                   gates: Sequence[str] | None = None) -> Callable[..., Any]:
+    """`gates`: per kernel, the name of a flag (a bool global of the links, True here) under which
+    its link is compiled; "True" for one every variant has. replay/engine/variants.py rebinds
+    the flags per variant, and numba prunes a link whose flag is False, and the chain after a
+    link when every later one's is, before typing them."""
     # getattr: with NUMBA_DISABLE_JIT=1 a kernel is its plain Python function.
     arities = {len(inspect.signature(getattr(k, "py_func", k)).parameters) for k in kernels}
     if len(arities) != 1:
         raise TypeError(f"a family's kernels must take the same arguments; got {sorted(arities)} of them")
+    gates = list(gates or ["True"] * len(kernels))
+    if len(gates) != len(kernels):
+        raise TypeError(f"{len(gates)} gates for {len(kernels)} kernels")
     args = ", ".join(f"a{k}" for k in range(arities.pop()))
-    dispatch = _compile(_NONE_LEFT.format(args=args), "none_left", unknown=unknown)
+    flags = {gate: True for gate in gates if gate != "True"}
+    dispatch = None
     for i in reversed(range(len(kernels))):  # id 0 is tested first
-        dispatch = _compile(_LINK.format(args=args), "link", i=i, kernel=kernels[i], rest=dispatch)
+        after = " or ".join(dict.fromkeys(gates[i + 1:])) or "False"
+        dispatch = _compile(_LINK.format(args=args, own=gates[i], after=after), "link", i=i, kernel=kernels[i],
+                            rest=dispatch, unknown=unknown, **flags)
     return dispatch
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 # every module with a kernel, and every replay module a kernel module imports, is listed.
 _KERNEL_SOURCES = (
     "engine/common.py",
+    "engine/variants.py",
     "engine/state.py",
     "engine/events.py",
     "engine/queues.py",
@@ -66,20 +67,25 @@ def kernel_sources() -> list[Path]:
 _key_numba_cache()
 
 
-# CPU seconds of one cold compile of every kernel a replay uses (bench/bench_compile.py on this
-# project's 2-core machine, issue 15: 68-71 s with the quiet-run kernels when the compile had a
-# core to itself; a busy machine slows its core too): the estimate's basis until a compile was
-# timed here, rounded up so that it errs long. numba compiles on one thread, so its wall
-# time is this over the share of a core it gets (`core_share`), which the estimate says.
-COLD_COMPILE_CPU_S = 75.0
-_MARKER = "compiled.json"
+# CPU seconds of one cold compile of every kernel a replay in each variant uses (engine/variants.py;
+# bench/bench_compile.py on this project's 2-core machine, issue 15: the plain variant 33-34 s, the
+# full one 49-53 s, where every kernel took 63-66 s before the variants, at a load of 4-6; a busy
+# machine slows its core too): the estimate's basis until a compile was timed here, rounded up so
+# that it errs long. numba compiles on one thread, so its wall time is this over the share of a
+# core it gets (`core_share`), which the estimate says.
+COLD_COMPILE_CPU_S = {"plain": 40.0, "full": 60.0}
 
 
-def kernels_cached() -> bool:
-    """Whether this version's kernels were compiled into the cache (by a warm-up that finished)."""
+def _marker(variant: str) -> str:
+    return f"compiled-{variant}.json"
+
+
+def kernels_cached(variant: str = "plain") -> bool:
+    """Whether this version's kernels of `variant` were compiled into the cache (by a warm-up
+    that finished)."""
     import numba
 
-    return os.path.exists(os.path.join(numba.config.CACHE_DIR, _MARKER))
+    return os.path.exists(os.path.join(numba.config.CACHE_DIR, _marker(variant)))
 
 
 def core_share() -> float:
@@ -92,37 +98,39 @@ def core_share() -> float:
     return min(1.0, (os.cpu_count() or 1) / (load + 1.0))
 
 
-def compile_estimate_s() -> tuple[float, str]:
-    """How long a cold compile will take here, and why we think so: the CPU seconds of the last
-    five compiles timed on this machine (earlier versions', in the same cache), else the measured
-    figure, over the share of a core the compile gets at the machine's present load."""
+def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:
+    """How long a cold compile of `variant` will take here, and why we think so: the CPU seconds
+    of the last five compiles of it timed on this machine (earlier versions', in the same cache),
+    else the measured figure, over the share of a core the compile gets at the machine's present
+    load."""
     import json
 
     import numba
 
     parent = os.path.dirname(numba.config.CACHE_DIR)
     timed = []
-    for path in Path(parent).glob(f"kernels-*/{_MARKER}"):
+    for path in Path(parent).glob(f"kernels-*/{_marker(variant)}"):
         try:
-            # CPU seconds only: an older version's marker holds its wall time, at its load then.
             timed.append((path.stat().st_mtime, float(json.loads(path.read_text())["compile_cpu_s"])))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     if timed:
         # The median of the last five: one compile that found most kernels cached already (a
-        # version that changed one file) must not promise a cold compile in seconds.
+        # version that changed one file, or the full variant after the plain one) must not
+        # promise a cold compile in seconds.
         recent = sorted(seconds for _, seconds in sorted(timed)[-5:])
         cpu, basis = recent[len(recent) // 2], "the recent compiles on this machine"
     else:
-        cpu, basis = COLD_COMPILE_CPU_S, "on a 2-core machine"
+        cpu, basis = COLD_COMPILE_CPU_S[variant], "on a 2-core machine"
     share = core_share()
     if share < 0.95:
         basis += f", at this machine's load ({share:.0%} of a core)"
     return cpu / share, basis
 
 
-def mark_compiled(seconds: float, cpu_seconds: float | None = None) -> None:
-    """Record that the kernels are in the cache, and how long compiling them took (wall and CPU)."""
+def mark_compiled(seconds: float, cpu_seconds: float | None = None, variant: str = "plain") -> None:
+    """Record that the kernels of `variant` are in the cache, and how long compiling them took
+    (wall and CPU)."""
     import json
 
     import numba
@@ -131,7 +139,7 @@ def mark_compiled(seconds: float, cpu_seconds: float | None = None) -> None:
     if cpu_seconds is not None:
         body["compile_cpu_s"] = round(cpu_seconds, 1)
     try:
-        with open(os.path.join(numba.config.CACHE_DIR, _MARKER), "w") as fh:
+        with open(os.path.join(numba.config.CACHE_DIR, _marker(variant)), "w") as fh:
             json.dump(body, fh)
     except OSError:
         pass  # a read-only cache only loses the estimate

@@ -35,6 +35,22 @@ class IncidentRuns:
     after: RunOutputs
 
 
+def incident_variants() -> list[str]:
+    """The kernel variants the two replays run (replay.run.variants_of), from their configs."""
+    from replay.run import variants_of
+
+    configs = [(load_config(str(demo_config_path(name))), str(demo_config_path(name))) for name in SCENARIOS]
+    return variants_of((cfg, _no_requests(), source) for cfg, source in configs)
+
+
+def _no_requests() -> pl.DataFrame:
+    from traces import cast_to_schema
+
+    return cast_to_schema(pl.DataFrame({"arrival_us": [], "prompt_tokens": [], "output_tokens": []},
+                                       schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int64,
+                                               "output_tokens": pl.Int64}), source="demo")
+
+
 def run_incident(out_dir: Path, *, force: bool = False, engine: str = "numba", progress=None) -> IncidentRuns:
     """Replay both fleets on the same mix and write `out_dir/before` and `out_dir/after`."""
     outs = {name: Path(out_dir) / name for name in SCENARIOS}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
@@ -15,12 +16,14 @@ from replay.outputs.verdict import verdict
 from traces import LoadedTrace
 
 
-def warm_up(engine: str = "numba") -> None:
-    """Compile (first run) or load from numba's cache every kernel a replay uses, on a tiny
-    trace, so that a replay's time (timing.json's replay_s) measures the replay and not the compiler."""
+def warm_up(engine: str = "numba", variant: str = "plain") -> None:
+    """Compile (first run) or load from numba's cache every kernel a replay in `variant` uses
+    (replay/engine/variants.py; `run_variant` says which a run needs), on a tiny trace, so that a
+    replay's time (timing.json's replay_s) measures the replay and not the compiler."""
     import polars as pl
 
     from replay.config import PoolConfig
+    from replay.engine.variants import at_least
     from traces import cast_to_schema
 
     frame = cast_to_schema(pl.DataFrame({"arrival_us": [0, 1000, 2000], "prompt_tokens": [40, 20, 30],
@@ -29,11 +32,44 @@ def warm_up(engine: str = "numba") -> None:
 
     tiny = LoadedTrace(frame, "warm-up", "synthetic", None, "", {}, 0)
     cfg = FleetConfig(model="llama-3.1-8b", pools=(PoolConfig(replicas=1),))
-    cold = engine == "numba" and not kernels_cached()
+    cold = engine == "numba" and not kernels_cached(variant)
     started, cpu = time.monotonic(), time.process_time()
-    replay_trace(tiny, cfg, engine=engine)
+    with at_least(variant):  # the tiny fleet alone would run the plain variant
+        replay_trace(tiny, cfg, engine=engine)
     if cold:
-        mark_compiled(time.monotonic() - started, time.process_time() - cpu)
+        mark_compiled(time.monotonic() - started, time.process_time() - cpu, variant)
+
+
+def run_variant(cfg: FleetConfig, plans: list[PoolPlan], frame, source: str = "config") -> str:
+    """The kernel variant a replay of this trace on this fleet runs: the engine's own choice
+    (replay/engine/variants.py), from the inputs built for none of the trace's requests."""
+    import numpy as np
+
+    from replay.engine.variants import features, variant_of
+    from replay.fleet.cluster import build_inputs, pd_inputs
+
+    inputs = build_inputs(frame.head(0), None, plans, np.zeros(0, np.int64), pd=pd_inputs(cfg, plans), source=source)
+    closed = cfg.trace is not None and cfg.trace.closed_loop  # its columns need the requests
+    return variant_of(features(inputs)._replace(sessions=closed))
+
+
+def variants_of(runs: Iterable[tuple[FleetConfig, Any, str]]) -> list[str]:
+    """The kernel variants a command's replays run, each (config, trace frame, source) by
+    `run_variant`, in replay/engine/variants.py's order: a command that replays many fleets (plan,
+    sweep, demo) compiles or loads each once, up front and with the notice, so that no worker
+    process compiles one. A config whose pools cannot be planned counts for none (its replay
+    fails as it would have)."""
+    from common.errors import UserError
+    from replay.engine.variants import VARIANTS
+    from replay.fleet.cluster import plan_pools
+
+    used = set()
+    for cfg, frame, source in runs:
+        try:
+            used.add(run_variant(cfg, plan_pools(cfg, source), frame, source))
+        except UserError:
+            continue
+    return [name for name in VARIANTS if name in used]
 
 
 def tool_version() -> str:

@@ -23,12 +23,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from replay.demo import comparison, demo_config_path, run_incident
+    from replay.demo import comparison, demo_config_path, incident_variants, run_incident
     from replay.outputs.report import engine_ready, print_comparison
 
     err = Console(stderr=True)
     if args.engine == "numba":
-        engine_ready(err, terminal=err.is_terminal)
+        for variant in incident_variants():
+            engine_ready(err, terminal=err.is_terminal, variant=variant)
     with err.status("replaying the incident twice (before and after the fix)...", spinner="dots") \
             if err.is_terminal else contextlib.nullcontext():
         runs = run_incident(Path(args.out), force=args.force, engine=args.engine)

@@ -151,7 +151,7 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
     from replay.config import load_config
     from replay.fleet.live import LIVE_DIR, STATUS_FILE, LiveWriter, write_atomic
     from replay.outputs.write import write_run
-    from replay.run import replay_trace, warm_up
+    from replay.run import replay_trace, run_variant, warm_up
 
     out_dir = Path(out)
     try:
@@ -166,9 +166,10 @@ def replay_child(args: argparse.Namespace, out: str, trace, load_s: float = 0.0)
         if args.engine == "numba":
             from replay._numba_cache import compile_estimate_s, kernels_cached
 
-            if not kernels_cached():  # the dashboard says so while the child compiles
-                writer.status("compiling", compile_estimate_s=round(compile_estimate_s()[0]))
-            warm_up()
+            variant = run_variant(cfg, plans, trace.frame, source)
+            if not kernels_cached(variant):  # the dashboard says so while the child compiles
+                writer.status("compiling", compile_estimate_s=round(compile_estimate_s(variant)[0]))
+            warm_up(variant=variant)
             writer.status("running")
         timing = {"load_trace_s": load_s, "warm_up_s": time.perf_counter() - began}
         result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,

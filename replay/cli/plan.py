@@ -111,7 +111,12 @@ def run(args: argparse.Namespace) -> int:
 
     base, space, trace = _prepare(args)
     err = Console(stderr=True)
-    engine_ready(err, terminal=err.is_terminal)  # compiled here once, so that no two workers compile
+    from replay.plan.fleet import start_replicas, uniform
+    from replay.run import variants_of
+
+    fleets = ((uniform(base, c, start_replicas(base)), trace.frame, "plan") for c in space.candidates)
+    for variant in variants_of(fleets):  # compiled here once, so that no two workers compile
+        engine_ready(err, terminal=err.is_terminal, variant=variant)
     workers = args.workers or default_workers(len(space.candidates))
     started = time.monotonic()
     on = " on Ray" if args.backend == "ray" else ""

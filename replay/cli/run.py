@@ -139,7 +139,7 @@ def _replay(args: argparse.Namespace) -> int:
     from replay.outputs.write import claimed, write_run
     from replay.outputs.report import engine_ready, print_summary, progress_bar
     from replay.outputs.rundir import raise_if_signalled
-    from replay.run import replay_trace
+    from replay.run import replay_trace, run_variant
 
     began = time.perf_counter()
     checked = prepare_run(args)
@@ -152,7 +152,8 @@ def _replay(args: argparse.Namespace) -> int:
     with claimed(out, args.force, checked.inputs):
         began = time.perf_counter()
         if args.engine == "numba":
-            engine_ready(console, terminal=show, quiet=args.quiet)
+            engine_ready(console, terminal=show, quiet=args.quiet,
+                         variant=run_variant(cfg, checked.plans, trace.frame, checked.source))
             raise_if_signalled()  # one that numba's loading swallowed
         timing["warm_up_s"] = time.perf_counter() - began
         from replay.fleet.parallel import auto_jobs

@@ -48,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
     spec = read_spec(args.spec)
     cells, traces = build_cells(spec)  # every cell's config and trace checked before one runs
     console = Console(stderr=True)
+    if args.backend != "ray":  # local workers share this machine's numba cache: compiled here once
+        from replay.outputs.report import engine_ready
+        from replay.run import variants_of
+
+        for variant in variants_of((c.cfg, traces[c.trace_key].frame, spec.source) for c in cells):
+            engine_ready(console, terminal=console.is_terminal, quiet=args.quiet, variant=variant)
     mode = "off" if args.quiet else ("bar" if console.is_terminal else "lines")
     with locked(out):
         store.check_sweep_dir(out)  # again, under the lock

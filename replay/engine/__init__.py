@@ -13,6 +13,7 @@ Two engines give the same outputs. The numba kernels here are the fast one, a mo
     scheduling.py    one scheduler step, and its end
     lazy.py          steady decoders kept lazily: a step costs what changes in it
     loop.py          the event loop (advance_nb), snapshot and reset
+    variants.py      the kernels' feature flags: a run compiles only the features it uses
     numba_engine.py  NumbaEngine: the host side that lays out the state and runs the loop
 
 `reference/` is the same algorithm in plain Python, written to be read, module for module under

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.common import EV_FINISH, FINISHED
@@ -37,6 +38,7 @@ from replay.engine.kvblocks import free_request_blocks, grow_request
 from replay.engine.queues import heap_pop, heap_push
 from replay.engine.sessions import release_next
 from replay.engine.state import C_FINISHED, C_OUTPUT
+from replay.engine.variants import WITH_SESSIONS
 
 # A heap key: the lazy step it falls at, then the running order (seq < 2**32 joins a replica).
 SEQ_SPAN = 1 << 32
@@ -139,10 +141,11 @@ def finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     rq.state[q] = FINISHED
     rq.finished[q] = t
-    release_next(rq, pools, q, t)
+    if WITH_SESSIONS:
+        release_next(rq, pools, q, t)
     reps.counters[r, C_FINISHED] += 1
     if ev.clock[2] != 0:
-        record(ev, t, EV_FINISH, r, q, rq.generated[q])
+        record(ev, t, np.int64(EV_FINISH), r, q, rq.generated[q])
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -213,7 +216,7 @@ def lazy_running(rq, blocks, reps, pools, th, tbs, r):
             continue
         q = reps.lz_due[off + j]
         j += 1
-        grow_request(rq, blocks, reps, th, tbs, bs, False, r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
+        grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
         due = s + bs
         if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
             heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
@@ -230,7 +233,7 @@ def sort_by_seq(rq, a, off, n):
         x = a[off]
         a[off] = a[off + end]
         a[off + end] = x
-        sift_down(rq, a, off, 0, end)
+        sift_down(rq, a, off, np.int64(0), end)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)

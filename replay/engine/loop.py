@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
@@ -39,6 +40,7 @@ from replay.engine.state import (
     STATUS_USER_POLICY,
 )
 from replay.engine.transfer import finish_transfer
+from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, WITH_USER
 from policies._userview import E_STATUS
 
 
@@ -50,7 +52,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
     while True:
-        if pools.u_router.err[E_STATUS] != 0:  # a user's policy made an invalid choice (its link says which)
+        if WITH_USER and pools.u_router.err[E_STATUS] != 0:  # a user's policy chose wrong (its link says how)
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
@@ -66,20 +68,20 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         ev.clock[0] = a
         t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
         # Routers' view refreshes (kind 1): after the step ends at that time, before kinds 2 and 3.
-        ref_p = -1
+        ref_p = np.int64(-1)  # typed: a literal -1 would type refresh_views for it first, a second compile
         for p in range(pools.next_refresh.shape[0]):
             if pools.next_refresh[p] != NO_EVENT and (ref_p < 0 or pools.next_refresh[p] < pools.next_refresh[ref_p]):
                 ref_p = p
         t_ref = pools.next_refresh[ref_p] if ref_p >= 0 else NO_EVENT
         # KV transfers that complete: after the steps that end at the same time, before the rest.
-        if pools.pd[PD_INFLIGHT] > 0:
+        if WITH_PD and pools.pd[PD_INFLIGHT] > 0:
             t_x = pools.xh_t[0]
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
                     return synced(rq, blocks, reps, pools, th, tbs, until)
                 finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
-        if ref_p >= 0:
+        if WITH_POLICIES and ref_p >= 0:  # only the other built-in routers read a scraped view
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
                 if t_ref > until:
                     return synced(rq, blocks, reps, pools, th, tbs, until)
@@ -88,7 +90,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         if q_arr < n and (t_arr < best_t or (t_arr == best_t and best_kind > 2)):
             if t_arr > until:
                 return synced(rq, blocks, reps, pools, th, tbs, until)
-            if q_arr != a:
+            if WITH_SESSIONS and q_arr != a:
                 rheap_pop(pools)  # before arriving: a rejection releases the session's next turn
             arrive(rq, blocks, reps, pools, ev, th, tbs, q_arr, t_arr)
             if q_arr == a:
@@ -129,7 +131,7 @@ def synced(rq, blocks, reps, pools, th, tbs, until):
     """advance_nb reached until: every replica in a quiet run is caught up (engine/quiet.py), so
     the host reads it as of until. A call, not inlined at advance_nb's returns (compile time)."""
     for r in range(reps.pool.shape[0]):
-        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, True)
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, until, np.bool_(True))
     return STATUS_OK
 
 

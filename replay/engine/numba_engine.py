@@ -41,6 +41,7 @@ from replay.engine.state import (
     Pools,
     Replicas,
 )
+from replay.engine.variants import features, specialise, variant_of
 from policies._dispatch import UnknownPolicyId
 from policies._userview import E_FAMILY, E_LIMIT, E_POOL, E_STATUS, E_VALUE, ERR_WIDTH, UserCall, choice_message
 from policies.user import POOL_WIDTH, REPLICA_WIDTH, REQUEST_WIDTH
@@ -297,12 +298,14 @@ class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
     def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16, lazy: bool = True,
-                 window: int | None = DEFAULT_CAPACITY):
+                 variant: str | None = None, window: int | None = DEFAULT_CAPACITY):
         """`lazy=False` advances every running request at every step (the engine before
         engine/lazy.py, kept for the differential test and the benchmarks): same outputs.
-        `window`: request slots to start with (engine/window.py; they grow while in-flight
-        requests fill them), None for one per request of the trace: same outputs."""
+        `variant`: the kernels' (engine/variants.py); by default the least that has what the
+        inputs use. `window`: request slots to start with (engine/window.py; they grow while
+        in-flight requests fill them), None for one per request of the trace: same outputs."""
         self.inputs = inputs
+        self.variant = variant or variant_of(features(inputs))
         layout = kv_layout(inputs)
         self.window = Window(inputs, window)
         self.rq = self.window.requests()
@@ -337,14 +340,15 @@ class NumbaEngine:
             return
 
     def _entry(self, kernel, args):
-        """The kernel's compiled entry for these arguments' types, found once per engine: the
-        state tuples never change type, and the dispatcher typing their ~200 arrays at every call
-        cost ~30 us an advance (a third of the bundled trace's replay core at 1 s ticks), the
-        entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
+        """The kernel's compiled entry, in the engine's variant (engine/variants.py), for these
+        arguments' types, found once per engine: the state tuples never change type, and the
+        dispatcher typing their ~200 arrays at every call cost ~30 us an advance (a third of the
+        bundled trace's replay core at 1 s ticks), the entry itself ~4 us. `Dispatcher.compile` loads the kernel from numba's cache as a first
         call would."""
         entry = self._entries.get(kernel)
         if entry is None:
-            entry = self._entries[kernel] = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+            own = specialise(kernel, self.variant)
+            entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
         return entry
 
     def _kernel(self, kernel, *args):

@@ -87,7 +87,7 @@ def quiet_step(rq, blocks, reps, pools, th, tbs, r):
         q = reps.ah_q[off]
         heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
         reps.ah_n[r] -= 1
-        grow_request(rq, blocks, reps, th, tbs, bs, False, r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
+        grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
         due = s + bs
         if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
             heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
@@ -132,7 +132,7 @@ def quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t):
     run, so that it steps one event at a time from its current step on."""
     if reps.qr_end[r] < 0:
         return
-    quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, False)
+    quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, np.bool_(False))
     if reps.qr_end[r] >= 0:
         reps.qr_end[r] = -1
         update_event(reps, r)
@@ -143,7 +143,7 @@ def quiet_land(rq, blocks, reps, pools, th, tbs, r):
     """r's run reached its last step, which ends now: r is caught up to that step's start and
     steps one event at a time again (the caller applies the step's end)."""
     if reps.qr_end[r] >= 0:
-        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, reps.qr_end[r], False)
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, reps.qr_end[r], np.bool_(False))
         reps.qr_end[r] = -1
 
 
@@ -151,4 +151,4 @@ def quiet_land(rq, blocks, reps, pools, th, tbs, r):
 def quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t):
     """Every replica of pool p caught up as of an event at t (before the wake-ups at t)."""
     for r in range(pools.first_replica[p], pools.first_replica[p] + pools.num_replicas[p]):
-        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, False)
+        quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, np.bool_(False))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
+import numpy as np
 from numba import njit
 
 from replay.engine.common import (
@@ -29,6 +30,7 @@ from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
 from replay.engine.quiet import quiet_cancel, quiet_catch_up_pool
 from replay.engine.sessions import release_next
+from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, policy_gates
 from replay.engine.state import (
     PD_DECODE,
     PD_PREFILL,
@@ -46,8 +48,8 @@ from policies.routers._view import RouterView
 
 # Every registered router kernel behind one dispatch; -2: the pool's id has no router.
 ROUTE_UNKNOWN = -2
-route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN)
-admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0)
+route_dispatch = build_dispatch([m.kernel for m in ROUTER_MODULES], ROUTE_UNKNOWN, policy_gates(ROUTER_MODULES))
+admission_dispatch = build_dispatch([m.kernel for m in ADMISSION_MODULES], 0, policy_gates(ADMISSION_MODULES))
 # Constants frozen into the kernels. check_policy_ids stops a run whose ids are out of range
 # before any event, so the dispatches' markers for an unknown id are never used.
 NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES), len(QUEUE_MODULES)
@@ -91,11 +93,11 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     n = pools.num_replicas[p]
     bs = pools.block_size[p]
     hits = pools.route_hits[p] != 0
-    active = 0
+    active = np.int64(0)  # typed: the router is typed once, not first for a literal 0
     for r in range(first, first + n):
         if routable(reps, r, t):
             active += 1
-            if hits:
+            if WITH_POLICIES and hits:
                 reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
     if active == 0:
         return -1
@@ -124,7 +126,7 @@ def admit(rq, reps, pools, p, r, q, t):
     waiting = 0
     waiting_tokens = 0
     active = 0
-    if pools.adm_pool[p] != 0:
+    if WITH_POLICIES and pools.adm_pool[p] != 0:
         first = pools.first_replica[p]
         for x in range(first, first + pools.num_replicas[p]):
             waiting += reps.nwait[x]
@@ -164,8 +166,9 @@ def reject(rq, pools, ev, q, reason, t):
     rq.state[q] = REJECTED
     rq.reject[q] = reason
     pools.rejected[rq.pool[q]] += 1
-    record(ev, t, EV_REJECT, -1, q, reason)
-    release_next(rq, pools, q, t)
+    record(ev, t, np.int64(EV_REJECT), np.int64(-1), q, reason)
+    if WITH_SESSIONS:
+        release_next(rq, pools, q, t)
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -176,10 +179,10 @@ def arrive(rq, blocks, reps, pools, ev, th, tbs, q, t):
     pools.arrived_tokens[p, 1] += rq.output[q]
     total = rq.prompt[q] + rq.output[q]
     if total > pools.max_model_len[p]:
-        reject(rq, pools, ev, q, REJECT_CONTEXT, t)
+        reject(rq, pools, ev, q, np.int64(REJECT_CONTEXT), t)
     elif (total - 1 + pools.block_size[p] - 1) // pools.block_size[p] > pools.kv_blocks[p] - pools.watermark_blocks[p]:
         # The request could never hold all its tokens, even alone on a replica (above the watermark).
-        reject(rq, pools, ev, q, REJECT_KV, t)
+        reject(rq, pools, ev, q, np.int64(REJECT_KV), t)
     else:
         place(rq, blocks, reps, pools, ev, th, tbs, q, t)
 
@@ -200,18 +203,18 @@ def check_policy_ids(pools, ev):
         # The last id of each family is its user link: it needs the pool's compiled policy.
         if not 0 <= pools.router[p] < NUM_ROUTERS or (
                 pools.router[p] == NUM_ROUTERS - 1 and pools.u_router.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_ROUTER, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_ROUTER), p, np.int64(0))
             return False
         if not 0 <= pools.victim[p] < NUM_VICTIMS or (
                 pools.victim[p] == NUM_VICTIMS - 1 and pools.u_victim.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_VICTIM, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_VICTIM), p, np.int64(0))
             return False
         if not 0 <= pools.queue[p] < NUM_QUEUES or (pools.queue[p] == NUM_QUEUES - 1 and pools.u_queue.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_QUEUE, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_QUEUE), p, np.int64(0))
             return False
         if not 0 <= pools.admission[p] < NUM_ADMISSIONS or (
                 pools.admission[p] == NUM_ADMISSIONS - 1 and pools.u_admission.addr[p] == 0):
-            unknown_policy(ev, UNKNOWN_ADMISSION, p, 0)
+            unknown_policy(ev, np.int64(UNKNOWN_ADMISSION), p, np.int64(0))
             return False
     return True
 
@@ -222,11 +225,11 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     With no replica active or starting, a pool that holds (an autoscaled pool that may scale up)
     keeps it in its FIFO; any other rejects it as no_replica."""
     p = rq.pool[q]
-    if pools.route_hits[p] != 0:  # quiet runs' allocations may have evicted cached blocks
+    if WITH_POLICIES and pools.route_hits[p] != 0:  # quiet runs' allocations may have evicted cached blocks
         quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, p, t)
     r = route(rq, blocks, reps, pools, th, tbs, p, q, t)
     if r == ROUTE_UNKNOWN:
-        unknown_policy(ev, UNKNOWN_ROUTER, p, t)
+        unknown_policy(ev, np.int64(UNKNOWN_ROUTER), p, t)
         return
     if r < 0:
         r = route_starting(pools, reps, p)
@@ -234,17 +237,17 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         if pools.hold[p] != 0:
             held_push(rq, pools, p, q)
         else:
-            reject(rq, pools, ev, q, REJECT_NO_REPLICA, t)
+            reject(rq, pools, ev, q, np.int64(REJECT_NO_REPLICA), t)
         return
     quiet_cancel(rq, blocks, reps, pools, th, tbs, r, t)  # r is read (its prefix hits) and then given work
     d = -1
-    if remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
+    if WITH_PD and remote_prefill(rq, blocks, reps, pools, th, tbs, p, r, q):
         pp = pools.pd[PD_PREFILL]
         if pools.route_hits[pp] != 0:
             quiet_catch_up_pool(rq, blocks, reps, pools, th, tbs, pp, t)
         rp = route(rq, blocks, reps, pools, th, tbs, pp, q, t)
         if rp == ROUTE_UNKNOWN:
-            unknown_policy(ev, UNKNOWN_ROUTER, pp, t)
+            unknown_policy(ev, np.int64(UNKNOWN_ROUTER), pp, t)
             return
         if rp < 0:
             rp = route_starting(pools, reps, pp)
@@ -263,7 +266,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     rq.replica[q] = r
     rq.state[q] = WAITING
     if ev.clock[2] != 0:
-        record(ev, t, EV_ARRIVE, r, q, 0)
+        record(ev, t, np.int64(EV_ARRIVE), r, q, np.int64(0))
     rq.queued[q] = t
     wq_push_back(rq, reps, r, q)
     wake_idle(reps, r, t)

@@ -55,15 +55,16 @@ from replay.engine.state import (
     PD_DECODE,
 )
 from replay.engine.transfer import accept_pending, hand_off
+from replay.engine.variants import WITH_LORA, WITH_PD, WITH_POLICIES, WITH_SPEC, policy_gates
 from replay.model.stepmodel import step_time_us_nb
 from policies.queue_orders._view import QueueView
 from policies.registry import QUEUE_MODULES, VICTIM_MODULES
 from policies._dispatch import build_dispatch
 from policies.victims._view import VictimView
 
-victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1)
-queue_head_dispatch = build_dispatch([m.head_kernel for m in QUEUE_MODULES], True)
-queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0)
+victim_dispatch = build_dispatch([m.kernel for m in VICTIM_MODULES], -1, policy_gates(VICTIM_MODULES))
+queue_head_dispatch = build_dispatch([m.head_kernel for m in QUEUE_MODULES], True, policy_gates(QUEUE_MODULES))
+queue_key_dispatch = build_dispatch([m.key_kernel for m in QUEUE_MODULES], 0.0, policy_gates(QUEUE_MODULES))
 # routing.check_policy_ids stops a run whose ids are out of range before any event, so the
 # dispatches' markers for an unknown id (-1, True, 0.0) are never used.
 
@@ -101,11 +102,11 @@ def schedule_running(rq, blocks, reps, pools, ev, th, tbs, r, t):
     off = reps.run_off[r]
     preempted = False
     swap_blocks = 0  # copied to or from host memory in this step
-    i = 0
+    i = np.int64(0)  # typed: the victim policy is typed once, not first for a literal 0
     while i < reps.neager[r] and budget > 0:
         q = reps.run_list[off + i]
         new = rq.prompt[q] + rq.generated[q] - rq.computed[q]
-        if pools.spec_k[p] > 0 and is_decoding(rq, q):
+        if WITH_SPEC and pools.spec_k[p] > 0 and is_decoding(rq, q):
             # A verify step: the token plus up to k drafts, none past the last output token.
             new = 1 + min(pools.spec_k[p], rq.output[q] - rq.generated[q] - 1)
         if 0 < threshold < new:
@@ -148,14 +149,16 @@ def schedule_waiting(rq, blocks, reps, pools, ev, th, tbs, r, t, budget, cutoff)
     p = reps.pool[r]
     off = reps.run_off[r]
     swap_blocks = 0
-    loras = loras_scheduled(rq, reps, pools, p, r)
-    skipped = -1
+    loras = loras_scheduled(rq, reps, pools, p, r) if WITH_LORA else 0
+    skipped = np.int64(-1)  # typed, as `i` in schedule_running
     while reps.nwait[r] > 0 and budget > 0 and reps.nrun[r] < pools.max_num_seqs[p]:
         q = pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff)
         if q < 0:
             break  # the rest joined the queue after this step was scheduled
-        a = lora_of(rq, pools, p, q)
-        new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.neager[r], a)
+        new_lora = False
+        if WITH_LORA:
+            a = lora_of(rq, pools, p, q)
+            new_lora = a >= 0 and not lora_in_batch(rq, reps, pools, p, off, reps.neager[r], a)
         if new_lora and loras >= pools.lora_slots[p]:
             wq_remove(rq, reps, r, q)
             rq.skip_next[q] = skipped
@@ -249,7 +252,7 @@ def join_batch(rq, blocks, reps, pools, ev, th, tbs, r, q, t, computed, new, nhi
         reps.counters[r, C_QUERY] += rq.prompt[q]
     reps.counters[r, C_ADMITTED] += 1
     if ev.clock[2] != 0:
-        record(ev, t, EV_SCHEDULE, r, q, computed)
+        record(ev, t, np.int64(EV_SCHEDULE), r, q, computed)
     return swap_blocks
 
 
@@ -259,25 +262,22 @@ def step_duration(rq, reps, pools, r, t, swap_blocks):
     Returns its duration (0: nothing was scheduled)."""
     p = reps.pool[r]
     off = reps.run_off[r]
-    prefill_tokens = 0
+    # Typed zeros: with literal ones numba types the step model for them first, a second compile
+    # (and in a variant without LoRA, lora_adapters stays one).
+    prefill_tokens = prefill_ctx = decode_seqs = decode_ctx = num_seqs = spec_tokens = np.int64(0)
     prefill_pairs = 0.0
-    prefill_ctx = 0
-    decode_seqs = 0
-    decode_ctx = 0
-    num_seqs = 0
-    spec_tokens = 0
-    lora_adapters = 0
-    lora_loads = 0
+    lora_adapters = lora_loads = np.int64(0)
     for k in range(reps.neager[r]):
         q = reps.run_list[off + k]
         new = rq.sched_new[q]
         if new == 0:
             continue
         num_seqs += 1
-        a = lora_of(rq, pools, p, q)
-        if a >= 0 and not lora_in_batch(rq, reps, pools, p, off, k, a):
-            lora_adapters += 1
-            lora_loads += lora_activate(reps, pools, p, r, a, t)
+        if WITH_LORA:
+            a = lora_of(rq, pools, p, q)
+            if a >= 0 and not lora_in_batch(rq, reps, pools, p, off, k, a):
+                lora_adapters += 1
+                lora_loads += lora_activate(reps, pools, p, r, a, t)
         if is_decoding(rq, q):
             decode_seqs += 1
             decode_ctx += rq.computed[q] + 1
@@ -317,7 +317,7 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     reps.counters[r, C_PREEMPT] += 1
     rq.queued[q] = t
     wq_push_front(rq, reps, r, q)
-    record(ev, t, EV_SWAP_OUT if swapped else EV_PREEMPT, r, q, rq.generated[q])
+    record(ev, t, np.int64(EV_SWAP_OUT if swapped else EV_PREEMPT), r, q, rq.generated[q])
     return held if swapped else 0
 
 
@@ -337,14 +337,14 @@ def pick_waiting(rq, blocks, reps, pools, th, tbs, p, r, cutoff):
     index. On a decode replica, a request whose KV has arrived goes first, the earliest arrived
     first: it holds its blocks already, and a request that cannot fit must not keep it waiting."""
     policy = pools.queue[p]
-    if p == pools.pd[PD_DECODE]:
+    if WITH_PD and p == pools.pd[PD_DECODE]:
         q = reps.wait_head[r]
         while q >= 0:
             if rq.nblocks[q] > 0 and rq.queued[q] <= cutoff:
                 return q
             q = rq.qnext[q]
     q = reps.wait_head[r]
-    if queue_head_dispatch(policy, reps.nwait[r]):  # the queue's own order (FCFS)
+    if not WITH_POLICIES or queue_head_dispatch(policy, reps.nwait[r]):  # the queue's own order (FCFS)
         while q >= 0 and rq.queued[q] > cutoff:
             q = rq.qnext[q]
         return q
@@ -398,7 +398,7 @@ def finish_step(rq, blocks, reps, pools, ev, th, tbs, r, t):
     reps.nrun[r] = kept + reps.nlazy[r]
     if reps.lz_cool[r] > 0:
         reps.lz_cool[r] -= 1
-    if reps.pend_head[r] >= 0:
+    if WITH_PD and reps.pend_head[r] >= 0:
         accept_pending(rq, reps, pools, r, t)  # blocks may have been freed
     reps.counters[r, C_BUSY] += t - reps.step_start[r]
     reps.busy_until[r] = -1
@@ -417,14 +417,15 @@ def finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
     num_tokens = rq.prompt[q] + rq.generated[q]
     if not is_decoding(rq, q):
         reps.counters[r, C_PREFILL] += new
-    else:
+    elif WITH_SPEC:
         # The tokens a decode (or verify) step yields: its expected value, with the
-        # fraction carried to the request's next step. Without speculation, exactly 1.
+        # fraction carried to the request's next step. Without speculation, exactly 1 (`new`).
         credit = rq.spec_credit[q] + pools.spec_credit[p, new - 1]
         new = credit // SPEC_CREDIT_SCALE
         rq.spec_credit[q] = credit - new * SPEC_CREDIT_SCALE
     rq.computed[q] += new
-    if rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0 and r != rq.dreplica[q]:
+    prefilled = rq.computed[q] >= num_tokens and rq.dreplica[q] >= 0 and rq.generated[q] == 0
+    if WITH_PD and prefilled and r != rq.dreplica[q]:
         hand_off(rq, reps, pools, q, r, t)  # prefilled: its KV goes to the decode replica
         return False
     if rq.computed[q] >= num_tokens:
@@ -434,7 +435,7 @@ def finish_running(rq, blocks, reps, pools, ev, th, tbs, r, q, t):
         if rq.first_token[q] < 0:
             rq.first_token[q] = t
             if ev.clock[2] != 0:
-                record(ev, t, EV_FIRST_TOKEN, r, q, 0)
+                record(ev, t, np.int64(EV_FIRST_TOKEN), r, q, np.int64(0))
         if rq.generated[q] >= rq.output[q]:
             finish_request(rq, blocks, reps, pools, ev, th, tbs, pools.block_size[p], r, q, t)
             return False

@@ -15,6 +15,7 @@ from numba import njit
 
 from replay.engine.common import NO_EVENT
 from replay.engine.queues import heap_pop, heap_push
+from replay.engine.variants import WITH_SESSIONS
 
 # Pools.cl: [0] 1 in closed-loop runs, [1] releases in the heap.
 CL_ON, CL_SIZE = 0, 1
@@ -47,7 +48,7 @@ def release_next(rq, pools, q, t):
 def skip_released(rq, pools, a):
     """The next request index the arrival walk takes: later turns of sessions arrive through the
     release heap, not at their recorded time."""
-    if pools.cl[CL_ON] != 0:
+    if WITH_SESSIONS and pools.cl[CL_ON] != 0:
         n = rq.arrival.shape[0]
         while a < n and rq.gap[a] >= 0:
             a += 1
@@ -59,6 +60,6 @@ def next_arrival(rq, pools, a):
     """(time, request) of the next arrival: request a of the walk, or the release heap's first
     when it is earlier (a tie goes to the lower request index, as the reference's event heap)."""
     t = rq.arrival[a] if a < rq.arrival.shape[0] else NO_EVENT
-    if pools.cl[CL_SIZE] > 0 and (pools.rl_t[0] < t or (pools.rl_t[0] == t and pools.rl_q[0] < a)):
+    if WITH_SESSIONS and pools.cl[CL_SIZE] > 0 and (pools.rl_t[0] < t or (pools.rl_t[0] == t and pools.rl_q[0] < a)):
         return pools.rl_t[0], pools.rl_q[0]
     return t, a

@@ -124,5 +124,5 @@ def finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t):
     rq.queued[q] = t
     wq_push_back(rq, reps, d, q)
     if ev.clock[2] != 0:
-        record(ev, t, EV_ARRIVE, d, q, r + 1)  # value: 1 + the prefill replica (0: from the router)
+        record(ev, t, np.int64(EV_ARRIVE), d, q, r + 1)  # value: 1 + the prefill replica (0: from the router)
     wake_idle(reps, d, t)

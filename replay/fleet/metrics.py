@@ -128,9 +128,10 @@ def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
 
 @njit(cache=True)
 def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
-    """Percentiles (linear) of `values[lo[i]:hi[i]]` per i (empty when lo >= hi: NaN), `order`
-    the positions of `values` from smallest to largest. Spans that move forward (both ends
-    non-decreasing: trailing windows, chart columns) count each value in once and out once.
+    """Percentiles (linear) of `values[lo[i]:hi[i]]` per i (empty when lo >= hi: NaN; positions
+    clamped to [0, len(values)]), `order` the positions of `values` from smallest to largest.
+    Spans that move forward (both ends non-decreasing: trailing windows, chart columns) count each
+    value in once and out once.
     `as_numpy`: interpolate as np.percentile does (from the upper value when the fraction is
     >= 0.5, numpy's _lerp), for the same floats as it; else as the tick columns always have."""
     out = np.full((len(lo), len(qs)), np.nan)
@@ -146,7 +147,10 @@ def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
               np.zeros((size >> 12) + 1, np.int32), np.zeros((size >> 18) + 1, np.int32))
     a = b = 0  # the counts hold the values at positions [a, b)
     for i in range(len(lo)):
-        first, end = min(lo[i], hi[i]), hi[i]
+        # Positions outside [0, size] are clamped to it: numba does not check bounds, and a
+        # negative one would wrap (past -size, to memory outside the arrays).
+        end = min(max(hi[i], 0), size)
+        first = min(max(lo[i], 0), end)
         # To the union of the two windows first, so that a <= b throughout; then down to the new
         # one. Ticks in time order move each value in once and out once.
         while b < end:

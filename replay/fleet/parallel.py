@@ -258,7 +258,10 @@ def simulate_pools(inputs: EngineInputs, pool_index: np.ndarray, plans: list, cf
     control = make_control(plans, inputs, cfg, tick_us)  # a policy's bad parameters fail here, as serially
     groups = [group_of(inputs, g) for g in pool_groups(inputs, jobs)]
     run = _Run(engine, control, len(plans), tick_us, last_arrival, last_arrival + round(cfg.max_drain_s * 1e6))
-    results, end = _run_workers(groups, run, progress)
+    from replay.engine.variants import at_least, features, variant_of
+
+    with at_least(variant_of(features(inputs))):  # the fleet's kernels, warmed up: inherited by the forks
+        results, end = _run_workers(groups, run, progress)
     events = merge_events(groups, results, inputs)
     if events is None:
         return None

@@ -348,9 +348,12 @@ def table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens):
     each); a decode step costs the decode table at its sequences, plus the roofline's KV-read time
     for context beyond (or minus the part short of) the measured context per sequence."""
     if prefill_tokens > 0:
-        us = _interp(p, TABLE_PREFILL_X, TABLE_PREFILL_Y, np.int64(p[TABLE_NPREFILL]), float(prefill_tokens + decode_seqs))
+        # int64 offsets: literal ones would compile _interp once per table
+        us = _interp(p, np.int64(TABLE_PREFILL_X), np.int64(TABLE_PREFILL_Y), np.int64(p[TABLE_NPREFILL]),
+                     float(prefill_tokens + decode_seqs))
     else:
-        us = _interp(p, TABLE_DECODE_X, TABLE_DECODE_Y, np.int64(p[TABLE_NDECODE]), float(decode_seqs))
+        us = _interp(p, np.int64(TABLE_DECODE_X), np.int64(TABLE_DECODE_Y), np.int64(p[TABLE_NDECODE]),
+                     float(decode_seqs))
         extra = decode_ctx_tokens - decode_seqs * p[TABLE_CTX_REF]
         us += p[KV_BYTES_PER_TOKEN] * extra / p[KV_BYTES_RATE] * 1e6
     return max(np.int64(1), np.int64(math.ceil(us)))

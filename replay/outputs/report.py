@@ -50,31 +50,32 @@ def progress_state(done_us: int, total_us: int) -> tuple[float | None, str]:
     return None, f"arrivals done; draining for {(done_us - total_us) / 1e6:,.0f} s"
 
 
-def engine_ready(console: Console, *, terminal: bool, quiet: bool = False) -> None:
-    """Compile (first run after an install or upgrade) or load the numba kernels, saying which: a
-    spinner with the elapsed time on a terminal; one line before and one after in a log."""
+def engine_ready(console: Console, *, terminal: bool, quiet: bool = False, variant: str = "plain") -> None:
+    """Compile (first run after an install or upgrade) or load the numba kernels of `variant`
+    (replay/engine/variants.py; replay.run.run_variant), saying which: a spinner with the elapsed
+    time on a terminal; one line before and one after in a log."""
     import time
 
     from replay._numba_cache import compile_estimate_s, kernels_cached
     from replay.run import warm_up
 
-    cached = kernels_cached()
+    cached = kernels_cached(variant)
     if cached:
         with console.status("loading the engine", spinner="dots") if terminal else contextlib.nullcontext():
-            warm_up()
+            warm_up(variant=variant)
         return
-    estimate, basis = compile_estimate_s()
+    estimate, basis = compile_estimate_s(variant)
     what = (f"compiling the engine's kernels (once per install or upgrade; about {estimate:.0f} s, {basis}; "
             "cached for later runs)")
     started = time.monotonic()
     if terminal:
         with Progress(TextColumn(what), TimeElapsedColumn(), console=console, transient=True) as bar:
             bar.add_task("compile", total=None)
-            warm_up()
+            warm_up(variant=variant)
     else:
         if not quiet:
             console.print(f"llm-replay: {what}", soft_wrap=True, highlight=False)
-        warm_up()
+        warm_up(variant=variant)
     took = time.monotonic() - started
     if not quiet:
         console.print(f"llm-replay: compiled the engine in {took:.0f} s", soft_wrap=True, highlight=False)

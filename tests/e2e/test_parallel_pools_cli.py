@@ -58,3 +58,26 @@ def test_a_fleet_kept_in_one_process_says_why(cli, write, tmp_path, config, reas
     assert f"note: replayed the 2 pools in one process: {reason}" in res.err
     quiet = cli("run", "--config", cfg, "--out", tmp_path / "quiet", "--jobs", "2", "--quiet")
     assert quiet.code == 0 and "replayed the" not in quiet.err
+
+
+def test_worker_processes_run_the_kernels_the_fleet_warmed_up(cli, write, tmp_path, monkeypatch):
+    """The chat pool's power-of-two router needs the full kernel variant (replay/engine/variants.py),
+    which the run warms up; the coder pool alone would run the plain one, and compile it in its
+    worker: it runs the fleet's."""
+    from replay.engine import numba_engine
+
+    monkeypatch.setattr(parallel, "PAYS_OFF", 0.0)
+    seen = tmp_path / "variants"
+    real = numba_engine.NumbaEngine.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        with open(seen, "a") as fh:  # the forked workers' too
+            fh.write(f"{self.variant} {len(self.reps.pool)}\n")
+
+    monkeypatch.setattr(numba_engine.NumbaEngine, "__init__", init)
+    res = cli("run", "--config", write("pools.yaml", FLEET), "--out", tmp_path / "two", "--jobs", "2")
+    assert res.code == 0, res.err
+    assert "in 2 worker processes" in res.err
+    engines = seen.read_text().split("\n")[:-1]
+    assert len(engines) >= 3 and {line.split()[0] for line in engines} == {"full"}, engines

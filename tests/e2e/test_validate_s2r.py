@@ -99,3 +99,34 @@ def test_only_an_unknown_id_and_data_for_a_scenario_file_are_refused(cli, tmp_pa
     scenarios.write_text("scenarios: []\n")
     line = _one_line_exit_2(cli("validate", scenarios, "--data", data))
     assert "--data: applies to 'validate vllm-s2r' only" in line
+
+
+def test_a_run_whose_replayed_class_differs_from_the_measured_one_is_flagged(cli, tmp_path, data):
+    """The flag, not the finding: 20260217 is marked unsafe in a copy, so the real server counts as
+    overloaded while its replay stays stable, and the table, the summary line and --json say so."""
+    import csv
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    path = copy / "experiments.csv"
+    path.chmod(0o644)
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    for row in rows:
+        if row["exp_id"] == EXP:
+            row["manifest_notes"] = "unsafe: marked for this test"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    got = cli("validate", "vllm-s2r", "--data", copy, "--only", EXP)
+    assert got.code == 0, got.err
+    assert f"saturation: 0 of 1 runs replay in their measured class; differs: {EXP} (replayed stable, " \
+           "measured overloaded)" in got.out
+    whole = next(line for line in got.out.splitlines() if line.startswith(f"│ {EXP}"))
+    assert "stable (measured" in whole and "unsafe: overloaded for real" in whole
+    doc = json.loads(cli("validate", "vllm-s2r", "--data", copy, "--only", EXP, "--json").out)
+    (exp,) = doc["experiments"]
+    assert exp["saturation"] == {"measured": "overloaded", "replayed": {"-1": "stable", "0": "stable", "1": "stable"},
+                                 "differs": True}

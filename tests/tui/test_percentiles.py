@@ -35,3 +35,16 @@ def test_the_kernel_gives_np_percentile_floats(query):
     numpy = window_percentiles(values, a, b, percents, order, kernel_from=10**18)
     assert kernel.shape == (len(a), len(percents))
     assert np.array_equal(kernel.view(np.int64), numpy.view(np.int64)) or np.array_equal(kernel, numpy, equal_nan=True)
+
+
+def test_positions_outside_the_values_are_clamped_not_read():
+    """The kernel does not check bounds: a negative end (a reversed window's, as the generator
+    above draws) once wrapped to memory before an empty array and crashed the process."""
+    for n in (0, 3):
+        values = np.arange(n, dtype=np.float64)
+        a = np.array([0, 0, 1, 2, -5], np.int64)
+        b = np.array([-3, -1, 9, 1, 2], np.int64)
+        got = window_percentiles(values, a, b, [50.0], lambda: np.argsort(values), kernel_from=0)
+        want = [np.nan, np.nan, np.percentile(values[1:], 50) if n > 1 else np.nan, np.nan,
+                np.percentile(values[:2], 50) if n else np.nan]
+        assert np.array_equal(got[:, 0], np.array(want), equal_nan=True)

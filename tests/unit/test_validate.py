@@ -208,3 +208,27 @@ def test_the_shipped_published_file_loads_and_cites_every_scenario():
         assert "http" in s.source, s.name
     groups = {METRICS[c.metric][0] for s in scenarios for c in s.checks}
     assert groups == {"throughput", "ttft", "tpot", "e2e"}
+
+
+def test_the_published_fleets_carry_only_the_terms_their_source_ran():
+    """In-process benchmarks (vLLM's benchmark_latency, trtllm-bench) have no API server, so no serving
+    terms; TensorRT-LLM's rows drop vLLM's host overheads (its overlap scheduler hides its own); Lambda's
+    rows, a vLLM server streamed over HTTP, keep every default."""
+    from replay.fleet.cluster import plan_pools
+
+    by_source: dict[str, list] = {}
+    for s in load_scenarios(scenario_path("published")):
+        by_source.setdefault(s.name.split("-")[0], []).append(s)
+    assert sorted(by_source) == ["lambda", "trtllm", "vllm"]
+    zero_serving = {"api_server_us": 0.0, "tokenize_us_per_token": 0.0, "token_return_us": 0.0}
+    for source, scenarios in by_source.items():
+        for s in scenarios:
+            (plan,) = plan_pools(s.fleet, s.name)
+            step, serving = plan.step_model, plan.serving.to_dict()
+            if source == "lambda":
+                assert serving != zero_serving and step["per_step_overhead_us"] > 0, s.name
+            else:
+                assert serving == zero_serving, s.name
+            if source == "trtllm":
+                assert step["per_step_overhead_us"] == 0 and step["per_seq_overhead_us"] == 0, s.name
+                assert 0 < step["mbu"] <= 1, s.name
