@@ -24,7 +24,7 @@ from numba import njit
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
 from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
-from replay.engine.kvblocks import U64
+from replay.engine.kvblocks import U64, clear_table
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
 from replay.engine.sessions import next_arrival, rheap_pop, skip_released
@@ -163,10 +163,7 @@ def reset_replica_nb(blocks, reps, r):
     reps.free_head[r] = off
     reps.free_tail[r] = off + n - 1
     reps.nfree[r] = n
-    hoff = reps.htab_off[r]
-    for i in range(reps.htab_mask[r] + 1):
-        blocks.htab_key[hoff + i] = U64(0)
-        blocks.htab_val[hoff + i] = -1
+    clear_table(blocks, reps.htab_off[r], reps.htab_mask[r] + 1)
     reps.wait_head[r] = -1
     reps.wait_tail[r] = -1
     reps.nwait[r] = 0

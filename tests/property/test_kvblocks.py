@@ -2,8 +2,8 @@
 
 Tiny capacities, keys drawn from a small set so hash-table slots collide, and every invariant
 checked after every rule: KV used <= capacity, a block is free iff nobody holds it, the free
-queue is in the same LRU order as the reference, and the prefix cache maps exactly the same
-hashes to the same blocks.
+queue is in the same LRU order as the reference (a chain freed whole, `release_chain`, read as
+the blocks it stands for), and the prefix cache maps exactly the same hashes to the same blocks.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from tests.strategies import make_inputs
 
 # The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
 # the test calls copies of the same functions that have one.
-alloc_block, cache_block, ht_find, release_block, touch_block = (
+alloc_block, cache_block, ht_find, release_block, release_chain, touch_block = (
     njit(_nrt=False)(f.py_func) for f in (kvblocks.alloc_block, kvblocks.cache_block, kvblocks.ht_find,
-                                          kvblocks.release_block, kvblocks.touch_block))
+                                          kvblocks.release_block, kvblocks.release_chain, kvblocks.touch_block))
 KEYS = st.integers(1, 12).map(lambda k: np.uint64(k * 8 + (k % 3)))  # many share a home slot
 
 
@@ -70,6 +70,36 @@ class BlockPoolMachine(RuleBasedStateMachine):
             release_block(self.blocks, self.reps, 0, block)
             self.model.release(block)
 
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def finish(self, data):
+        """A request's own blocks, none cached nor shared, freed whole as a chain (as grow_request
+        links them: each block's cprev the one allocated before it)."""
+        k = data.draw(st.integers(0, len(self.holders) - 1))
+        holder = self.holders[k]
+        if any(self.model.hash_of[b] is not None or self.model.ref[b] != 1 for b in holder):
+            return
+        self.holders.pop(k)
+        for prev, b in zip(holder, holder[1:]):
+            self.blocks.cprev[b] = prev
+        release_chain(self.blocks, self.reps, 0, holder[-1], len(holder))
+        for block in reversed(holder):
+            self.model.release(block)
+
+    def free_order(self):
+        """The free queue from its head, each chain expanded into the blocks it stands for."""
+        order, b = [], int(self.reps.free_head[0])
+        while b >= 0:
+            order.append(b)
+            ref = int(self.blocks.ref[b])
+            assert ref == 0 or ref <= -2  # a linked free block is free, or heads a chain of -ref
+            c = b
+            for _ in range(-ref - 1):
+                c = int(self.blocks.cprev[c])
+                order.append(c)
+            b = int(self.blocks.fnext[b])
+        return order
+
     @invariant()
     def accounting_matches(self):
         total = self.model.num_blocks
@@ -78,12 +108,10 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert nfree == self.model.num_free
         held = sum(len(h) for h in self.holders)
         assert total - nfree <= held  # shared hits count once in the pool
-        np.testing.assert_array_equal(self.blocks.ref, np.array(self.model.ref))
+        held = [b for b in range(total) if self.model.ref[b] > 0]
+        assert [int(self.blocks.ref[b]) for b in held] == [self.model.ref[b] for b in held]
         # Walk the free queue: same blocks, same LRU order, and exactly the unreferenced ones.
-        order, b = [], int(self.reps.free_head[0])
-        while b >= 0:
-            order.append(b)
-            b = int(self.blocks.fnext[b])
+        order = self.free_order()
         assert order == list(self.model.free)
         assert set(order) == {b for b in range(total) if self.model.ref[b] == 0}
 
