@@ -34,15 +34,19 @@ _MASK64 = (1 << 64) - 1
 
 
 class Blocks(NamedTuple):
-    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets."""
+    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
+    (and its free queue's head, tail and count: see "free queue" below)."""
 
-    ref: np.ndarray  # int64[B] requests holding the block; -n heads a chain of n free blocks
+    ref: np.ndarray  # int64[B] requests holding the block
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
-    fprev: np.ndarray  # int64[B] free-queue links (global block ids, -1 = none)
-    fnext: np.ndarray
+    fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
+    fnext: np.ndarray  # fnext also links the stack of uncached free blocks
+    gap: np.ndarray  # int64[B] uncached free blocks queued just before a cached free block
     cprev: np.ndarray  # int64[B] previous block of the owning request's own (non-hit) blocks
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
     htab_val: np.ndarray  # int64[H] global block id
+    utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
+    tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -166,23 +170,48 @@ def clear_table(blocks, off, size):
 
 
 # --- free queue and allocation ---------------------------------------------------------------
+#
+# vLLM's free queue holds every free block in LRU order and allocation pops its head; what that
+# order decides is which cached blocks are evicted, and when: a cached block leaves once the
+# blocks freed before it are gone. Here only the cached free blocks are linked in LRU order
+# (fprev/fnext from `reps.free_head` to `reps.free_tail`), each with the number of uncached
+# free blocks queued just before it (`gap`; those after the last one: `tgap`), and the uncached
+# free blocks form a stack (linked by fnext from `utop`). Allocation takes an uncached block
+# while the queue's head is one (the cached blocks' gaps say), else the first cached block,
+# evicting its hash: the same blocks are evicted at the same allocations as from one queue,
+# so hits and every output are identical (the differential tests hold it), while the block
+# taken is the most recently freed of the uncached ones, still in the CPU's caches. One queue
+# handed out the block freed ~28k allocations earlier, scattered over the fleet's ~70 MB of
+# block arrays: the loads of that pop were half of a million-request replay (perf). Which
+# uncached block is taken is not observable; the reference pool (reference/kvblocks.py) keeps
+# one queue, so block ids differ from its (tests/property/test_kvblocks.py maps them).
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_append(blocks, reps, r, b):
-    tail = reps.free_tail[r]
-    blocks.fprev[b] = tail
-    blocks.fnext[b] = -1
-    if tail >= 0:
-        blocks.fnext[tail] = b
+    """Block b, no longer held, joins the free queue's tail."""
+    if blocks.key[b] == U64(0):
+        blocks.fnext[b] = blocks.utop[r]
+        blocks.utop[r] = b
+        blocks.tgap[r] += 1
     else:
-        reps.free_head[r] = b
-    reps.free_tail[r] = b
+        tail = reps.free_tail[r]
+        blocks.fprev[b] = tail
+        blocks.fnext[b] = -1
+        if tail >= 0:
+            blocks.fnext[tail] = b
+        else:
+            reps.free_head[r] = b
+        reps.free_tail[r] = b
+        blocks.gap[b] = blocks.tgap[r]
+        blocks.tgap[r] = 0
     reps.nfree[r] += 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_remove(blocks, reps, r, b):
+    """Cached free block b leaves the queue; the uncached blocks queued before it now come
+    just before its successor."""
     p = blocks.fprev[b]
     n = blocks.fnext[b]
     if p >= 0:
@@ -191,74 +220,37 @@ def fq_remove(blocks, reps, r, b):
         reps.free_head[r] = n
     if n >= 0:
         blocks.fprev[n] = p
+        blocks.gap[n] += blocks.gap[b]
     else:
         reps.free_tail[r] = p
+        blocks.tgap[r] += blocks.gap[b]
     blocks.fprev[b] = -1
     blocks.fnext[b] = -1
+    blocks.gap[b] = 0
     reps.nfree[r] -= 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def alloc_block(blocks, reps, r):
-    """Pop the least recently freed block, evicting its cached hash; the caller checked nfree."""
-    b = reps.free_head[r]
-    if blocks.ref[b] < -1:
-        pop_chain_head(blocks, reps, r, b)
+    """Take the free queue's head, evicting its cached hash; the caller checked nfree."""
+    h = reps.free_head[r]
+    if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first: the most recently freed
+        b = blocks.utop[r]
+        blocks.utop[r] = blocks.fnext[b]
+        blocks.fnext[b] = -1
+        if h >= 0:
+            blocks.gap[h] -= 1
+        else:
+            blocks.tgap[r] -= 1
+        reps.nfree[r] -= 1
     else:
+        b = h
         fq_remove(blocks, reps, r, b)
-    key = blocks.key[b]
-    if key != U64(0):
-        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], key)
+        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], blocks.key[b])
         blocks.key[b] = U64(0)
     blocks.ref[b] = 1
     blocks.cprev[b] = -1
     return b
-
-
-# --- chains: a finished request's blocks freed in one step ------------------------------------
-#
-# A request that finishes frees its own blocks tail first, each appended to the free queue, and
-# the walk down its chain (`cprev`) touched every block: blocks freed ~28k allocations earlier,
-# scattered over the fleet's ~60 MB of block arrays, one cache miss after another (perf: a sixth
-# of a million-request replay). When no other request can reach any of those blocks (none has
-# a key in the prefix cache, so none is shared or can be hit while free), the chain goes to
-# the free queue whole: its tail block is linked there with ref = -n, standing for itself and
-# the n - 1 blocks down its chain, which follow it in LRU order exactly as if appended one by
-# one. Allocation takes such blocks one at a time from the queue's head (`pop_chain_head`),
-# where the walk's step was due anyway. Only the queue's head can be a chain's next block to
-# leave (nothing touches a block without a key), so the queue's links stay exact between
-# linked blocks; a block inside a chain keeps its stale ref (1) and links until it is popped.
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def pop_chain_head(blocks, reps, r, b):
-    """Take block b, the queue's head, off the chain it heads: the chain's next block takes its
-    place in the queue and heads the rest."""
-    c = blocks.cprev[b]
-    n = blocks.fnext[b]
-    blocks.fprev[c] = -1
-    blocks.fnext[c] = n
-    if n >= 0:
-        blocks.fprev[n] = c
-    else:
-        reps.free_tail[r] = c
-    reps.free_head[r] = c
-    blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
-    blocks.fprev[b] = -1
-    blocks.fnext[b] = -1
-    reps.nfree[r] -= 1
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def release_chain(blocks, reps, r, b, n):
-    """Free the n blocks from b down its `cprev` chain, held by one request only and none in
-    the prefix cache, as if released one by one from b."""
-    fq_append(blocks, reps, r, b)
-    if n > 1:
-        blocks.ref[b] = -n
-        reps.nfree[r] += n - 1
-    else:
-        blocks.ref[b] = 0
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -307,24 +299,6 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
         prev = blocks.cprev[b]
         release_block(blocks, reps, r, b)
         b = prev
-    release_hits(rq, blocks, reps, th, tbs, bs, r, q)
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def free_finished_blocks(rq, blocks, reps, th, tbs, bs, caching, r, q):
-    """`free_request_blocks` for a request that finished: its own blocks go back as one chain
-    when none of them is in the prefix cache (`finished_whole`)."""
-    own = rq.nblocks[q] - rq.nhit[q]
-    if own > 0 and finished_whole(rq, tbs, bs, caching, q):
-        release_chain(blocks, reps, r, rq.tail[q], own)
-        release_hits(rq, blocks, reps, th, tbs, bs, r, q)
-    else:
-        free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
-    """The prefix-cache hits a request holds, last first, after its own blocks; it holds none."""
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     for j in range(rq.nhit[q] - 1, -1, -1):
@@ -369,16 +343,6 @@ def own_block(rq, tbs, q, j, bs):
     which no other request can look up."""
     end = (j + 1) * bs
     return not (rq.hash_len[q] > 0 and end <= rq.hash_tokens[q] and (end - 1) // tbs < rq.hash_len[q])
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def finished_whole(rq, tbs, bs, caching, q):
-    """Whether none of a finishing request's own blocks is in the prefix cache: never preempted,
-    its own-keyed blocks were held back (grow_request) and never offered (offer_own_blocks runs
-    only before an unfinished release, after which it frees those blocks at once); and the
-    others are cached as they fill, unless caching is off or it has none (own_block holds from
-    some block on, so its first own block after its hits says)."""
-    return rq.preemptions[q] == 0 and (not caching or own_block(rq, tbs, q, rq.nhit[q], bs))
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)

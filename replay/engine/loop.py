@@ -158,10 +158,13 @@ def reset_replica_nb(blocks, reps, r):
         blocks.ref[b] = 0
         blocks.key[b] = U64(0)
         blocks.cprev[b] = -1
-        blocks.fprev[b] = b - 1 if i > 0 else -1
-        blocks.fnext[b] = b + 1 if i < n - 1 else -1
-    reps.free_head[r] = off
-    reps.free_tail[r] = off + n - 1
+        blocks.fprev[b] = -1
+        blocks.fnext[b] = b + 1 if i < n - 1 else -1  # the uncached stack, popped in id order
+        blocks.gap[b] = 0
+    blocks.utop[r] = off if n > 0 else -1
+    blocks.tgap[r] = n
+    reps.free_head[r] = -1  # no cached free block
+    reps.free_tail[r] = -1
     reps.nfree[r] = n
     clear_table(blocks, reps.htab_off[r], reps.htab_mask[r] + 1)
     reps.wait_head[r] = -1
