@@ -46,6 +46,7 @@ class Blocks(NamedTuple):
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
     htab_val: np.ndarray  # int64[H] global block id
     utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
+    fresh: np.ndarray  # int64[R] its first block never taken since it was laid out (the rest follow)
     tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
 
 
@@ -180,7 +181,9 @@ def clear_table(blocks, off, size):
 # while the queue's head is one (the cached blocks' gaps say), else the first cached block,
 # evicting its hash: the same blocks are evicted at the same allocations as from one queue,
 # so hits and every output are identical (the differential tests hold it), while the block
-# taken is the most recently freed of the uncached ones, still in the CPU's caches. One queue
+# taken is the most recently freed of the uncached ones, still in the CPU's caches, or when
+# none is, the replica's next block never taken (`fresh`, in id order: a replica is laid out
+# without writing its blocks, whose pages stay calloc's until they are used). One queue
 # handed out the block freed ~28k allocations earlier, scattered over the fleet's ~70 MB of
 # block arrays: the loads of that pop were half of a million-request replay (perf). Which
 # uncached block is taken is not observable; the reference pool (reference/kvblocks.py) keeps
@@ -236,7 +239,12 @@ def alloc_block(blocks, reps, r):
     h = reps.free_head[r]
     if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first: the most recently freed
         b = blocks.utop[r]
-        blocks.utop[r] = blocks.fnext[b]
+        if b >= 0:
+            blocks.utop[r] = blocks.fnext[b]
+        else:
+            b = blocks.fresh[r]
+            blocks.fresh[r] += 1
+            blocks.key[b] = U64(0)  # a block of the replica's last life may hold one
         blocks.fnext[b] = -1
         if h >= 0:
             blocks.gap[h] -= 1
@@ -365,9 +373,21 @@ def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def keys_unseen(rq, tbs, bs, q):
+    """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
+    its probe, a cache miss in a table of 32 bytes a block, is skipped): every key is its own
+    (own_block holds from its first block on) and none was ever offered, which needs a release
+    unfinished: a preemption (offer_own_blocks, then grow_request as blocks fill) or a KV
+    transfer (offer_own_blocks when it completes)."""
+    return rq.preemptions[q] == 0 and rq.xfers[q] == 0 and own_block(rq, tbs, q, 0, bs)
+
+
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Leading prompt blocks of request q already in replica r's prefix cache."""
+    if keys_unseen(rq, tbs, bs, q):
+        return 0
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     hits = 0
@@ -382,6 +402,8 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
     """Prefix-cache hits of a waiting request: leading full blocks, capped at num_tokens - 1."""
+    if keys_unseen(rq, tbs, bs, q):
+        return 0
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     hits = 0

@@ -167,6 +167,7 @@ def make_blocks(layout: KvLayout) -> Blocks:
         htab_key=np.zeros(hsize, np.uint64),
         htab_val=np.zeros(hsize, np.int64),
         utop=np.full(len(layout.blocks_per), -1, np.int64),
+        fresh=layout.block_off.copy(),
         tgap=np.zeros(len(layout.blocks_per), np.int64),
     )
 

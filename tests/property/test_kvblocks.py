@@ -102,7 +102,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @invariant()
     def free_queue_matches(self):
         """Cached free blocks linked in the reference's LRU order, each after as many uncached
-        free blocks as there; the uncached ones stacked from utop, unheld and unhashed."""
+        free blocks as there; the uncached ones stacked from utop, then those never taken, all
+        unheld and unhashed."""
         linked, gaps, run = [], [], 0
         for block in self.model.free:
             if self.model.hash_of[block] is None:
@@ -122,6 +123,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         while b >= 0:
             stack.append(b)
             b = int(self.blocks.fnext[b])
+        stack += range(int(self.blocks.fresh[0]), self.model.num_blocks)  # never taken yet
         assert len(stack) == sum(gaps) + run
         assert not set(stack) & set(self.ids.values())
         assert all(int(self.blocks.ref[b]) == 0 and int(self.blocks.key[b]) == 0 for b in stack)
