@@ -37,7 +37,7 @@ class Blocks(NamedTuple):
     """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
     (and its free queue's head, tail and count: see "free queue" below)."""
 
-    ref: np.ndarray  # int64[B] requests holding the block
+    ref: np.ndarray  # int64[B] requests holding the block; -n: a stacked chain of n (release_chain)
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
     fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
     fnext: np.ndarray  # fnext also links the stack of uncached free blocks
@@ -239,7 +239,12 @@ def alloc_block(blocks, reps, r):
     h = reps.free_head[r]
     if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first: the most recently freed
         b = blocks.utop[r]
-        if b >= 0:
+        if b >= 0 and blocks.ref[b] < -1:  # a chain: the block after b in it is the new top
+            c = blocks.cprev[b]
+            blocks.fnext[c] = blocks.fnext[b]
+            blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
+            blocks.utop[r] = c
+        elif b >= 0:
             blocks.utop[r] = blocks.fnext[b]
         else:
             b = blocks.fresh[r]
@@ -259,6 +264,21 @@ def alloc_block(blocks, reps, r):
     blocks.ref[b] = 1
     blocks.cprev[b] = -1
     return b
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def release_chain(blocks, reps, r, b, n):
+    """Free the n blocks from b down its `cprev` chain, each held by one request only and none
+    in the prefix cache, as one entry of the uncached stack (ref = -n on b), without the walk
+    down the chain: its blocks come off the stack one at a time as they are taken, the walk's
+    step then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
+    chain keeps its stale ref (1) until it is taken; nothing reads it (only cached blocks are
+    looked up, and only held ones released)."""
+    blocks.fnext[b] = blocks.utop[r]
+    blocks.utop[r] = b
+    blocks.ref[b] = -n if n > 1 else 0
+    blocks.tgap[r] += n
+    reps.nfree[r] += n
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -307,6 +327,28 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
         prev = blocks.cprev[b]
         release_block(blocks, reps, r, b)
         b = prev
+    release_hits(rq, blocks, reps, th, tbs, bs, r, q)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def free_finished_blocks(rq, blocks, reps, th, tbs, bs, caching, r, q):
+    """`free_request_blocks` for a request that finished: its own blocks go back as one chain
+    (release_chain) when none of them is in the prefix cache. None is when it was never
+    preempted: its own-keyed blocks were held back (grow_request) and never offered
+    (offer_own_blocks runs only before an unfinished release, which frees them at once), and
+    the others are cached as they fill, unless caching is off or it has none (own_block holds
+    from some block on, so its first own block after its hits says)."""
+    own = rq.nblocks[q] - rq.nhit[q]
+    if own > 0 and rq.preemptions[q] == 0 and (not caching or own_block(rq, tbs, q, rq.nhit[q], bs)):
+        release_chain(blocks, reps, r, rq.tail[q], own)
+        release_hits(rq, blocks, reps, th, tbs, bs, r, q)
+    else:
+        free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
+    """The prefix-cache hits a request holds, last first, after its own blocks; it holds none."""
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     for j in range(rq.nhit[q] - 1, -1, -1):

@@ -23,9 +23,9 @@ from tests.strategies import make_inputs
 
 # The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
 # the test calls copies of the same functions that have one.
-alloc_block, cache_block, ht_find, release_block, touch_block = (
+alloc_block, cache_block, ht_find, release_block, release_chain, touch_block = (
     njit(_nrt=False)(f.py_func) for f in (kvblocks.alloc_block, kvblocks.cache_block, kvblocks.ht_find,
-                                          kvblocks.release_block, kvblocks.touch_block))
+                                          kvblocks.release_block, kvblocks.release_chain, kvblocks.touch_block))
 KEYS = st.integers(1, 12).map(lambda k: np.uint64(k * 8 + (k % 3)))  # many share a home slot
 
 
@@ -86,6 +86,23 @@ class BlockPoolMachine(RuleBasedStateMachine):
             if self.model.ref[block] == 0 and self.model.hash_of[block] is None:
                 del self.ids[block]  # free and uncached: any uncached block stands for it
 
+    @precondition(lambda self: self.holders)
+    @rule(data=st.data())
+    def finish(self, data):
+        """A request's own blocks, none cached nor shared, freed as one chain (linked as
+        grow_request links them: each block's cprev the one taken before it)."""
+        k = data.draw(st.integers(0, len(self.holders) - 1))
+        holder = self.holders[k]
+        if any(self.model.hash_of[b] is not None or self.model.ref[b] != 1 for b in holder):
+            return
+        self.holders.pop(k)
+        for prev, block in zip(holder, holder[1:]):
+            self.blocks.cprev[self.ids[block]] = self.ids[prev]
+        release_chain(self.blocks, self.reps, 0, self.ids[holder[-1]], len(holder))
+        for block in reversed(holder):
+            self.model.release(block)
+            del self.ids[block]
+
     @invariant()
     def accounting_matches(self):
         total = self.model.num_blocks
@@ -102,8 +119,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @invariant()
     def free_queue_matches(self):
         """Cached free blocks linked in the reference's LRU order, each after as many uncached
-        free blocks as there; the uncached ones stacked from utop, then those never taken, all
-        unheld and unhashed."""
+        free blocks as there; the uncached ones stacked from utop (a chain freed whole read as
+        the blocks it stands for), then those never taken, all unheld and unhashed."""
         linked, gaps, run = [], [], 0
         for block in self.model.free:
             if self.model.hash_of[block] is None:
@@ -122,11 +139,17 @@ class BlockPoolMachine(RuleBasedStateMachine):
         stack, b = [], int(self.blocks.utop[0])
         while b >= 0:
             stack.append(b)
+            ref = int(self.blocks.ref[b])
+            assert ref == 0 or ref <= -2  # free, or a chain of -ref blocks (stale refs past b)
+            c = b
+            for _ in range(-ref - 1):
+                c = int(self.blocks.cprev[c])
+                stack.append(c)
             b = int(self.blocks.fnext[b])
         stack += range(int(self.blocks.fresh[0]), self.model.num_blocks)  # never taken yet
-        assert len(stack) == sum(gaps) + run
+        assert len(stack) == len(set(stack)) == sum(gaps) + run
         assert not set(stack) & set(self.ids.values())
-        assert all(int(self.blocks.ref[b]) == 0 and int(self.blocks.key[b]) == 0 for b in stack)
+        assert all(int(self.blocks.key[b]) == 0 for b in stack)
 
     @invariant()
     def cache_matches(self):
