@@ -34,15 +34,20 @@ _MASK64 = (1 << 64) - 1
 
 
 class Blocks(NamedTuple):
-    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets."""
+    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
+    (and its free queue's head, tail and count: see "free queue" below)."""
 
-    ref: np.ndarray  # int64[B] requests holding the block
+    ref: np.ndarray  # int64[B] requests holding the block; -n: a stacked chain of n (release_chain)
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
-    fprev: np.ndarray  # int64[B] free-queue links (global block ids, -1 = none)
-    fnext: np.ndarray
+    fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
+    fnext: np.ndarray  # fnext also links the stack of uncached free blocks
+    gap: np.ndarray  # int64[B] uncached free blocks queued just before a cached free block
     cprev: np.ndarray  # int64[B] previous block of the owning request's own (non-hit) blocks
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
     htab_val: np.ndarray  # int64[H] global block id
+    utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
+    fresh: np.ndarray  # int64[R] its first block never taken since it was laid out (the rest follow)
+    tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -154,24 +159,62 @@ def ht_delete(blocks, off, mask, key):
     blocks.htab_val[off + i] = -1
 
 
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def clear_table(blocks, off, size):
+    """Empty a replica's table. Only keys are written, and only those set: an empty slot's value
+    is never read, and a table's pages that nothing was ever cached in are then never written
+    (calloc's zero pages: 32 bytes a block of the fleet's memory, most of it in a replay
+    without shared prefixes, where only a preempted request's blocks are hashed)."""
+    for i in range(off, off + size):
+        if blocks.htab_key[i] != U64(0):
+            blocks.htab_key[i] = U64(0)
+
+
 # --- free queue and allocation ---------------------------------------------------------------
+#
+# vLLM's free queue holds every free block in LRU order and allocation pops its head; what that
+# order decides is which cached blocks are evicted, and when: a cached block leaves once the
+# blocks freed before it are gone. Here only the cached free blocks are linked in LRU order
+# (fprev/fnext from `reps.free_head` to `reps.free_tail`), each with the number of uncached
+# free blocks queued just before it (`gap`; those after the last one: `tgap`), and the uncached
+# free blocks form a stack (linked by fnext from `utop`). Allocation takes an uncached block
+# while the queue's head is one (the cached blocks' gaps say), else the first cached block,
+# evicting its hash: the same blocks are evicted at the same allocations as from one queue,
+# so hits and every output are identical (the differential tests hold it), while the block
+# taken is the most recently freed of the uncached ones, still in the CPU's caches, or when
+# none is, the replica's next block never taken (`fresh`, in id order: a replica is laid out
+# without writing its blocks, whose pages stay calloc's until they are used). One queue
+# handed out the block freed ~28k allocations earlier, scattered over the fleet's ~70 MB of
+# block arrays: the loads of that pop were half of a million-request replay (perf). Which
+# uncached block is taken is not observable; the reference pool (reference/kvblocks.py) keeps
+# one queue, so block ids differ from its (tests/property/test_kvblocks.py maps them).
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_append(blocks, reps, r, b):
-    tail = reps.free_tail[r]
-    blocks.fprev[b] = tail
-    blocks.fnext[b] = -1
-    if tail >= 0:
-        blocks.fnext[tail] = b
+    """Block b, no longer held, joins the free queue's tail."""
+    if blocks.key[b] == U64(0):
+        blocks.fnext[b] = blocks.utop[r]
+        blocks.utop[r] = b
+        blocks.tgap[r] += 1
     else:
-        reps.free_head[r] = b
-    reps.free_tail[r] = b
+        tail = reps.free_tail[r]
+        blocks.fprev[b] = tail
+        blocks.fnext[b] = -1
+        if tail >= 0:
+            blocks.fnext[tail] = b
+        else:
+            reps.free_head[r] = b
+        reps.free_tail[r] = b
+        blocks.gap[b] = blocks.tgap[r]
+        blocks.tgap[r] = 0
     reps.nfree[r] += 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_remove(blocks, reps, r, b):
+    """Cached free block b leaves the queue; the uncached blocks queued before it now come
+    just before its successor."""
     p = blocks.fprev[b]
     n = blocks.fnext[b]
     if p >= 0:
@@ -180,25 +223,62 @@ def fq_remove(blocks, reps, r, b):
         reps.free_head[r] = n
     if n >= 0:
         blocks.fprev[n] = p
+        blocks.gap[n] += blocks.gap[b]
     else:
         reps.free_tail[r] = p
+        blocks.tgap[r] += blocks.gap[b]
     blocks.fprev[b] = -1
     blocks.fnext[b] = -1
+    blocks.gap[b] = 0
     reps.nfree[r] -= 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def alloc_block(blocks, reps, r):
-    """Pop the least recently freed block, evicting its cached hash; the caller checked nfree."""
-    b = reps.free_head[r]
-    fq_remove(blocks, reps, r, b)
-    key = blocks.key[b]
-    if key != U64(0):
-        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], key)
+    """Take the free queue's head, evicting its cached hash; the caller checked nfree."""
+    h = reps.free_head[r]
+    if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first: the most recently freed
+        b = blocks.utop[r]
+        if b >= 0 and blocks.ref[b] < -1:  # a chain: the block after b in it is the new top
+            c = blocks.cprev[b]
+            blocks.fnext[c] = blocks.fnext[b]
+            blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
+            blocks.utop[r] = c
+        elif b >= 0:
+            blocks.utop[r] = blocks.fnext[b]
+        else:
+            b = blocks.fresh[r]
+            blocks.fresh[r] += 1
+            blocks.key[b] = U64(0)  # a block of the replica's last life may hold one
+        blocks.fnext[b] = -1
+        if h >= 0:
+            blocks.gap[h] -= 1
+        else:
+            blocks.tgap[r] -= 1
+        reps.nfree[r] -= 1
+    else:
+        b = h
+        fq_remove(blocks, reps, r, b)
+        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], blocks.key[b])
         blocks.key[b] = U64(0)
     blocks.ref[b] = 1
     blocks.cprev[b] = -1
     return b
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def release_chain(blocks, reps, r, b, n):
+    """Free the n blocks from b down its `cprev` chain, each held by one request only and none
+    in the prefix cache, as one entry of the uncached stack (ref = -n on b), without the walk
+    down the chain: its blocks come off the stack one at a time as they are taken, the walk's
+    step then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
+    chain keeps its stale ref (1) until it is taken; nothing reads it (only cached blocks are
+    looked up, and only held ones released)."""
+    blocks.fnext[b] = blocks.utop[r]
+    blocks.utop[r] = b
+    blocks.ref[b] = -n if n > 1 else 0
+    blocks.tgap[r] += n
+    reps.nfree[r] += n
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -248,6 +328,28 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
         prev = blocks.cprev[b]
         release_block(blocks, reps, r, b)
         b = prev
+    release_hits(rq, blocks, reps, th, tbs, bs, r, q)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def free_finished_blocks(rq, blocks, reps, th, tbs, bs, caching, r, q):
+    """`free_request_blocks` for a request that finished: its own blocks go back as one chain
+    (release_chain) when none of them is in the prefix cache. None is when it was never
+    preempted: its own-keyed blocks were held back (grow_request) and never offered
+    (offer_own_blocks runs only before an unfinished release, which frees them at once), and
+    the others are cached as they fill, unless caching is off or it has none (own_block holds
+    from some block on, so its first own block after its hits says)."""
+    own = rq.nblocks[q] - rq.nhit[q]
+    if own > 0 and rq.preemptions[q] == 0 and (not caching or own_block(rq, tbs, q, rq.nhit[q], bs)):
+        release_chain(blocks, reps, r, rq.tail[q], own)
+        release_hits(rq, blocks, reps, th, tbs, bs, r, q)
+    else:
+        free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
+    """The prefix-cache hits a request holds, last first, after its own blocks; it holds none."""
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     for j in range(rq.nhit[q] - 1, -1, -1):
@@ -257,7 +359,6 @@ def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     rq.nhit[q] = 0
     rq.nblocks[q] = 0
     rq.ncached[q] = 0
-
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -275,12 +376,15 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
         if full > rq.ncached[q]:
             # The blocks to cache are the newest ones: walk back from the tail. A block whose key
             # is the request's own waits until it is released unfinished (offer_own_blocks).
+            # Keys are the request's own from some block on: when that is the first to offer,
+            # every one waits and the walk is skipped.
             defer = rq.preemptions[q] == 0
-            b = rq.tail[q]
-            for j in range(rq.nblocks[q] - 1, rq.ncached[q] - 1, -1):
-                if j < full and not (defer and own_block(rq, tbs, q, j, bs)):
-                    cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
-                b = blocks.cprev[b]
+            if not (defer and own_block(rq, tbs, q, rq.ncached[q], bs)):
+                b = rq.tail[q]
+                for j in range(rq.nblocks[q] - 1, rq.ncached[q] - 1, -1):
+                    if j < full and not (defer and own_block(rq, tbs, q, j, bs)):
+                        cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
+                    b = blocks.cprev[b]
             rq.ncached[q] = full
 
 
@@ -312,9 +416,21 @@ def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def keys_unseen(rq, tbs, bs, q):
+    """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
+    its probe, a cache miss in a table of 32 bytes a block, is skipped): every key is its own
+    (own_block holds from its first block on) and none was ever offered, which needs a release
+    unfinished: a preemption (offer_own_blocks, then grow_request as blocks fill) or a KV
+    transfer (offer_own_blocks when it completes)."""
+    return rq.preemptions[q] == 0 and rq.xfers[q] == 0 and own_block(rq, tbs, q, 0, bs)
+
+
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
     """Leading prompt blocks of request q already in replica r's prefix cache."""
+    if keys_unseen(rq, tbs, bs, q):
+        return 0
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     hits = 0
@@ -329,6 +445,8 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def prompt_hits(rq, blocks, reps, th, tbs, bs, r, q):
     """Prefix-cache hits of a waiting request: leading full blocks, capped at num_tokens - 1."""
+    if keys_unseen(rq, tbs, bs, q):
+        return 0
     off = reps.htab_off[r]
     mask = reps.htab_mask[r]
     hits = 0

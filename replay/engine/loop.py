@@ -25,7 +25,7 @@ from numba import njit
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
 from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
-from replay.engine.kvblocks import U64
+from replay.engine.kvblocks import clear_table
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
 from replay.engine.sessions import next_arrival, rheap_pop, skip_released
@@ -153,22 +153,14 @@ def snapshot_nb(reps, t, out):
 @njit(cache=True, _nrt=False)
 def reset_replica_nb(blocks, reps, r):
     """A new pod: every block free in id order, an empty prefix cache, no queues."""
-    off = reps.block_off[r]
     n = reps.nblocks[r]
-    for i in range(n):
-        b = off + i
-        blocks.ref[b] = 0
-        blocks.key[b] = U64(0)
-        blocks.cprev[b] = -1
-        blocks.fprev[b] = b - 1 if i > 0 else -1
-        blocks.fnext[b] = b + 1 if i < n - 1 else -1
-    reps.free_head[r] = off
-    reps.free_tail[r] = off + n - 1
+    blocks.utop[r] = -1  # every block uncached and never taken: none is written (kvblocks.py)
+    blocks.fresh[r] = reps.block_off[r]
+    blocks.tgap[r] = n
+    reps.free_head[r] = -1
+    reps.free_tail[r] = -1
     reps.nfree[r] = n
-    hoff = reps.htab_off[r]
-    for i in range(reps.htab_mask[r] + 1):
-        blocks.htab_key[hoff + i] = U64(0)
-        blocks.htab_val[hoff + i] = -1
+    clear_table(blocks, reps.htab_off[r], reps.htab_mask[r] + 1)
     reps.wait_head[r] = -1
     reps.wait_tail[r] = -1
     reps.nwait[r] = 0

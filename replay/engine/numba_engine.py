@@ -112,9 +112,13 @@ def make_blocks(layout: KvLayout) -> Blocks:
         key=np.zeros(layout.total_blocks, np.uint64),
         fprev=np.zeros(layout.total_blocks, np.int64),
         fnext=np.zeros(layout.total_blocks, np.int64),
+        gap=np.zeros(layout.total_blocks, np.int64),
         cprev=np.zeros(layout.total_blocks, np.int64),
         htab_key=np.zeros(hsize, np.uint64),
         htab_val=np.zeros(hsize, np.int64),
+        utop=np.full(len(layout.blocks_per), -1, np.int64),
+        fresh=layout.block_off.copy(),
+        tgap=np.zeros(len(layout.blocks_per), np.int64),
     )
 
 
