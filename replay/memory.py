@@ -22,11 +22,15 @@ from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_memory.py on 1M Poisson requests with Azure conv lengths, 64 x llama-3.1-8b: the
 # process's RSS before the trace is read (interpreter, polars, numba, the loaded kernels) was
-# 210 MB, and its peak grew 708 bytes per request over that (the engine's state at the end of the
-# replay; the output frames' peak is lower). Rounded up: an estimate that refuses a run that would
-# fit is a nuisance, one that lets the kernel kill it loses the replay.
+# 219 MB, and its peak grew 543 bytes per request over that (719 before the engine held a window
+# of request slots instead of every request: engine/window.py); the peak is now the output
+# frames' (request_frame to write), no longer the engine's. bench/bench_day.py's KPA-scaled day:
+# its first hour (739k requests) 552, its first 4 h (3.1M) 413. What is left per request: the
+# trace's frame (~120 B), the engine's input columns (~100 B), its output columns (~90 B) and the
+# output frames built from them. Rounded up: an estimate that refuses a run that would fit is a
+# nuisance, one that lets the kernel kill it loses the replay.
 BASELINE_BYTES = 256 << 20
-BYTES_PER_REQUEST = 1000
+BYTES_PER_REQUEST = 750
 _CHUNK = 16 << 20
 
 

@@ -315,7 +315,8 @@ def table_size(num_blocks: int) -> int:
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def request_key(rq, th, tbs, q, j, bs):
-    return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.hash_tokens[q], q, j, bs)
+    # its trace id, not its slot (engine/window.py): the same keys whatever the window
+    return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.hash_tokens[q], rq.base[0] + q, j, bs)
 
 
 

@@ -12,7 +12,6 @@ import numpy as np
 from replay.engine.common import (
     COUNTERS,
     NO_EVENT,
-    PENDING,
     R_ACTIVE,
     R_DRAINING,
     R_OFF,
@@ -28,6 +27,7 @@ from replay.engine.kvblocks import Blocks, table_size
 from replay.engine.lazy import sync_lazy_nb
 from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
 from replay.engine.routing import release_held_nb
+from replay.engine.window import DEFAULT_CAPACITY, Window
 from replay.engine.state import (
     C_FINISHED,
     STATUS_EVENTS_FULL,
@@ -40,7 +40,6 @@ from replay.engine.state import (
     Events,
     Pools,
     Replicas,
-    Requests,
 )
 from replay.engine.variants import features, specialise, variant_of
 from policies._dispatch import UnknownPolicyId
@@ -73,56 +72,6 @@ def _tree(nrep: int) -> np.ndarray:
 
 def full(size, value, dtype=np.int64):
     return np.full(size, value, dtype=dtype)
-
-
-def make_requests(inputs: EngineInputs) -> Requests:
-    """Every request's columns: the trace's, then its progress (nothing yet)."""
-    n = inputs.num_requests
-    i64 = np.int64
-    return Requests(
-        arrival=inputs.arrival_us.astype(i64),
-        prompt=inputs.prompt_tokens.astype(i64),
-        output=inputs.output_tokens.astype(i64),
-        priority=inputs.priority.astype(i64),
-        tenant=inputs.tenants,
-        pool=inputs.pool.astype(i64),
-        hash_off=inputs.hash_off.astype(i64),
-        hash_len=inputs.hash_len.astype(i64),
-        replica=full(n, -1),
-        state=full(n, PENDING, np.int8),
-        computed=full(n, 0),
-        generated=full(n, 0),
-        sched_new=full(n, 0),
-        first_sched=full(n, -1),
-        first_token=full(n, -1),
-        finished=full(n, -1),
-        preemptions=full(n, 0),
-        cached=full(n, 0),
-        reject=full(n, 0, np.int8),
-        qprev=full(n, -1),
-        qnext=full(n, -1),
-        tail=full(n, -1),
-        nhit=full(n, 0),
-        nblocks=full(n, 0),
-        ncached=full(n, 0),
-        swapped=full(n, 0),
-        dreplica=full(n, -1),
-        preplica=full(n, -1),
-        pf_start=full(n, -1),
-        pf_end=full(n, -1),
-        xfer_start=full(n, -1),
-        xfer_done=full(n, -1),
-        xfers=full(n, 0),
-        adapter=inputs.adapters,
-        spec_credit=full(n, 0),
-        skip_next=full(n, -1),
-        queued=full(n, -1),
-        hash_tokens=inputs.hashed_tokens,
-        next_turn=inputs.session_column("next_turn"),
-        gap=inputs.session_column("turn_gap_us"),
-        seq=full(n, -1),
-        lz_join=full(n, -1),
-    )
 
 
 class KvLayout(NamedTuple):
@@ -248,9 +197,10 @@ def lazy_pools(inputs: EngineInputs, lazy: bool) -> np.ndarray:
     return on
 
 
-def make_pools(inputs: EngineInputs, lazy: bool = True) -> Pools:
-    """Every pool's configuration, its policies' ids and parameters, and its counters at zero."""
-    n = inputs.num_requests
+def make_pools(inputs: EngineInputs, lazy: bool = True, slots: int | None = None) -> Pools:
+    """Every pool's configuration, its policies' ids and parameters, and its counters at zero;
+    its heaps of requests sized for `slots` (the request window's, default every request)."""
+    n = inputs.num_requests if slots is None else slots
     npool = len(inputs.pool_replicas)
     i64 = np.int64
     return Pools(
@@ -352,20 +302,23 @@ class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
     def __init__(self, inputs: EngineInputs, event_capacity: int = 1 << 16, lazy: bool = True,
-                 variant: str | None = None):
+                 variant: str | None = None, window: int | None = DEFAULT_CAPACITY):
         """`lazy=False` advances every running request at every step (the engine before
         engine/lazy.py, kept for the differential test and the benchmarks): same outputs.
         `variant`: the kernels' (engine/variants.py); by default the least that has what the
-        inputs use."""
+        inputs use. `window`: request slots to start with (engine/window.py; they grow while
+        in-flight requests fill them), None for one per request of the trace: same outputs."""
         self.inputs = inputs
         self.variant = variant or variant_of(features(inputs))
         layout = kv_layout(inputs)
-        self.rq = make_requests(inputs)
+        self.window = Window(inputs, window)
+        self.rq = self.window.requests()
+        self.window.fill(self.rq)
         self.blocks = make_blocks(layout)
         self.reps = make_replicas(inputs, layout)
         for r in np.flatnonzero(self.reps.state == R_ACTIVE):
             reset_replica_nb(self.blocks, self.reps, r)
-        self.pools = make_pools(inputs, lazy)
+        self.pools = make_pools(inputs, lazy, self.window.capacity)
         self.ev = make_events(inputs, event_capacity)
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
@@ -375,6 +328,7 @@ class NumbaEngine:
 
     def advance(self, until_us: int) -> None:
         self.now = until_us
+        self._load(until_us)
         while True:
             status = self._kernel(advance_nb, self.rq, self.blocks, self.reps, self.pools, self.ev, self.th,
                                   self.tbs, np.int64(until_us))
@@ -431,15 +385,39 @@ class NumbaEngine:
             raise UnknownPolicyId(f"pool {p}: {name} id {int(ids[p])} has no policy in policies.registry "
                                   f"(stopped at t_us={int(self.ev.clock[5])})")
 
+    def _load(self, until_us: int) -> None:
+        """Before advancing to until_us: while requests are left to load, the oldest ended
+        requests leave once they are half the window; then requests are loaded past the first
+        that the arrival walk stops at (a slide of at least a quarter of the window makes room
+        for them, else the window grows)."""
+        w = self.window
+        if w.end < w.total and w.ended_prefix(self.rq) >= w.capacity // 2:
+            self._slide()
+        while not w.walk_stops(self.rq, int(self.ev.clock[0]), until_us):
+            if w.ended_prefix(self.rq) < max(1, w.capacity // 4) or not self._slide():
+                self.rq, self.pools = w.grow(self.rq, self.pools)
+            w.fill(self.rq)
+
+    def _slide(self) -> bool:
+        k = self.window.ended
+        if k == 0:
+            return False
+        self._drain()  # the buffer's request ids are slots of the window as it is
+        self.window.slide(self.rq, self.reps, self.pools, self.ev.clock, k)
+        self.window.fill(self.rq)
+        return True
+
     def _drain(self) -> None:
         n = int(self.ev.clock[1])
         if n:
+            request = self.ev.request[:n].copy()
+            request[request >= 0] += self.window.base
             self._chunks.append(
                 {
                     "t_us": self.ev.t[:n].copy(),
                     "kind": self.ev.kind[:n].copy(),
                     "replica": self.ev.replica[:n].copy(),
-                    "request": self.ev.request[:n].copy(),
+                    "request": request,
                     "value": self.ev.value[:n].copy(),
                 }
             )
@@ -447,9 +425,9 @@ class NumbaEngine:
 
     @property
     def done(self) -> bool:
-        n = len(self.rq.arrival)
+        n = self.inputs.num_requests
         ended = int(self.reps.counters[:, C_FINISHED].sum()) + int(self.pools.rejected.sum())
-        return bool(self.ev.clock[0] == n and ended == n)
+        return bool(self.window.base + int(self.ev.clock[0]) == n and ended == n)
 
     def snapshot(self, t_us: int) -> np.ndarray:
         out = np.empty((len(self.reps.pool), len(SNAPSHOT_COLUMNS)), np.int64)
@@ -520,24 +498,8 @@ class NumbaEngine:
         reps.state[r] = R_OFF
 
     def request_columns(self) -> dict[str, np.ndarray]:
-        # Lazy requests' computed/generated, written as of now.
+        """Every request's output columns, in id order (engine/window.py `columns_now`), lazy
+        requests' computed/generated written as of now. The arrays are the engine's: a later
+        advance writes on."""
         self._entry(sync_lazy_nb, (self.rq, self.reps))(self.rq, self.reps)
-        rq = self.rq
-        return {
-            "replica": rq.replica,
-            "state": rq.state,
-            "computed": rq.computed,
-            "generated": rq.generated,
-            "first_scheduled_us": rq.first_sched,
-            "first_token_us": rq.first_token,
-            "finished_us": rq.finished,
-            "preemptions": rq.preemptions,
-            "cached_tokens": rq.cached,
-            "reject": rq.reject,
-            "prefill_replica": rq.preplica,
-            "prefill_end_us": rq.pf_end,
-            "kv_transfer_start_us": rq.xfer_start,
-            "kv_transfer_end_us": rq.xfer_done,
-            "kv_transfers": rq.xfers,
-            **({"arrival_us": rq.arrival} if self.inputs.closed_loop else {}),
-        }
+        return self.window.columns_now(self.rq)

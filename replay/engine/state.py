@@ -67,6 +67,9 @@ class Requests(NamedTuple):
     # computed/generated were last written (-1: not lazy, the fields are current).
     seq: np.ndarray
     lz_join: np.ndarray
+    # int64[1]: the trace's id of slot 0. The arrays hold a window of the trace's requests
+    # (engine/window.py): every request index above is a slot, its id in the trace base[0] + slot.
+    base: np.ndarray
 
 
 

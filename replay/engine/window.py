@@ -1,0 +1,248 @@
+"""The numba engine's window of request slots: its `Requests` arrays hold the trace's requests
+[base, base + capacity), so its memory follows the requests in flight, not the trace's length.
+
+The kernels index slots and never see the window. Between `advance` calls the host (here, numpy)
+keeps three promises the kernels rely on:
+
+- the arrival walk never reaches a slot not yet loaded: before `advance(until)` the slots are
+  loaded past the first request the walk stops at (one that arrives after `until`); slots not
+  loaded arrive never (`arrival` NO_EVENT, `gap` -1), so the walk could not pass them anyway;
+- a closed-loop turn's successor is loaded with it (`release_next` writes its arrival): the
+  window ends only where no loaded request's `next_turn` lies beyond it;
+- every index a slot holds of another slot is a slot: when the oldest slots are all ended
+  (finished or rejected, which nothing refers to any more), `slide` writes their output rows
+  (`row_columns`, one array per column for the whole trace), moves the live slots down, and
+  subtracts the shift from every stored request index (`REQUEST_LINKS`, `REPLICA_LINKS`,
+  `POOL_LINKS`, the arrival cursor `Events.clock[0]`). The event buffer is drained (its request
+  ids made global) before a slide, never during one.
+
+`Requests.base[0]` is the global id of slot 0: a request's own block keys hash its global id
+(kvblocks.request_key), so the KV hash table holds the same keys whatever the window.
+A window the size of the trace never slides: the engine is then as it was before windows.
+
+What it cannot bound: the requests in flight. The window slides past ended requests only, in id
+order, so one long-lived request (queued for long on an overloaded fleet, or a closed-loop
+session spanning much of the trace) holds every later slot, and the window grows behind it
+(doubling, when a slide would free less than a quarter of it): an overloaded fleet has every
+request in flight, and its window becomes the trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.engine.common import FINISHED, NO_EVENT, PENDING, REJECTED, EngineInputs, InvariantViolation
+from replay.engine.state import Pools, Replicas, Requests
+
+# Fields of a request that come from the trace: the EngineInputs attribute holding every
+# request's value (None there: the value below for every request).
+TRACE_FIELDS = {
+    "arrival": ("arrival_us", None), "prompt": ("prompt_tokens", None), "output": ("output_tokens", None),
+    "priority": ("priority", None), "tenant": ("tenant", 0), "pool": ("pool", None),
+    "hash_off": ("hash_off", None), "hash_len": ("hash_len", None), "adapter": ("adapter", -1),
+    "hash_tokens": ("hash_tokens", "prompt_tokens"), "next_turn": ("next_turn", -1), "gap": ("turn_gap_us", -1),
+}
+# A slot not loaded (yet): it never arrives, and the closed-loop walk stops at it.
+UNLOADED = {"arrival": NO_EVENT, "gap": -1, "next_turn": -1}
+# The replay's progress of a request, as it starts: (value, dtype).
+PROGRESS_FIELDS = {
+    "replica": (-1, np.int64), "state": (PENDING, np.int8), "computed": (0, np.int64), "generated": (0, np.int64),
+    "sched_new": (0, np.int64), "first_sched": (-1, np.int64), "first_token": (-1, np.int64),
+    "finished": (-1, np.int64), "preemptions": (0, np.int64), "cached": (0, np.int64), "reject": (0, np.int8),
+    "qprev": (-1, np.int64), "qnext": (-1, np.int64), "tail": (-1, np.int64), "nhit": (0, np.int64),
+    "nblocks": (0, np.int64), "ncached": (0, np.int64), "swapped": (0, np.int64), "dreplica": (-1, np.int64),
+    "preplica": (-1, np.int64), "pf_start": (-1, np.int64), "pf_end": (-1, np.int64),
+    "xfer_start": (-1, np.int64), "xfer_done": (-1, np.int64), "xfers": (0, np.int64),
+    "spec_credit": (0, np.int64), "skip_next": (-1, np.int64), "queued": (-1, np.int64), "seq": (-1, np.int64),
+    "lz_join": (-1, np.int64),
+}
+# Every field that holds a request's slot (-1: none). Requests: the waiting-queue and held
+# FIFO links, the LoRA skip links, a session's next turn. Replicas: queue and pending-FIFO ends,
+# the running lists, the lazy heaps and their scratch. Pools: held FIFOs, the KV-transfer and
+# session-release heaps.
+REQUEST_LINKS = ("qprev", "qnext", "skip_next", "next_turn")
+REPLICA_LINKS = ("wait_head", "wait_tail", "pend_head", "pend_tail", "run_list", "fh_q", "ah_q", "lz_due")
+POOL_LINKS = ("held_head", "held_tail", "xh_q", "rl_q")
+# Pools' heaps whose capacity follows the window's (one entry per request at most).
+POOL_HEAPS = ("xh_t", "xh_q", "rl_t", "rl_q")
+# The rows a request leaves the engine with: output name -> Requests field.
+ROW_FIELDS = {
+    "replica": "replica", "state": "state", "computed": "computed", "generated": "generated",
+    "first_scheduled_us": "first_sched", "first_token_us": "first_token", "finished_us": "finished",
+    "preemptions": "preemptions", "cached_tokens": "cached", "reject": "reject", "prefill_replica": "preplica",
+    "prefill_end_us": "pf_end", "kv_transfer_start_us": "xfer_start", "kv_transfer_end_us": "xfer_done",
+    "kv_transfers": "xfers",
+}
+assert set(TRACE_FIELDS) | set(PROGRESS_FIELDS) | {"base"} == set(Requests._fields)
+
+DEFAULT_CAPACITY = 1 << 16
+SCAN = 4096  # slots ended_prefix reads at a time
+
+
+# The narrowest type of each output column that holds every value it can take: counts of
+# replicas, preemptions, cached tokens and transfers fit int32 (the trace's token counts are
+# Int32: traces/schema.py); times and the progress counts (a prompt plus its output) stay int64.
+ROW_DTYPES = {"replica": np.int32, "preemptions": np.int32, "cached_tokens": np.int32,
+              "prefill_replica": np.int32, "kv_transfers": np.int32}
+
+
+def unloaded_value(name: str) -> int:
+    return UNLOADED.get(name, 0) if name in TRACE_FIELDS else PROGRESS_FIELDS[name][0]
+
+
+class Window:
+    """Which trace requests the engine's slots hold, and their loading and sliding."""
+
+    def __init__(self, inputs: EngineInputs, capacity: int | None):
+        self.inputs = inputs
+        self.total = inputs.num_requests
+        self.capacity = max(1, self.total if capacity is None else min(capacity, self.total))
+        self.base = 0  # global id of slot 0
+        self.loaded = 0  # slots [0, loaded) hold requests base ..
+        self.ended = 0  # slots [0, ended) are known ended (finished or rejected)
+        self._columns: dict[str, np.ndarray] | None = None  # row_columns
+        self._pending_from: int | None = None  # rows from here on hold their start values (columns_now)
+        self._sources = {name: self._source(attr, default) for name, (attr, default) in TRACE_FIELDS.items()}
+        # Closed loop: the load ends E where no request before E has its next turn at E or later.
+        self._ends = None
+        if inputs.closed_loop:
+            reach = np.maximum.accumulate(inputs.next_turn.astype(np.int64))
+            self._ends = np.flatnonzero(reach < np.arange(1, self.total + 1)) + 1
+
+    def _source(self, attr: str, default):
+        value = getattr(self.inputs, attr)
+        if value is None:
+            return getattr(self.inputs, default) if isinstance(default, str) else default
+        return value
+
+    def requests(self, capacity: int | None = None) -> Requests:
+        """`capacity` slots (default: the window's), every one unloaded; `fill` loads them."""
+        n = self.capacity if capacity is None else capacity
+        cols = {name: np.full(n, unloaded_value(name), np.int64) for name in TRACE_FIELDS}
+        cols.update({name: np.full(n, v, dt) for name, (v, dt) in PROGRESS_FIELDS.items()})
+        return Requests(base=np.full(1, self.base, np.int64), **cols)
+
+    # --- loading -------------------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        """Global id one past the last loaded request."""
+        return self.base + self.loaded
+
+    def fill(self, rq: Requests) -> int:
+        """Load as many requests as the free slots hold (closed loop: up to a load end that
+        keeps each turn's successor in); the number loaded."""
+        end = min(self.total, self.base + self.capacity)
+        if self._ends is not None and end < self.total:
+            i = np.searchsorted(self._ends, end, side="right") - 1
+            end = int(self._ends[i]) if i >= 0 else 0
+        if end <= self.end:
+            return 0
+        lo, hi = self.loaded, end - self.base
+        g = slice(self.end, end)
+        for name, src in self._sources.items():
+            getattr(rq, name)[lo:hi] = src[g] if isinstance(src, np.ndarray) else src
+        for name, (value, _) in PROGRESS_FIELDS.items():
+            getattr(rq, name)[lo:hi] = value
+        turns = rq.next_turn[lo:hi]  # global ids in the trace, slots here
+        turns[turns >= 0] -= self.base
+        self.loaded = hi
+        return hi - lo
+
+    def walk_stops(self, rq: Requests, cursor: int, until: int) -> bool:
+        """The arrival walk, at slot `cursor`, stops at a loaded request by `until`: one that
+        arrives after it (a closed-loop later turn is skipped by the walk, not waited for)."""
+        if self.end == self.total:
+            return True
+        last = self.loaded - 1  # arrivals come nearly in id order: the last slot mostly says
+        if last >= cursor and rq.arrival[last] > until and rq.gap[last] < 0:
+            return True
+        arrival, gap = rq.arrival[cursor:self.loaded], rq.gap[cursor:self.loaded]
+        return bool(np.any((arrival > until) & (gap < 0)))
+
+    # --- sliding -------------------------------------------------------------------------
+
+    def ended_prefix(self, rq: Requests) -> int:
+        """Slots [0, k) all ended: nothing in the engine refers to them any more."""
+        while self.ended < self.loaded:  # in blocks: the oldest live request is mostly near
+            state = rq.state[self.ended:self.ended + SCAN]
+            live = np.flatnonzero((state != FINISHED) & (state != REJECTED))
+            self.ended += int(live[0]) if len(live) else len(state)
+            if len(live):
+                break
+        return self.ended
+
+    def row_columns(self) -> dict[str, np.ndarray]:
+        """Every request's output columns, allocated once and written as requests leave: pages
+        the kernel maps when first written, so they cost memory as the rows arrive."""
+        if self._columns is None:
+            self._columns = {name: np.empty(self.total, ROW_DTYPES.get(name, PROGRESS_FIELDS[field][1]))
+                             for name, field in ROW_FIELDS.items()}
+            if self.inputs.closed_loop:  # when each turn arrived (its successor's: when released)
+                self._columns["arrival_us"] = np.empty(self.total, np.int64)
+        return self._columns
+
+    def write_rows(self, rq: Requests, k: int) -> None:
+        """Slots [0, k)'s output columns, written to their requests' rows."""
+        for name, column in self.row_columns().items():
+            column[self.base:self.base + k] = getattr(rq, ROW_FIELDS.get(name, "arrival"))[:k]
+
+    def columns_now(self, rq: Requests) -> dict[str, np.ndarray]:
+        """Every request's output columns as of now: those that left, the window's, then those
+        not loaded yet, as they start (pending; a closed-loop turn at its recorded arrival)."""
+        self.write_rows(rq, self.loaded)
+        columns = self.row_columns()
+        if self._pending_from is None:  # once: rows past the window are written only as they leave it
+            self._pending_from = self.end
+            for name, field in ROW_FIELDS.items():
+                columns[name][self.end:] = PROGRESS_FIELDS[field][0]
+            if self.inputs.closed_loop:
+                columns["arrival_us"][self.end:] = self.inputs.arrival_us[self.end:]
+        return columns
+
+    def slide(self, rq: Requests, reps: Replicas, pools: Pools, clock: np.ndarray, k: int) -> None:
+        """Drop slots [0, k) (ended), their rows written out: the rest move down by k."""
+        if k <= 0:
+            return
+        if k > self.ended or k > clock[0]:
+            raise InvariantViolation(f"window slide by {k}: only {self.ended} slots ended, cursor at {clock[0]}")
+        self.write_rows(rq, k)
+        keep = self.loaded - k
+        for name in TRACE_FIELDS.keys() | PROGRESS_FIELDS.keys():
+            a = getattr(rq, name)
+            a[:keep] = a[k:self.loaded]
+            a[keep:self.loaded] = unloaded_value(name)
+        for name in REQUEST_LINKS:
+            shift_links(getattr(rq, name)[:keep], k)
+        for name in REPLICA_LINKS:
+            shift_links(getattr(reps, name), k)
+        for name in POOL_LINKS:
+            shift_links(getattr(pools, name), k)
+        clock[0] -= k
+        self.base += k
+        self.loaded = keep
+        self.ended -= k
+        rq.base[0] = self.base
+
+    def grow(self, rq: Requests, pools: Pools) -> tuple[Requests, Pools]:
+        """Twice the slots (in-flight requests filled them): the arrays copied into larger ones."""
+        cap = min(2 * self.capacity, self.total)
+        if cap <= self.capacity:
+            raise InvariantViolation(f"window of {self.capacity} slots cannot grow: it holds the whole trace")
+        new = self.requests(cap)
+        for name in TRACE_FIELDS.keys() | PROGRESS_FIELDS.keys():
+            getattr(new, name)[:self.capacity] = getattr(rq, name)
+        heaps = {}
+        for name in POOL_HEAPS:
+            old = getattr(pools, name)
+            heaps[name] = np.zeros(max(cap, 1), old.dtype)
+            heaps[name][:len(old)] = old
+        self.capacity = cap
+        return new, pools._replace(**heaps)
+
+
+def shift_links(a: np.ndarray, k: int) -> None:
+    """Slot indices in `a` down by k; a link to a dropped slot (stale: nothing reads it) is -1."""
+    live = a >= k
+    a[(a >= 0) & ~live] = -1
+    a[live] -= k
