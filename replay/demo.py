@@ -36,19 +36,11 @@ class IncidentRuns:
 
 
 def incident_variants() -> list[str]:
-    """The kernel variants the two replays run (replay.run.variants_of), from their configs."""
-    from replay.run import variants_of
+    """The kernel variants the two replays run (replay.run.fleet_variants), from their configs."""
+    from replay.run import fleet_variants
 
-    configs = [(load_config(str(demo_config_path(name))), str(demo_config_path(name))) for name in SCENARIOS]
-    return variants_of((cfg, _no_requests(), source) for cfg, source in configs)
-
-
-def _no_requests() -> pl.DataFrame:
-    from traces import cast_to_schema
-
-    return cast_to_schema(pl.DataFrame({"arrival_us": [], "prompt_tokens": [], "output_tokens": []},
-                                       schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int64,
-                                               "output_tokens": pl.Int64}), source="demo")
+    sources = [str(demo_config_path(name)) for name in SCENARIOS]
+    return fleet_variants((load_config(source), source) for source in sources)
 
 
 def run_incident(out_dir: Path, *, force: bool = False, engine: str = "numba", progress=None) -> IncidentRuns:

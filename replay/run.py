@@ -72,6 +72,19 @@ def variants_of(runs: Iterable[tuple[FleetConfig, Any, str]]) -> list[str]:
     return [name for name in VARIANTS if name in used]
 
 
+def fleet_variants(fleets: Iterable[tuple[FleetConfig, str]]) -> list[str]:
+    """`variants_of` for fleets whose trace is not at hand (scenarios, experiments, the demo): a
+    variant follows from the config alone (no feature is read from the trace's rows), so the
+    inputs are built for a trace of no requests. At least the plain variant."""
+    import polars as pl
+
+    from traces import cast_to_schema
+
+    empty = cast_to_schema(pl.DataFrame(schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int64,
+                                                "output_tokens": pl.Int64}), source="no requests")
+    return variants_of((cfg, empty, source) for cfg, source in fleets) or ["plain"]
+
+
 def tool_version() -> str:
     try:
         return version("llm-replay")

@@ -95,7 +95,10 @@ def run_requests(args: argparse.Namespace) -> int:
     inputs = [folder / "experiments.csv", folder / "ground_truth.csv"]
     check_output_file(args.out, force=args.force, inputs=inputs)
     err = Console(stderr=True)
-    engine_ready(err, terminal=err.is_terminal, quiet=False)
+    from replay.cli.validate_measured import experiment_variants
+
+    for variant in experiment_variants(experiments):
+        engine_ready(err, terminal=err.is_terminal, quiet=False, variant=variant)
 
     def log(line: str) -> None:
         print(f"llm-replay calibrate: {line}", file=sys.stderr, flush=True)

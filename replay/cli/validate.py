@@ -121,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
     show = err.is_terminal and not args.json
     rows = []
     if args.engine == "numba":
-        engine_ready(err, terminal=show, quiet=args.json)
+        from replay.run import fleet_variants
+
+        for variant in fleet_variants((s.fleet, s.fleet_where) for s in scenarios):
+            engine_ready(err, terminal=show, quiet=args.json, variant=variant)
     with err.status("loading the scenarios", spinner="dots") if show else contextlib.nullcontext() as status:
         for i, s in enumerate(scenarios, start=1):
             if status is not None:

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     show = err.is_terminal and not args.json
     if args.engine == "numba":
-        engine_ready(err, terminal=show, quiet=args.json)
+        for variant in experiment_variants(experiments):
+            engine_ready(err, terminal=show, quiet=args.json, variant=variant)
     results, rows = [], []
     with err.status("loading the experiments", spinner="dots") if show else contextlib.nullcontext() as status:
         for i, exp in enumerate(experiments, start=1):
@@ -143,3 +144,19 @@ def print_table(console: Any, results: list, rows: list, errors: dict) -> None:
             cells = [f"{f['mape_pct']:.1f}%" if f["mape_pct"] is not None else "-" for f in families.values()]
             m.add_row(set_name, "whole runs" if scope == "whole_run" else "stages", str(n), *cells)
     console.print(m)
+
+
+def experiment_variants(experiments) -> list[str]:
+    """The kernel variants the experiments' replays run (replay.run.fleet_variants); an
+    experiment whose fleet cannot be built counts for none (its replay says why)."""
+    from replay.measured.fleet import experiment_fleet
+    from replay.run import fleet_variants
+    from common.errors import UserError
+
+    fleets = []
+    for exp in experiments:
+        try:
+            fleets.append((experiment_fleet(exp), exp.id))
+        except UserError:
+            continue
+    return fleet_variants(fleets)
