@@ -63,7 +63,7 @@ def run_requests(args: argparse.Namespace) -> int:
     from replay.calibration.requests import METRICS, cross_validate, error_pct, fit, mape
     from replay.files import check_output_file
     from replay.measured import load_experiments
-    from replay.outputs.report import engine_ready
+    from replay.cli.validate_measured import experiments_ready
     from common.errors import UserError
 
     if args.out is None:
@@ -95,10 +95,7 @@ def run_requests(args: argparse.Namespace) -> int:
     inputs = [folder / "experiments.csv", folder / "ground_truth.csv"]
     check_output_file(args.out, force=args.force, inputs=inputs)
     err = Console(stderr=True)
-    from replay.cli.validate_measured import experiment_variants
-
-    for variant in experiment_variants(experiments):
-        engine_ready(err, terminal=err.is_terminal, quiet=False, variant=variant)
+    experiments_ready(err, experiments, terminal=err.is_terminal)
 
     def log(line: str) -> None:
         print(f"llm-replay calibrate: {line}", file=sys.stderr, flush=True)

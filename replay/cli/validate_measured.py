@@ -21,7 +21,6 @@ def run(args: argparse.Namespace) -> int:
 
     from replay.measured import load_experiments, replay_experiment
     from replay.measured.compare import compare, mape
-    from replay.outputs.report import engine_ready
     from common.errors import UserError
 
     if args.data is None:
@@ -37,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     show = err.is_terminal and not args.json
     if args.engine == "numba":
-        for variant in experiment_variants(experiments):
-            engine_ready(err, terminal=show, quiet=args.json, variant=variant)
+        experiments_ready(err, experiments, terminal=show, quiet=args.json)
     results, rows = [], []
     with err.status("loading the experiments", spinner="dots") if show else contextlib.nullcontext() as status:
         for i, exp in enumerate(experiments, start=1):
@@ -144,6 +142,14 @@ def print_table(console: Any, results: list, rows: list, errors: dict) -> None:
             cells = [f"{f['mape_pct']:.1f}%" if f["mape_pct"] is not None else "-" for f in families.values()]
             m.add_row(set_name, "whole runs" if scope == "whole_run" else "stages", str(n), *cells)
     console.print(m)
+
+
+def experiments_ready(err, experiments, *, terminal: bool, quiet: bool = False) -> None:
+    """The numba kernels of every variant the experiments' replays run, compiled or loaded."""
+    from replay.outputs.report import engine_ready
+
+    for variant in experiment_variants(experiments):
+        engine_ready(err, terminal=terminal, quiet=quiet, variant=variant)
 
 
 def experiment_variants(experiments) -> list[str]:
