@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
@@ -53,36 +52,29 @@ def run_variant(cfg: FleetConfig, plans: list[PoolPlan], frame, source: str = "c
     return variant_of(features(inputs)._replace(sessions=closed))
 
 
-def variants_of(runs: Iterable[tuple[FleetConfig, Any, str]]) -> list[str]:
-    """The kernel variants a command's replays run, each (config, trace frame, source) by
-    `run_variant`, in replay/engine/variants.py's order: a command that replays many fleets (plan,
-    sweep, demo) compiles or loads each once, up front and with the notice, so that no worker
-    process compiles one. A config whose pools cannot be planned counts for none (its replay
-    fails as it would have)."""
+def fleet_variants(fleets: Iterable[tuple[FleetConfig, str]]) -> list[str]:
+    """The kernel variants the replays of these (config, source) fleets run, in
+    replay/engine/variants.py's order and at least the plain one: a command that replays many
+    fleets (plan, sweep, demo, validate, calibrate) compiles or loads each once, up front and with
+    the notice, so that no worker process compiles one. A variant follows from the config alone
+    (no feature is read from a trace's rows), so each is `run_variant` on a trace of no requests.
+    A config whose pools cannot be planned counts for none (its replay fails as it would have)."""
+    import polars as pl
+
     from common.errors import UserError
     from replay.engine.variants import VARIANTS
     from replay.fleet.cluster import plan_pools
-
-    used = set()
-    for cfg, frame, source in runs:
-        try:
-            used.add(run_variant(cfg, plan_pools(cfg, source), frame, source))
-        except UserError:
-            continue
-    return [name for name in VARIANTS if name in used]
-
-
-def fleet_variants(fleets: Iterable[tuple[FleetConfig, str]]) -> list[str]:
-    """`variants_of` for fleets whose trace is not at hand (scenarios, experiments, the demo): a
-    variant follows from the config alone (no feature is read from the trace's rows), so the
-    inputs are built for a trace of no requests. At least the plain variant."""
-    import polars as pl
-
     from traces import cast_to_schema
 
     empty = cast_to_schema(pl.DataFrame(schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int64,
                                                 "output_tokens": pl.Int64}), source="no requests")
-    return variants_of((cfg, empty, source) for cfg, source in fleets) or ["plain"]
+    used = set()
+    for cfg, source in fleets:
+        try:
+            used.add(run_variant(cfg, plan_pools(cfg, source), empty, source))
+        except UserError:
+            continue
+    return [name for name in VARIANTS if name in used] or ["plain"]
 
 
 def tool_version() -> str:

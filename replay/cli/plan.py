@@ -112,10 +112,10 @@ def run(args: argparse.Namespace) -> int:
     base, space, trace = _prepare(args)
     err = Console(stderr=True)
     from replay.plan.fleet import start_replicas, uniform
-    from replay.run import variants_of
+    from replay.run import fleet_variants
 
-    fleets = ((uniform(base, c, start_replicas(base)), trace.frame, "plan") for c in space.candidates)
-    for variant in variants_of(fleets):  # compiled here once, so that no two workers compile
+    fleets = ((uniform(base, c, start_replicas(base)), "plan") for c in space.candidates)
+    for variant in fleet_variants(fleets):  # compiled here once, so that no two workers compile
         engine_ready(err, terminal=err.is_terminal, variant=variant)
     workers = args.workers or default_workers(len(space.candidates))
     started = time.monotonic()

@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.backend != "ray":  # local workers share this machine's numba cache: compiled here once
         from replay.outputs.report import engine_ready
-        from replay.run import variants_of
+        from replay.run import fleet_variants
 
-        for variant in variants_of((c.cfg, traces[c.trace_key].frame, spec.source) for c in cells):
+        for variant in fleet_variants((c.cfg, spec.source) for c in cells):
             engine_ready(console, terminal=console.is_terminal, quiet=args.quiet, variant=variant)
     mode = "off" if args.quiet else ("bar" if console.is_terminal else "lines")
     with locked(out):
