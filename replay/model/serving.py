@@ -20,18 +20,18 @@ data cannot tell two terms apart (they all add to TTFT), the split follows vLLM'
 
 `decode_window_steps` (default 1, every step) is vLLM V0's multi-step scheduling
 (`--num-scheduler-steps`, as v0.6.0 ran it; the V1 engine has no such setting), for replaying
-measurements of such a server:
-V0's `LLMEngine.step` calls the scheduler only when the running batch has no steps left
-(`_has_remaining_steps`: every running sequence is in the same window), and hands outputs on only
-at the window's last step (vllm-project/vllm v0.6.x vllm/engine/llm_engine.py); a prompt's step is
-a single step (its scheduler gives prefills no lookahead slots), so the first token is not held.
-A sequence whose last token comes mid-window is returned when the window ends: the GPU runs the
-window's steps for the whole batch, and the output processor drops the tokens past its end
-(vllm/engine/output_processor/multi_step.py). Modelled as: the request's last token reaches the
-client after `ceil((output_tokens - 1) / k) * k` decode steps instead of `output_tokens - 1`, the
-missing steps taking the replica's median time per output token (a window holds decode steps only:
-V0 runs prefills between windows). Not modelled: the engine itself still schedules every step, so
-the finished sequence leaves the batch and a waiting prompt is admitted at once, not at the window's
+measurements of such a server. V0's `LLMEngine.step` calls the scheduler only when the running
+batch has no steps left (`_has_remaining_steps`: every running sequence is in the same window) and
+hands outputs on only at the window's last step (vllm-project/vllm v0.6.x, vllm/engine/llm_engine.py).
+A prompt's step is a single step (vllm/core/scheduler.py `_get_num_lookahead_slots` gives a prefill
+no lookahead without chunked prefill), so the first token is not held. A sequence whose last token
+comes mid-window is returned when the window ends: the GPU runs the window's steps for the whole
+batch, and the output processor drops the tokens past its end (vllm/engine/output_processor/
+multi_step.py). Modelled as: the request's last token reaches the client after
+`ceil((output_tokens - 1) / k) * k` decode steps instead of `output_tokens - 1`, the missing steps
+taking the replica's median time per output token (a window holds decode steps only: V0 runs
+prefills between windows). Not modelled: the engine itself still schedules every step, so the
+finished sequence leaves the batch and a waiting prompt is admitted at once, not at the window's
 end (they matter under online load near capacity, not for a burst that fits the batch).
 """
 
