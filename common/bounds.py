@@ -77,6 +77,7 @@ BY_NAME: dict[str, Bound] = {
     "max_lora_rank": Bound(1, 512, "a LoRA rank"),
     "max_cudagraph_capture_size": Bound(1, 16_777_216, "tokens per step"),
     "tokenize_us_per_token": Bound(0, 1e5, "microseconds per prompt token"),
+    "decode_window_steps": Bound(1, 1024, "decode steps per window"),
     "swap_space_gib": Bound(0, 1e5, "GiB"),
     "moe_load_imbalance": Bound(1, 1000, "the busiest GPU's load over the mean"),
     "gpu_memory_utilization": SHARE,

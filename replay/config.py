@@ -223,12 +223,18 @@ class ServingArgs:
     api_server_us: float | None = None
     tokenize_us_per_token: float | None = None
     token_return_us: float | None = None
+    # vLLM V0's multi-step scheduling (--num-scheduler-steps): decode tokens reach the client once
+    # per window of this many steps, a request's last at its window's end. Unset: 1, every step (V1).
+    decode_window_steps: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("api_server_us", "tokenize_us_per_token", "token_return_us"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name}: got {value}, expected a number of microseconds >= 0")
+        window = self.decode_window_steps
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"decode_window_steps: got {window!r}, expected a whole number of steps >= 1")
 
 
 @dataclass(frozen=True)
@@ -369,6 +375,12 @@ class FleetConfig:
                 and sum(1 for p in self.pools if not p.workloads) > 1:
             raise ValueError("pools: more than one pool lists no workloads, so the by-workload split cannot tell "
                              "which of them takes the unlisted labels; list workloads or use split.policy")
+        if self.trace is not None and self.trace.closed_loop:
+            for i, pool in enumerate(self.pools):
+                if (pool.serving.decode_window_steps or 1) > 1:
+                    raise ValueError(f"pools[{i}].serving.decode_window_steps: got {pool.serving.decode_window_steps}, "
+                                     "expected 1 with a closed-loop trace (the engine releases a session's next "
+                                     "turn at its last token's step, not at the window's end)")
         claimed: dict[str, str] = {}
         for pool in self.pools:
             for label in pool.workloads:
@@ -401,6 +413,9 @@ class FleetConfig:
                     out["trace"].pop(key, None)
             if not out["trace"].get("closed_loop"):
                 out["trace"].pop("closed_loop", None)  # an open-loop config keeps its shape and hash
+        for pool in out["pools"]:  # so does a pool without V0's decode windows
+            if pool["serving"].get("decode_window_steps") is None:
+                pool["serving"].pop("decode_window_steps", None)
         return out
 
     def sha256(self) -> str:

@@ -21,7 +21,7 @@ from replay.fleet.cluster import RawRun, pd_inputs
 from replay.config import FleetConfig
 from replay.engine.common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
 from replay.fleet.saturation import classify_pool
-from replay.model.serving import token_return_us
+from replay.model.serving import token_return_us, window_delay_us
 from replay.outputs.schema import EVENTS, REQUESTS, TICKS
 
 # The column orders of README "Run outputs", declared in replay/outputs/schema.py with their dtypes.
@@ -80,6 +80,13 @@ def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.Data
     # first_token_us and finished_us are when its client sees them.
     lag = pl.Series(token_return_us(raw.pool_index, [p.serving for p in raw.plans]))
     df = df.with_columns(first_token_us=pl.col("first_token_us") + lag, finished_us=pl.col("finished_us") + lag)
+    # A pool that returns tokens once per decode window (vLLM V0's multi-step) holds a request's
+    # last token to its window's end (replay/model/serving.py).
+    windows = np.array([p.serving.decode_window_steps for p in raw.plans], np.int64)
+    if (windows > 1).any():
+        held = window_delay_us(trace["output_tokens"].to_numpy(), cols["first_token_us"], cols["finished_us"],
+                               cols["replica"], windows[raw.pool_index])
+        df = df.with_columns(finished_us=pl.col("finished_us") + pl.Series(held))
     slo = cfg.slo
     df = df.with_columns(
         ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),

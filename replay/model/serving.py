@@ -17,6 +17,22 @@ every token reaches the client `token_return_us` after its step ends, so TTFT an
 and TPOT/ITL neither. The defaults are fitted to the client-measured latencies of real vLLM
 v0.15.1 servers (`llm-replay calibrate --experiments`, replay/calibration/requests.py); where the
 data cannot tell two terms apart (they all add to TTFT), the split follows vLLM's source.
+
+`decode_window_steps` (default 1, every step) is vLLM V0's multi-step scheduling
+(`--num-scheduler-steps`, as v0.6.0 ran it; the V1 engine has no such setting), for replaying
+measurements of such a server. V0's `LLMEngine.step` calls the scheduler only when the running
+batch has no steps left (`_has_remaining_steps`: every running sequence is in the same window) and
+hands outputs on only at the window's last step (vllm-project/vllm v0.6.x, vllm/engine/llm_engine.py).
+A prompt's step is a single step (vllm/core/scheduler.py `_get_num_lookahead_slots` gives a prefill
+no lookahead without chunked prefill), so the first token is not held. A sequence whose last token
+comes mid-window is returned when the window ends: the GPU runs the window's steps for the whole
+batch, and the output processor drops the tokens past its end (vllm/engine/output_processor/
+multi_step.py). Modelled as: the request's last token reaches the client after
+`ceil((output_tokens - 1) / k) * k` decode steps instead of `output_tokens - 1`, the missing steps
+taking the replica's median time per output token (a window holds decode steps only: V0 runs
+prefills between windows). Not modelled: the engine itself still schedules every step, so the
+finished sequence leaves the batch and a waiting prompt is admitted at once, not at the window's
+end (they matter under online load near capacity, not for a burst that fits the batch).
 """
 
 from __future__ import annotations
@@ -51,9 +67,13 @@ class ServingTerms:
     api_server_us: float = DEFAULT_API_SERVER_US
     tokenize_us_per_token: float = DEFAULT_TOKENIZE_US_PER_TOKEN
     token_return_us: float = DEFAULT_TOKEN_RETURN_US
+    decode_window_steps: int = 1
 
     def to_dict(self) -> dict[str, float]:
-        return {k: float(getattr(self, k)) for k in KEYS}
+        out = {k: float(getattr(self, k)) for k in KEYS}
+        if self.decode_window_steps != 1:  # listed where set: a V1 pool's plan keeps its shape
+            out["decode_window_steps"] = self.decode_window_steps
+        return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,8 +88,9 @@ def defaults() -> ServingTerms:
 def serving_terms(args: Any) -> ServingTerms:
     """A pool's terms: its `serving:` keys where set, else the defaults."""
     base = defaults()
+    window = getattr(args, "decode_window_steps", None)
     return ServingTerms(**{k: (getattr(base, k) if getattr(args, k, None) is None else float(getattr(args, k)))
-                           for k in KEYS})
+                           for k in KEYS}, decode_window_steps=1 if window is None else int(window))
 
 
 def engine_arrivals(arrival_us: np.ndarray, prompt_tokens: np.ndarray, pool_index: np.ndarray,
@@ -88,3 +109,25 @@ def token_return_us(pool_index: np.ndarray, terms: Sequence[ServingTerms]) -> np
     """int64[N]: each request's token way back to the client, by its pool."""
     lag = np.array([round(t.token_return_us) for t in terms], np.int64)
     return lag[pool_index] if len(pool_index) else np.zeros(0, np.int64)
+
+
+def window_delay_us(output_tokens: np.ndarray, first_token_us: np.ndarray, finished_us: np.ndarray,
+                    replica: np.ndarray, window_steps: np.ndarray) -> np.ndarray:
+    """int64[N]: how much later each request's last token reaches its client than its last step's
+    end, its engine returning tokens once per window of `window_steps` decode steps (the module's
+    doc). A request unfinished (finished_us < 0), of one output token or whose decode steps fill
+    its windows is not held; the others wait out their window's remaining steps at their replica's
+    median (finished - first token) / (output_tokens - 1)."""
+    n = len(output_tokens)
+    delay = np.zeros(n, np.int64)
+    decode = np.asarray(output_tokens, np.int64) - 1
+    decoded = (np.asarray(window_steps) > 1) & (decode > 0) & (np.asarray(finished_us) >= 0)
+    if not decoded.any():
+        return delay
+    k = np.asarray(window_steps, np.int64)
+    missing = np.where(decoded, (-decode) % k, 0)  # ceil(decode / k) * k - decode
+    tpot = (np.asarray(finished_us, np.float64) - first_token_us) / np.maximum(decode, 1)
+    for r in np.unique(np.asarray(replica)[decoded]):
+        mine = decoded & (replica == r)
+        delay[mine] = np.rint(missing[mine] * np.median(tpot[mine])).astype(np.int64)
+    return delay
