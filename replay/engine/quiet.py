@@ -7,7 +7,8 @@ one token per lazy request and takes the blocks that fall due, and its duration 
 model's for `nlazy` decodes over a context that grows by `nlazy` a step. Once r schedules such a
 step (`quiet_begin`), the steps up to the one in which its first lazy request finishes are all
 quiet unless something from outside touches r, so their durations are summed here, in the same
-integer-microsecond step-model calls as step by step, and r's event in the tournament tree
+integer-microsecond step-model calls as step by step (and the first QUIET_DURS of them kept, so
+that applying a step does not price it a second time), and r's event in the tournament tree
 becomes the end of that last step (`reps.qr_end`): one event for the run instead of two a step.
 The run is cut short where the free blocks might not cover every block due in it, so no step of
 it can preempt.
@@ -36,7 +37,7 @@ from replay.engine.events import update_event
 from replay.engine.kvblocks import grow_request
 from replay.engine.lazy import SEQ_SPAN, lazy_step_done
 from replay.engine.queues import heap_pop, heap_push
-from replay.engine.state import C_BUSY, C_STEPS
+from replay.engine.state import C_BUSY, C_STEPS, QUIET_DURS
 from replay.model.stepmodel import step_time_us_nb
 
 
@@ -64,8 +65,12 @@ def quiet_begin(reps, pools, r):
     if steps <= 0:
         return
     end = reps.busy_until[r]
+    reps.qr_from[r] = reps.lz_steps[r]
     for ahead in range(1, steps + 1):
-        end += quiet_duration(reps, pools, p, r, ahead)
+        dur = quiet_duration(reps, pools, p, r, ahead)
+        if ahead <= QUIET_DURS:  # kept for quiet_step, which then need not price it again
+            reps.qr_dur[r, ahead - 1] = dur
+        end += dur
     reps.qr_end[r] = end
 
 
@@ -93,7 +98,11 @@ def quiet_step(rq, blocks, reps, pools, th, tbs, r):
             heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
             reps.ah_n[r] += 1
     reps.step_start[r] = t
-    reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
+    ahead = s - reps.qr_from[r]  # the step scheduled now is quiet_begin's `ahead`
+    if ahead <= QUIET_DURS:
+        reps.busy_until[r] = t + reps.qr_dur[r, ahead - 1]
+    else:
+        reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
     reps.counters[r, C_STEPS] += 1
     reps.qr_steps[r] += 1
 
