@@ -270,6 +270,7 @@ def alloc_block(blocks, reps, r):
             c = blocks.cprev[b]
             blocks.fnext[c] = blocks.fnext[b]
             blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
+            blocks.fprev[c] = blocks.fprev[b]  # the chain's bottom
             blocks.utop[r] = c
             # The next take reads c's link, last written when c was taken for the request that
             # freed the chain: a cache miss that every take paid (~25% of a million-request
@@ -299,60 +300,78 @@ def alloc_block(blocks, reps, r):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def take_uncached(blocks, reps, r, tail, need):
-    """Up to `need` blocks as alloc_block takes them one by one while the free queue's head is
-    uncached, from the top stack entry only (or, the stack empty, the blocks never taken),
-    each linked to the one taken before it (the first to `tail`) as grow_request links a
-    request's blocks. Returns the last block taken and how many (0: the head is cached).
+    """Up to `need` uncached blocks at once, while the free queue's head is uncached (as
+    alloc_block would take them), from the top stack entry only (or, the stack empty, the
+    blocks never taken), linked as grow_request links a request's blocks: each block's cprev
+    the one before it, the first's `tail`. Returns (first, last, how many); 0: the head is cached.
 
-    The same blocks in the same order as alloc_block's, for a fraction of its work: a stacked
-    chain's blocks are walked down their links, each rewritten in passing (its line is read
-    anyway), and only the entry left on top is written whole; an inner block of a chain still
-    has ref 1 (release_chain), and a held block's fnext is never read. Taking a prompt's blocks
-    one at a time was ~30% of a million-request replay (perf): a block's three lines each
-    touched (ref, cprev, fnext), and the next top's too."""
+    Which uncached blocks are taken is not observable (see above), so a stacked chain is taken
+    where it costs least: a chain's links already run as a request's, so its bottom part is
+    taken as it lies (its first block linked to `tail`), found by walking down from the top
+    past what stays, or its top part is walked down and relinked in passing, whichever walks
+    fewer blocks; a whole chain is taken in O(1) (release_chain keeps its bottom on its top).
+    Either way only the entry left on top is written: an inner block of a chain still has
+    ref 1, a held block's fnext is never read. Taking a prompt's blocks one at a time was ~30%
+    of a million-request replay (perf: each block's ref, cprev and fnext lines, the next top's)."""
     h = reps.free_head[r]
     m = need if h < 0 else min(need, blocks.gap[h])
     if m <= 0:
-        return np.int64(-1), np.int64(0)
+        return np.int64(-1), np.int64(-1), np.int64(0)
     b = blocks.utop[r]
-    x = b
     if b >= 0:
         n = -blocks.ref[b] if blocks.ref[b] < -1 else 1
         m = min(m, n)
-        blocks.ref[b] = 1
-        prev = tail
-        for _ in range(m):
-            c = blocks.cprev[x]  # the chain's next block (stale past its last: not followed)
-            blocks.cprev[x] = prev
-            prev = x
-            x = c
-        if m < n:  # x, the next in the chain, heads what is left of it
+        if n - m < m:  # the bottom m: walk down to the block above them, the bottom of the rest
+            first = blocks.fprev[b] if n > 1 else b
+            last = b
+            above = np.int64(-1)
+            for _ in range(n - m):
+                above = last
+                last = blocks.cprev[last]
+            blocks.cprev[first] = tail
+            if m < n:
+                blocks.ref[b] = -(n - m) if n - m > 1 else 0
+                blocks.fprev[b] = above
+            else:
+                blocks.ref[b] = 1
+                blocks.utop[r] = blocks.fnext[b]
+        else:  # the top m, relinked in passing; the block below them heads the rest
+            first = b
+            blocks.ref[b] = 1
+            last = tail
+            x = b
+            for _ in range(m):
+                c = blocks.cprev[x]
+                blocks.cprev[x] = last
+                last = x
+                x = c
             blocks.fnext[x] = blocks.fnext[b]
             blocks.ref[x] = -(n - m) if n - m > 1 else 0
+            blocks.fprev[x] = blocks.fprev[b]
             blocks.utop[r] = x
-            prefetch(blocks.cprev, x)
-        else:
-            blocks.utop[r] = blocks.fnext[b]
+            prefetch(blocks.cprev, x)  # the next take's walk starts there
     else:
-        prev = tail
-        for x in range(blocks.fresh[r], blocks.fresh[r] + m):
+        first = blocks.fresh[r]
+        last = tail
+        for x in range(first, first + m):
             blocks.key[x] = U64(0)  # a block of the replica's last life may hold one
             blocks.ref[x] = 1
-            blocks.cprev[x] = prev
-            prev = x
+            blocks.cprev[x] = last
+            last = x
         blocks.fresh[r] += m
     if h >= 0:
         blocks.gap[h] -= m
     else:
         blocks.tgap[r] -= m
     reps.nfree[r] -= m
-    return prev, m
+    return first, last, m
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def release_chain(blocks, reps, r, b, n):
-    """Free the n blocks from b down its `cprev` chain, each held by one request only and none
-    in the prefix cache, as one entry of the uncached stack (ref = -n on b), without the walk
+def release_chain(blocks, reps, r, b, n, bottom):
+    """Free the n blocks from b down its `cprev` chain to `bottom`, each held by one request
+    only and none in the prefix cache, as one entry of the uncached stack (ref = -n and fprev =
+    bottom on b, an uncached free block's fprev being otherwise unused), without the walk
     down the chain: its blocks come off the stack one at a time as they are taken, the walk's
     step then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
     chain keeps its stale ref (1) until it is taken; nothing reads it (only cached blocks are
@@ -360,6 +379,7 @@ def release_chain(blocks, reps, r, b, n):
     blocks.fnext[b] = blocks.utop[r]
     blocks.utop[r] = b
     blocks.ref[b] = -n if n > 1 else 0
+    blocks.fprev[b] = bottom
     blocks.tgap[r] += n
     reps.nfree[r] += n
     prefetch(blocks.cprev, b)  # the next take reads it (alloc_block)
@@ -425,7 +445,7 @@ def free_finished_blocks(rq, blocks, reps, th, tbs, bs, caching, r, q):
     from some block on, so its first own block after its hits says)."""
     own = rq.nblocks[q] - rq.nhit[q]
     if own > 0 and rq.preemptions[q] == 0 and (not caching or own_block(rq, tbs, q, rq.nhit[q], bs)):
-        release_chain(blocks, reps, r, rq.tail[q], own)
+        release_chain(blocks, reps, r, rq.tail[q], own, rq.head[q])
         release_hits(rq, blocks, reps, th, tbs, bs, r, q)
     else:
         free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
@@ -451,11 +471,14 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
     become full to the prefix cache. The caller checked that enough blocks are free."""
     need = (num_tokens + bs - 1) // bs - rq.nblocks[q]
     while need > 0:
-        b, k = take_uncached(blocks, reps, r, rq.tail[q], need)
+        first, b, k = take_uncached(blocks, reps, r, rq.tail[q], need)
         if k == 0:  # the free queue's head is a cached block: evict it
             b = alloc_block(blocks, reps, r)
             blocks.cprev[b] = rq.tail[q]
+            first = b
             k = 1
+        if rq.tail[q] < 0:
+            rq.head[q] = first
         rq.tail[q] = b
         rq.nblocks[q] += k
         need -= k

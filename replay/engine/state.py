@@ -39,6 +39,7 @@ class Requests(NamedTuple):
     qprev: np.ndarray  # waiting-queue links
     qnext: np.ndarray
     tail: np.ndarray  # last of the request's own blocks (-1 = none)
+    head: np.ndarray  # first of its own blocks (read only while it has some: tail >= 0)
     nhit: np.ndarray  # leading blocks taken from the prefix cache
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
     ncached: np.ndarray  # leading blocks already offered to the cache
