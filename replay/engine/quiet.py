@@ -7,8 +7,8 @@ one token per lazy request and takes the blocks that fall due, and its duration 
 model's for `nlazy` decodes over a context that grows by `nlazy` a step. Once r schedules such a
 step (`quiet_begin`), the steps up to the one in which its first lazy request finishes are all
 quiet unless something from outside touches r, so their durations are summed here, in the same
-integer-microsecond step-model calls as step by step (and the first QUIET_DURS of them kept, so
-that applying a step does not price it a second time), and r's event in the tournament tree
+integer-microsecond step-model calls as step by step (and kept, so that applying a step does not
+price it a second time; a run has at most QUIET_DURS steps), and r's event in the tournament tree
 becomes the end of that last step (`reps.qr_end`): one event for the run instead of two a step.
 The run is cut short where the free blocks might not cover every block due in it, so no step of
 it can preempt.
@@ -36,7 +36,7 @@ from numba import njit
 from replay.engine.events import update_event
 from replay.engine.kvblocks import grow_request
 from replay.engine.lazy import SEQ_SPAN, lazy_step_done
-from replay.engine.queues import heap_pop, heap_push
+from replay.engine.queues import heap_pop, heap_replace_top
 from replay.engine.state import C_BUSY, C_STEPS, QUIET_DURS
 from replay.model.stepmodel import step_time_us_nb
 
@@ -62,14 +62,16 @@ def quiet_begin(reps, pools, r):
     steps = reps.fh_key[reps.run_off[r]] // SEQ_SPAN - 1 - reps.lz_steps[r]
     # A lazy request takes at most one block every block_size steps: the free ones must cover them.
     steps = min(steps, reps.nfree[r] // n * pools.block_size[p])
+    # At most QUIET_DURS: most runs are cut short by an arrival, and steps priced past that were
+    # priced for nothing; a run that reaches its end is followed by the next one.
+    steps = min(steps, QUIET_DURS)
     if steps <= 0:
         return
     end = reps.busy_until[r]
     reps.qr_from[r] = reps.lz_steps[r]
     for ahead in range(1, steps + 1):
         dur = quiet_duration(reps, pools, p, r, ahead)
-        if ahead <= QUIET_DURS:  # kept for quiet_step, which then need not price it again
-            reps.qr_dur[r, ahead - 1] = dur
+        reps.qr_dur[r, ahead - 1] = dur  # for quiet_step, which then need not price it again
         end += dur
     reps.qr_end[r] = end
 
@@ -90,19 +92,15 @@ def quiet_step(rq, blocks, reps, pools, th, tbs, r):
     # The blocks due at this step, in (step, running order), as lazy_running takes them.
     while reps.ah_n[r] > 0 and reps.ah_key[off] // SEQ_SPAN <= s:
         q = reps.ah_q[off]
-        heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
-        reps.ah_n[r] -= 1
         grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
-        due = s + bs
+        due = s + bs  # its next block, if it will need one: a pop and a push in one
         if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
-            heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
-            reps.ah_n[r] += 1
+            heap_replace_top(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
+        else:
+            heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
+            reps.ah_n[r] -= 1
     reps.step_start[r] = t
-    ahead = s - reps.qr_from[r]  # the step scheduled now is quiet_begin's `ahead`
-    if ahead <= QUIET_DURS:
-        reps.busy_until[r] = t + reps.qr_dur[r, ahead - 1]
-    else:
-        reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
+    reps.busy_until[r] = t + reps.qr_dur[r, s - reps.qr_from[r] - 1]  # quiet_begin's `ahead` s - qr_from
     reps.counters[r, C_STEPS] += 1
     reps.qr_steps[r] += 1
 

@@ -141,7 +141,7 @@ class Replicas(NamedTuple):
     lz_due: np.ndarray
     # Quiet runs (engine/quiet.py): the end of the run's last step (-1: not in a run), and the
     # steps made in runs (a diagnostic for the benchmarks); the lazy step count the run began at
-    # and the durations of its first QUIET_DURS steps after that one (int64[R, QUIET_DURS]).
+    # and the durations of its steps after that one (int64[R, QUIET_DURS]).
     qr_end: np.ndarray
     qr_steps: np.ndarray
     qr_from: np.ndarray
@@ -227,8 +227,8 @@ class Events(NamedTuple):
 
 
 
-# Step durations a quiet run keeps per replica (Replicas.qr_dur): most runs are shorter.
-QUIET_DURS = 256
+# The most steps a quiet run has (engine/quiet.py), whose durations it keeps (Replicas.qr_dur).
+QUIET_DURS = 64
 
 # Column of each counter in Replicas.counters, named after common.COUNTERS.
 C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, C_QUERY = (
