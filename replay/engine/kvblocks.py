@@ -466,10 +466,8 @@ def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
-    """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
-    become full to the prefix cache. The caller checked that enough blocks are free."""
-    need = (num_tokens + bs - 1) // bs - rq.nblocks[q]
+def add_blocks(rq, blocks, reps, r, q, need):
+    """`need` more own blocks for request q, at its tail; the caller checked that enough are free."""
     while need > 0:
         first, b, k = take_uncached(blocks, reps, r, rq.tail[q], need)
         if k == 0:  # the free queue's head is a cached block: evict it
@@ -482,6 +480,13 @@ def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
         rq.tail[q] = b
         rq.nblocks[q] += k
         need -= k
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
+    """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
+    become full to the prefix cache. The caller checked that enough blocks are free."""
+    add_blocks(rq, blocks, reps, r, q, (num_tokens + bs - 1) // bs - rq.nblocks[q])
     if caching:
         full = num_tokens // bs
         if full > rq.ncached[q]:

@@ -34,7 +34,7 @@ from numba import njit
 
 from replay.engine.common import EV_FINISH, FINISHED
 from replay.engine.events import record
-from replay.engine.kvblocks import free_finished_blocks, grow_request
+from replay.engine.kvblocks import add_blocks, free_finished_blocks, grow_request
 from replay.engine.queues import heap_pop, heap_push, heap_replace_top
 from replay.engine.sessions import release_next
 from replay.engine.state import C_FINISHED, C_OUTPUT
@@ -221,7 +221,7 @@ def lazy_running(rq, blocks, reps, pools, th, tbs, r):
             continue
         q = reps.lz_due[off + j]
         j += 1
-        grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
+        add_blocks(rq, blocks, reps, r, q, np.int64(1))  # its next block, due now (its full ones wait: docstring)
     return budget
 
 
