@@ -272,10 +272,7 @@ def alloc_block(blocks, reps, r):
             blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
             blocks.fprev[c] = blocks.fprev[b]  # the chain's bottom
             blocks.utop[r] = c
-            # The next take reads c's link, last written when c was taken for the request that
-            # freed the chain: a cache miss that every take paid (~25% of a million-request
-            # replay, perf) and that the next take depends on. Its load starts now instead.
-            prefetch(blocks.cprev, c)
+            prefetch(blocks.cprev, c)  # the next take reads it
         elif b >= 0:
             blocks.utop[r] = blocks.fnext[b]
         else:
@@ -372,8 +369,8 @@ def release_chain(blocks, reps, r, b, n, bottom):
     """Free the n blocks from b down its `cprev` chain to `bottom`, each held by one request
     only and none in the prefix cache, as one entry of the uncached stack (ref = -n and fprev =
     bottom on b, an uncached free block's fprev being otherwise unused), without the walk
-    down the chain: its blocks come off the stack one at a time as they are taken, the walk's
-    step then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
+    down the chain: its blocks come off the stack as they are taken (take_uncached), the
+    walk's steps then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
     chain keeps its stale ref (1) until it is taken; nothing reads it (only cached blocks are
     looked up, and only held ones released)."""
     blocks.fnext[b] = blocks.utop[r]
@@ -382,7 +379,9 @@ def release_chain(blocks, reps, r, b, n, bottom):
     blocks.fprev[b] = bottom
     blocks.tgap[r] += n
     reps.nfree[r] += n
-    prefetch(blocks.cprev, b)  # the next take reads it (alloc_block)
+    # The next take reads it: written when b was taken for the request that freed it, a cache
+    # miss by now, which the take would wait for.
+    prefetch(blocks.cprev, b)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
