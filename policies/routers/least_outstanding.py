@@ -25,14 +25,14 @@ def reads_prefix(prm) -> bool:
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, first, n, active, need, prm):
     best = -1
-    best_score = 0.0
+    best_load = 0
     for r in range(first, first + n):
         if v.state[r] != R_ACTIVE:
             continue
-        score = -float(v.live_wait[r] + v.live_run[r])
-        if best < 0 or score > best_score:
+        load = v.live_wait[r] + v.live_run[r]  # integers: no conversion in a loop run at every arrival
+        if best < 0 or load < best_load:
             best = r
-            best_score = score
+            best_load = load
     return best
 
 

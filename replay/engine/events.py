@@ -26,8 +26,9 @@ def record(ev, t, kind, replica, request, value):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def update_event(reps, r):
-    """Recompute replica r's next event after busy_until or wake changed; O(log R). A replica in
-    a quiet run (engine/quiet.py) has the end of the run's last step."""
+    """Recompute replica r's next event after busy_until or wake changed; O(log R), and up the
+    tree only as far as its winners change. A replica in a quiet run (engine/quiet.py) has the
+    end of the run's last step."""
     if reps.qr_end[r] >= 0:
         reps.ekey[r] = reps.qr_end[r] * 4
     elif reps.busy_until[r] >= 0:
@@ -42,10 +43,10 @@ def update_event(reps, r):
         a = reps.tree[2 * i]
         b = reps.tree[2 * i + 1]
         # The lower replica index wins a tie: a is always left of b.
-        if b < 0 or (a >= 0 and reps.ekey[a] <= reps.ekey[b]):
-            reps.tree[i] = a
-        else:
-            reps.tree[i] = b
+        w = a if b < 0 or (a >= 0 and reps.ekey[a] <= reps.ekey[b]) else b
+        if w == reps.tree[i] and w != r:
+            return  # the same winner with the same key: nothing above changes
+        reps.tree[i] = w
         i //= 2
 
 

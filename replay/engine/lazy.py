@@ -34,8 +34,8 @@ from numba import njit
 
 from replay.engine.common import EV_FINISH, FINISHED
 from replay.engine.events import record
-from replay.engine.kvblocks import free_finished_blocks, grow_request
-from replay.engine.queues import heap_pop, heap_push
+from replay.engine.kvblocks import add_blocks, free_finished_blocks, grow_request
+from replay.engine.queues import heap_pop, heap_push, heap_replace_top
 from replay.engine.sessions import release_next
 from replay.engine.state import C_FINISHED, C_OUTPUT
 from replay.engine.variants import WITH_SESSIONS
@@ -181,10 +181,15 @@ def lazy_running(rq, blocks, reps, pools, th, tbs, r):
         return -1
     nd = 0  # the lazy requests that need a block in this step, in running order
     while reps.ah_n[r] > 0 and reps.ah_key[off] // SEQ_SPAN <= s:
-        reps.lz_due[off + nd] = reps.ah_q[off]
+        q = reps.ah_q[off]
+        reps.lz_due[off + nd] = q
         nd += 1
-        heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
-        reps.ah_n[r] -= 1
+        due = s + bs  # its next block, if it will need one: a pop and a push in one
+        if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
+            heap_replace_top(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
+        else:
+            heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
+            reps.ah_n[r] -= 1
     # The requests after it share what is left in order, as step by step; -1: not scheduled.
     need = nd
     for i in range(n):
@@ -216,11 +221,7 @@ def lazy_running(rq, blocks, reps, pools, th, tbs, r):
             continue
         q = reps.lz_due[off + j]
         j += 1
-        grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
-        due = s + bs
-        if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
-            heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
-            reps.ah_n[r] += 1
+        add_blocks(rq, blocks, reps, r, q, np.int64(1))  # its next block, due now (its full ones wait: docstring)
     return budget
 
 

@@ -30,6 +30,7 @@ from replay.engine.routing import release_held_nb
 from replay.engine.window import DEFAULT_CAPACITY, Window
 from replay.engine.state import (
     C_FINISHED,
+    QUIET_DURS,
     STATUS_EVENTS_FULL,
     STATUS_STUCK,
     STATUS_UNKNOWN_POLICY,
@@ -182,6 +183,8 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         lz_due=full(int(seqs_per.sum()), -1),
         qr_end=full(nrep, -1),
         qr_steps=full(nrep, 0),
+        qr_from=full(nrep, 0),
+        qr_dur=np.zeros((nrep, QUIET_DURS), i64),
     )
 
 

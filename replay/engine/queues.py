@@ -91,9 +91,13 @@ def heap_push(ts, qs, n, t, q):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_pop(ts, qs, n):
     """Remove the top of the heap of the first `n` entries (the caller counts n - 1 after)."""
-    n -= 1
-    t = ts[n]
-    q = qs[n]
+    heap_replace_top(ts, qs, n - 1, ts[n - 1], qs[n - 1])
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def heap_replace_top(ts, qs, n, t, q):
+    """Remove the top of the heap of the first `n` entries and add (t, q): a pop and a push in
+    one sift down from the top (the count stays n)."""
     i = 0
     while True:
         c = 2 * i + 1

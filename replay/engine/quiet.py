@@ -7,13 +7,14 @@ one token per lazy request and takes the blocks that fall due, and its duration 
 model's for `nlazy` decodes over a context that grows by `nlazy` a step. Once r schedules such a
 step (`quiet_begin`), the steps up to the one in which its first lazy request finishes are all
 quiet unless something from outside touches r, so their durations are summed here, in the same
-integer-microsecond step-model calls as step by step, and r's event in the tournament tree
+integer-microsecond step-model calls as step by step (and kept, so that applying a step does not
+price it a second time; a run has at most QUIET_DURS steps), and r's event in the tournament tree
 becomes the end of that last step (`reps.qr_end`): one event for the run instead of two a step.
 The run is cut short where the free blocks might not cover every block due in it, so no step of
 it can preempt.
 
 Everything that reads r before the run's end first *catches it up* (`quiet_catch_up`): the
-steps that end by then are applied one by one as step by step would (counters, lazy step count,
+steps that end by then are applied as step by step would apply them (counters, lazy step count,
 the due blocks taken in the same order, so block ids, the free queue's LRU order and the prefix
 cache stay identical), respecting the event order at equal times (a step end before a view
 refresh or an arrival, a wake-up after them). What must: an arrival queued on r or whose decode
@@ -33,10 +34,10 @@ import numpy as np
 from numba import njit
 
 from replay.engine.events import update_event
-from replay.engine.kvblocks import grow_request
+from replay.engine.kvblocks import add_blocks
 from replay.engine.lazy import SEQ_SPAN, lazy_step_done
-from replay.engine.queues import heap_pop, heap_push
-from replay.engine.state import C_BUSY, C_STEPS
+from replay.engine.queues import heap_pop, heap_replace_top
+from replay.engine.state import C_BUSY, C_OUTPUT, C_STEPS, QUIET_DURS
 from replay.model.stepmodel import step_time_us_nb
 
 
@@ -61,41 +62,60 @@ def quiet_begin(reps, pools, r):
     steps = reps.fh_key[reps.run_off[r]] // SEQ_SPAN - 1 - reps.lz_steps[r]
     # A lazy request takes at most one block every block_size steps: the free ones must cover them.
     steps = min(steps, reps.nfree[r] // n * pools.block_size[p])
+    # At most QUIET_DURS: most runs are cut short by an arrival, and steps priced past that were
+    # priced for nothing; a run that reaches its end is followed by the next one.
+    steps = min(steps, QUIET_DURS)
     if steps <= 0:
         return
     end = reps.busy_until[r]
+    reps.qr_from[r] = reps.lz_steps[r]
     for ahead in range(1, steps + 1):
-        end += quiet_duration(reps, pools, p, r, ahead)
+        dur = quiet_duration(reps, pools, p, r, ahead)
+        reps.qr_dur[r, ahead - 1] = dur  # for quiet_steps, which then need not price it again
+        end += dur
     reps.qr_end[r] = end
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def quiet_step(rq, blocks, reps, pools, th, tbs, r):
-    """The current quiet step of r ends (`scheduling.finish_step` with nothing finishing) and the
-    next one is scheduled at once (`lazy.lazy_running` with no eager request)."""
-    t = reps.busy_until[r]
-    lazy_step_done(reps, r)
-    if reps.lz_cool[r] > 0:
-        reps.lz_cool[r] -= 1
-    reps.counters[r, C_BUSY] += t - reps.step_start[r]
-    p = reps.pool[r]
-    bs = pools.block_size[p]
+def quiet_steps(rq, blocks, reps, pools, r, t, inclusive):
+    """The quiet steps of r that end before t (by t when `inclusive`), each ended
+    (`scheduling.finish_step` with nothing finishing) and the next scheduled at once
+    (`lazy.lazy_running` with no eager request), applied together: the counters as their sums,
+    then the blocks due in them, in (step, running order) as step by step takes them (nothing
+    between two quiet steps reads r)."""
+    end = reps.qr_end[r]
+    s0 = reps.lz_steps[r]
+    start = reps.step_start[r]
+    busy = reps.busy_until[r]
+    k = 0
+    while busy < end and (busy < t or (inclusive != 0 and busy == t)):
+        k += 1
+        start = busy
+        busy = start + reps.qr_dur[r, s0 + k - reps.qr_from[r] - 1]  # quiet_begin's `ahead` s0 + k - qr_from
+    if k == 0:
+        return
+    n = reps.nlazy[r]
+    s = s0 + k
+    reps.lz_steps[r] = s  # lazy_step_done k times
+    reps.lz_ctx[r] += k * n
+    reps.counters[r, C_OUTPUT] += k * n
+    reps.lz_cool[r] = max(reps.lz_cool[r] - k, 0)
+    reps.counters[r, C_BUSY] += start - reps.step_start[r]
+    reps.counters[r, C_STEPS] += k
+    reps.qr_steps[r] += k
+    reps.step_start[r] = start
+    reps.busy_until[r] = busy
+    bs = pools.block_size[reps.pool[r]]
     off = reps.run_off[r]
-    s = reps.lz_steps[r]
-    # The blocks due at this step, in (step, running order), as lazy_running takes them.
     while reps.ah_n[r] > 0 and reps.ah_key[off] // SEQ_SPAN <= s:
         q = reps.ah_q[off]
-        heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
-        reps.ah_n[r] -= 1
-        grow_request(rq, blocks, reps, th, tbs, bs, np.bool_(False), r, q, rq.computed[q] + s - rq.lz_join[q] + 1)
-        due = s + bs
+        add_blocks(rq, blocks, reps, r, q, np.int64(1))  # its next block, due at that step
+        due = reps.ah_key[off] // SEQ_SPAN + bs  # and the one after, if it will need one
         if due < rq.lz_join[q] + rq.output[q] - rq.generated[q]:
-            heap_push(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
-            reps.ah_n[r] += 1
-    reps.step_start[r] = t
-    reps.busy_until[r] = t + quiet_duration(reps, pools, p, r, np.int64(0))
-    reps.counters[r, C_STEPS] += 1
-    reps.qr_steps[r] += 1
+            heap_replace_top(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r], due * SEQ_SPAN + rq.seq[q], q)
+        else:
+            heap_pop(reps.ah_key[off:], reps.ah_q[off:], reps.ah_n[r])
+            reps.ah_n[r] -= 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -112,9 +132,7 @@ def quiet_catch_up(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
 def catch_up_steps(rq, blocks, reps, pools, th, tbs, r, t, inclusive):
     """quiet_catch_up's work, compiled once rather than inlined at each of its callers (it runs
     once per catch-up, not per event: the call's cost is small, the copies' compile was not)."""
-    end = reps.qr_end[r]
-    while reps.busy_until[r] < end and (reps.busy_until[r] < t or (inclusive != 0 and reps.busy_until[r] == t)):
-        quiet_step(rq, blocks, reps, pools, th, tbs, r)
+    quiet_steps(rq, blocks, reps, pools, r, t, inclusive)
     if reps.busy_until[r] == t and t < reps.qr_end[r]:
         lazy_step_done(reps, r)
         if reps.lz_cool[r] > 0:

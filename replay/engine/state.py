@@ -39,6 +39,7 @@ class Requests(NamedTuple):
     qprev: np.ndarray  # waiting-queue links
     qnext: np.ndarray
     tail: np.ndarray  # last of the request's own blocks (-1 = none)
+    head: np.ndarray  # first of its own blocks (read only while it has some: tail >= 0)
     nhit: np.ndarray  # leading blocks taken from the prefix cache
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
     ncached: np.ndarray  # leading blocks already offered to the cache
@@ -139,9 +140,12 @@ class Replicas(NamedTuple):
     ah_q: np.ndarray
     lz_due: np.ndarray
     # Quiet runs (engine/quiet.py): the end of the run's last step (-1: not in a run), and the
-    # steps made in runs (a diagnostic for the benchmarks).
+    # steps made in runs (a diagnostic for the benchmarks); the lazy step count the run began at
+    # and the durations of its steps after that one (int64[R, QUIET_DURS]).
     qr_end: np.ndarray
     qr_steps: np.ndarray
+    qr_from: np.ndarray
+    qr_dur: np.ndarray
 
 
 
@@ -222,6 +226,9 @@ class Events(NamedTuple):
     clock: np.ndarray
 
 
+
+# The most steps a quiet run has (engine/quiet.py), whose durations it keeps (Replicas.qr_dur).
+QUIET_DURS = 64
 
 # Column of each counter in Replicas.counters, named after common.COUNTERS.
 C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, C_QUERY = (

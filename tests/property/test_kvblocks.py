@@ -23,9 +23,10 @@ from tests.strategies import make_inputs
 
 # The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
 # the test calls copies of the same functions that have one.
-alloc_block, cache_block, ht_find, release_block, release_chain, touch_block = (
+alloc_block, cache_block, ht_find, release_block, release_chain, take_uncached, touch_block = (
     njit(_nrt=False)(f.py_func) for f in (kvblocks.alloc_block, kvblocks.cache_block, kvblocks.ht_find,
-                                          kvblocks.release_block, kvblocks.release_chain, kvblocks.touch_block))
+                                          kvblocks.release_block, kvblocks.release_chain, kvblocks.take_uncached,
+                                          kvblocks.touch_block))
 KEYS = st.integers(1, 12).map(lambda k: np.uint64(k * 8 + (k % 3)))  # many share a home slot
 
 
@@ -55,6 +56,32 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.ids[head] = got
             taken.append(head)
         self.holders.append(taken)
+
+    @rule(count=st.integers(1, 6))
+    def allocate_run(self, count):
+        """take_uncached, as grow_request takes a request's blocks: uncached ones only, as many
+        as the top stack entry (or the blocks never taken) has and the queue's head allows, linked
+        first to last; none when the head is cached. Each one stands for the reference's next."""
+        if count > self.model.num_free:
+            return
+        first, last, got = (int(v) for v in take_uncached(self.blocks, self.reps, 0, np.int64(-1), np.int64(count)))
+        run, b = [], last
+        for _ in range(got):
+            run.append(b)
+            b = int(self.blocks.cprev[b])
+        run.reverse()
+        assert 0 <= got <= count and b == -1 and (got == 0 or run[0] == first)
+        head = next(iter(self.model.free))
+        assert (got == 0) == (self.model.hash_of[head] is not None)
+        taken = []
+        for engine_block in run:
+            assert self.model.hash_of[next(iter(self.model.free))] is None  # no eviction
+            block = self.model.allocate()
+            assert engine_block not in self.ids.values()
+            self.ids[block] = engine_block
+            taken.append(block)
+        if taken:
+            self.holders.append(taken)
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data(), key=KEYS)
@@ -98,7 +125,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.holders.pop(k)
         for prev, block in zip(holder, holder[1:]):
             self.blocks.cprev[self.ids[block]] = self.ids[prev]
-        release_chain(self.blocks, self.reps, 0, self.ids[holder[-1]], len(holder))
+        release_chain(self.blocks, self.reps, 0, self.ids[holder[-1]], len(holder), self.ids[holder[0]])
         for block in reversed(holder):
             self.model.release(block)
             del self.ids[block]
