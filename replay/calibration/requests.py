@@ -235,6 +235,18 @@ def mape(errors: Sequence[dict[str, float]]) -> dict[str, float | None]:
     return {k: (float(np.mean([abs(e[k]) for e in errors])) if errors else None) for k in METRICS}
 
 
+def followed(step_model: dict[str, float]) -> dict[str, float]:
+    """`step_model` with every term the fit left out to follow another set to that one's value. A
+    held-out replay is given it whole: a key left unset would be read from the GPU's shipped
+    defaults, themselves a fit that saw the held-out model (the shipped expert_mbu, fitted on the
+    one MoE model, would stand in for what its fold could not pin)."""
+    out = dict(step_model)
+    for p in PARAMS:
+        if p.name not in out and p.follows in out:
+            out[p.name] = out[p.follows]
+    return out
+
+
 def cross_validate(targets: Sequence[Target], start: dict[str, float], max_iterations: int = 8,
                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Leave one model out: each model's experiments predicted by a fit on the other models."""
@@ -250,7 +262,7 @@ def cross_validate(targets: Sequence[Target], start: dict[str, float], max_itera
         for t in held:
             # the held-out prompt's own tokenising time, at the fitted per-token cost
             own = lag + f.serving["tokenize_us_per_token"] * t.prompt_tokens / 1000.0
-            pred = t.replay(f.step_model).metrics(own)
+            pred = t.replay(followed(f.step_model)).metrics(own)
             rows.append({"experiment": t.name, "model": m, "predicted": pred, "measured": dict(t.measured),
                          "error_pct": error_pct(pred, t.measured)})
         if log is not None:

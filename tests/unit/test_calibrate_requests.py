@@ -107,3 +107,17 @@ def test_the_experts_share_is_fitted_on_an_moe_model_and_followed_when_it_is_hel
     # experts read at mbu 0.72 instead of 0.6: the held-out MoE model reads fast
     assert all(r["error_pct"]["itl_mean"] < -5.0 for r in moe)
     assert max(abs(e) for r in dense for e in r["error_pct"].values()) < 2.0
+
+
+def test_a_held_out_fold_reads_no_term_from_the_shipped_defaults():
+    # A real replay fills a key its step model leaves out from the GPU's shipped defaults, and the
+    # shipped expert_mbu is the in-sample fit, which saw the MoE model. Its fold cannot pin
+    # expert_mbu, so the held-out MoE model must still read at the fold's mbu, not at that value.
+    def with_defaults(t: Target) -> Target:
+        def replay(keys, inner=t.replay):
+            return inner({"expert_mbu": TRUE["expert_mbu"], **keys})
+        return Target(t.name, t.model, t.measured, replay, t.prompt_tokens)
+
+    cv = cross_validate([with_defaults(t) for t in _targets(SHAPES)], START, max_iterations=30)
+    moe = [r for r in cv["rows"] if r["model"] == "e"]
+    assert all(r["error_pct"]["itl_mean"] < -5.0 for r in moe)
