@@ -106,11 +106,14 @@ def replay_trace(
     rows are spilled as they are made (replay/outputs/rows.py; default: the system's temp folder)."""
     started = time.perf_counter()
     frame = trace.frame
+    rows = RequestRows(spill_dir)
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs)
+                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs,
+                   rows=rows)
     return_freed_memory()  # the engine's state, freed: not under the output frames' peak
-    rows = request_rows(frame, raw, cfg, spill_dir)
-    raw.requests = {}  # in the rows now
+    if raw.requests is not None:  # the engine kept its columns: rows made from them, a chunk at a time
+        request_rows(frame, raw, cfg, rows)
+        raw.requests = None
     requests = rows.lazy()
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)
@@ -159,11 +162,9 @@ def replay_trace(
                       execution=execution(raw, jobs))
 
 
-def request_rows(frame, raw, cfg: FleetConfig, spill_dir: Path | None = None) -> RequestRows:
+def request_rows(frame, raw, cfg: FleetConfig, rows: RequestRows) -> None:
     """The run's request rows, made from the engine's columns a chunk at a time."""
-    rows = RequestRows(spill_dir)
     RowMaker(frame, raw.plans, raw.pool_index, raw.replica_slots, cfg).chunks(raw.requests, rows)
-    return rows
 
 
 def execution(raw, jobs: int) -> str | None:

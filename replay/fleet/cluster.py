@@ -508,7 +508,7 @@ class RawRun:
     events: dict[str, np.ndarray]  # the engine's
     control_events: ControlEvents  # lifecycle and scaling decisions
     replica_slots: np.ndarray  # engine replicas per pool
-    requests: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray] | None  # None: handed over as rows while it ran (simulate's `rows`)
     end_us: int
     tick_us: int
     workers: int = 1  # processes that replayed the pools (replay/fleet/parallel.py)
@@ -527,12 +527,15 @@ def simulate(
     config_source: str = "config",
     on_tick: Callable[..., None] | None = None,
     jobs: int = 1,
+    rows=None,
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
     `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword. `jobs` > 1
     replays pools that share nothing in up to that many processes, with the same outputs
-    (replay/fleet/parallel.py); the run says why when they could not be."""
+    (replay/fleet/parallel.py); the run says why when they could not be. `rows` (a
+    replay/outputs/rows.py RequestRows): where the numba engine's finished requests go as their
+    rows, as they leave it (RawRun.requests is then None); other replays return their columns."""
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
@@ -552,11 +555,20 @@ def simulate(
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
     control = make_control(plans, inputs, cfg, tick_us)
     control.start(eng)
+    stream = None
+    if rows is not None and callable(getattr(eng, "stream_rows", None)) and not closed and on_tick is None and inputs.num_requests:
+        from replay.fleet.request_rows import RowMaker, RowStream
+
+        stream = RowStream(RowMaker(frame, plans, pool_index, inputs.pool_replicas, cfg), rows)
+        eng.stream_rows(stream)
     loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last_arrival,
                     last_arrival + round(cfg.max_drain_s * 1e6), progress=progress, on_tick=on_tick)
     loop.run()
+    if stream is not None:
+        eng.flush_rows()
+        stream.flush()
     raw = RawRun(plans, pool_index, loop.tick_arrays(), loop.engine_events(), control.events, inputs.pool_replicas,
-                 eng.request_columns(), loop.t, tick_us, serial_reason=why)
+                 None if stream is not None else eng.request_columns(), loop.t, tick_us, serial_reason=why)
     return _with_sent_times(raw, frame, inputs, closed)
 
 

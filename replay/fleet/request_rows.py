@@ -120,3 +120,34 @@ class RowMaker:
         chunk_rows = chunk_rows or CHUNK_ROWS
         for lo in range(0, max(total, 1), chunk_rows):
             rows.append(self.frame(lo, {k: v[lo:lo + chunk_rows] for k, v in cols.items()}))
+
+
+class RowStream:
+    """The engine's columns as it hands them over (in id order, a window slide's at a time:
+    engine/window.py), made into rows CHUNK_ROWS at a time and appended to `rows`."""
+
+    def __init__(self, maker: RowMaker, rows):
+        self.maker, self.rows = maker, rows
+        self.next = 0  # the first id not handed over yet
+        self._held: list[dict[str, np.ndarray]] = []
+        self._from = 0
+        self._count = 0
+
+    def __call__(self, lo: int, cols: dict[str, np.ndarray]) -> None:
+        if lo != self.next:
+            raise ValueError(f"request rows handed over out of order: {lo}, expected {self.next}")
+        n = len(cols["state"])
+        self.next += n
+        self._held.append(cols)
+        self._count += n
+        if self._count >= (CHUNK_ROWS or 1):
+            self.flush()
+
+    def flush(self) -> None:
+        """Rows for what is held (at the end: the rest)."""
+        if not self._held:
+            return
+        held = self._held
+        cols = {k: np.concatenate([c[k] for c in held]) for k in held[0]} if len(held) > 1 else held[0]
+        self.rows.append(self.maker.frame(self._from, cols))
+        self._from, self._held, self._count = self.next, [], 0

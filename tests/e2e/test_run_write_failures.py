@@ -91,7 +91,7 @@ def test_a_replay_killed_before_the_write_leaves_no_run(write, tmp_path, cli):
     write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 20}}"))
     script = KILLED_WRITER.replace("real(frame, path, metadata)  # requests.parquet written, the rest not", "pass")
     script = script.replace("outputs.write_parquet = killed",
-                            "import replay.run as run\nrun.request_rows = lambda *a: killed(None, None, None)")
+                            "import replay.run as run\nrun.summarize = lambda *a: killed(None, None, None)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script, "run", "--config", "fleet.yaml", "--out", "out", "-q"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
