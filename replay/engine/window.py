@@ -88,6 +88,16 @@ ROW_DTYPES = {"replica": np.int32, "preemptions": np.int32, "cached_tokens": np.
               "prefill_replica": np.int32, "kv_transfers": np.int32}
 
 
+def one_or_each(values: np.ndarray) -> np.ndarray:
+    """A trace field's column of every request (TRACE_FIELDS) as int64; one that holds a single
+    value (no prefix hashes, one tenant or priority: most traces) as a read-only view of it, which
+    costs no memory a request. The engines only read these columns (this one: into its slots)."""
+    values = np.asarray(values, np.int64)
+    if len(values) and values.min() == values.max():
+        return np.broadcast_to(values[:1].copy(), values.shape)
+    return values
+
+
 def unloaded_value(name: str) -> int:
     return UNLOADED.get(name, 0) if name in TRACE_FIELDS else PROGRESS_FIELDS[name][0]
 

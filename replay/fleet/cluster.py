@@ -30,8 +30,10 @@ from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_
 from replay.fleet.ticks import check_tick_count
 from replay.fleet.tickloop import TickLoop
 from replay.engine.common import SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.engine.window import one_or_each
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.fleet.request_rows import stream_rows
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
@@ -316,10 +318,10 @@ def build_inputs(
                                    [p.serving for p in plans]),
         prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
         output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
-        priority=frame["priority"].to_numpy().astype(np.int64),
-        pool=pool_index.astype(np.int64),
-        hash_off=sessions.pop("hash_off", hash_off),
-        hash_len=sessions.pop("hash_len", hash_len),
+        priority=one_or_each(frame["priority"].to_numpy()),
+        pool=np.asarray(pool_index, np.int64),
+        hash_off=sessions.pop("hash_off", one_or_each(hash_off)),
+        hash_len=sessions.pop("hash_len", one_or_each(hash_len)),
         trace_hashes=flat,
         trace_block_tokens=int(trace_block_tokens or 1),
         pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
@@ -351,7 +353,7 @@ def build_inputs(
         pool_swap_us_per_block=np.array(
             [math.ceil(_block_bytes(p) / p.config.preemption.host_link_bytes_per_s * 1e6) for p in plans], np.int64),
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
-        tenant=tenant_ids,
+        tenant=one_or_each(tenant_ids),
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
         user=user_table(plans, source),
         **admission_inputs(plans),
@@ -533,9 +535,8 @@ def simulate(
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
     `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword. `jobs` > 1
     replays pools that share nothing in up to that many processes, with the same outputs
-    (replay/fleet/parallel.py); the run says why when they could not be. `rows` (a
-    replay/outputs/rows.py RequestRows): where the numba engine's finished requests go as their
-    rows, as they leave it (RawRun.requests is then None); other replays return their columns."""
+    (replay/fleet/parallel.py); the run says why when they could not be. `rows` (RequestRows):
+    where the numba engine's requests go as rows as they leave it (RawRun.requests then None)."""
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
@@ -555,18 +556,12 @@ def simulate(
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
     control = make_control(plans, inputs, cfg, tick_us)
     control.start(eng)
-    stream = None
-    if rows is not None and callable(getattr(eng, "stream_rows", None)) and not closed and on_tick is None and inputs.num_requests:
-        from replay.fleet.request_rows import RowMaker, RowStream
-
-        stream = RowStream(RowMaker(frame, plans, pool_index, inputs.pool_replicas, cfg), rows)
-        eng.stream_rows(stream)
+    stream = stream_rows(eng, rows, frame, plans, pool_index, inputs, cfg) if on_tick is None and not closed else None
     loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last_arrival,
                     last_arrival + round(cfg.max_drain_s * 1e6), progress=progress, on_tick=on_tick)
     loop.run()
     if stream is not None:
-        eng.flush_rows()
-        stream.flush()
+        stream.flush(eng)
     raw = RawRun(plans, pool_index, loop.tick_arrays(), loop.engine_events(), control.events, inputs.pool_replicas,
                  None if stream is not None else eng.request_columns(), loop.t, tick_us, serial_reason=why)
     return _with_sent_times(raw, frame, inputs, closed)

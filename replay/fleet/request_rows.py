@@ -143,11 +143,23 @@ class RowStream:
         if self._count >= (CHUNK_ROWS or 1):
             self.flush()
 
-    def flush(self) -> None:
-        """Rows for what is held (at the end: the rest)."""
+    def flush(self, eng=None) -> None:
+        """Rows for what is held; at the end, with the engine: it hands over the rest first."""
+        if eng is not None:
+            eng.flush_rows()
         if not self._held:
             return
         held = self._held
         cols = {k: np.concatenate([c[k] for c in held]) for k in held[0]} if len(held) > 1 else held[0]
         self.rows.append(self.maker.frame(self._from, cols))
         self._from, self._held, self._count = self.next, [], 0
+
+
+def stream_rows(eng, rows, frame: pl.DataFrame, plans: list, pool_index: np.ndarray, inputs, cfg: FleetConfig):
+    """The RowStream that `eng` hands its requests' columns to as they leave it, into `rows`;
+    None where there are no rows to gather or the engine keeps its columns to the end."""
+    if rows is None or not callable(getattr(eng, "stream_rows", None)) or not inputs.num_requests:
+        return None
+    stream = RowStream(RowMaker(frame, plans, pool_index, inputs.pool_replicas, cfg), rows)
+    eng.stream_rows(stream)
+    return stream
