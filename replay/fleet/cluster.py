@@ -316,8 +316,9 @@ def build_inputs(
     return EngineInputs(
         arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
                                    [p.serving for p in plans]),
-        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
-        output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
+        # the trace's Int32 columns themselves (traces/schema.py): every reader widens them
+        prompt_tokens=frame["prompt_tokens"].to_numpy(),
+        output_tokens=frame["output_tokens"].to_numpy(),
         priority=one_or_each(frame["priority"].to_numpy()),
         pool=np.asarray(pool_index, np.int64),
         hash_off=sessions.pop("hash_off", one_or_each(hash_off)),

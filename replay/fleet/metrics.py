@@ -144,21 +144,28 @@ def _kth(counts, k):
     return at
 
 
+def read(lf: pl.LazyFrame) -> pl.DataFrame:
+    """A few columns of the request rows, read by polars' streaming engine: a chunk of the rows
+    at a time, so that filtering a day's rows holds only what passes (in their order)."""
+    return lf.collect(engine="streaming")
+
+
 def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int) -> dict[str, np.ndarray]:
     """TTFT p50/p99 over first tokens in (t - window, t]; SLO attainment over requests that ended
     in it (finished, or rejected at arrival: a rejection is a miss). Two columns read at a time."""
-    firsts = requests.select("first_token_us", "ttft_us").filter(pl.col("first_token_us").is_not_null()).sort(
-        "first_token_us").collect()
+    firsts = read(requests.select("first_token_us", "ttft_us").filter(pl.col("first_token_us").is_not_null())).sort(
+        "first_token_us")
+    ttft_ms = firsts["ttft_us"].to_numpy().astype(np.float64)
+    ttft_ms /= 1000.0  # in place (numpy's division: polars' may round differently); the int64 column dropped
+    firsts = firsts.drop("ttft_us")
     pcts = _window_percentiles(
-        firsts["first_token_us"].to_numpy(), firsts["ttft_us"].to_numpy() / 1000.0,
+        firsts["first_token_us"].to_numpy(), ttft_ms,
         t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
     )
-    done = (
+    done = read(
         requests.filter(pl.col("status") != "unfinished")
         .select(pl.coalesce("finished_us", "arrival_us").alias("ended_us"), "slo_met")
-        .sort("ended_us")
-        .collect()
-    )
+    ).sort("ended_us")
     fin = done["ended_us"].to_numpy()
     met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
     lo = np.searchsorted(fin, t_us - window_us, side="right")
@@ -296,7 +303,7 @@ PERCENTILES = {"ttft": (SERVED, (50, 90, 99)), "tpot": (FINISHED, (50, 99)), "e2
 def _percentiles(lf: pl.LazyFrame, name: str) -> dict:
     """`name`'s count and percentiles (ms) over the requests PERCENTILES says: the one column read."""
     among, qs = PERCENTILES[name]
-    values = lf.filter(among).select(pl.col(f"{name}_us")).drop_nulls().collect().to_series()
+    values = read(lf.filter(among).select(pl.col(f"{name}_us")).drop_nulls()).to_series()
     return {f"{name}_requests": values.len(), **{f"{name}_p{q}_ms": _pct(values, q / 100, 1000) for q in qs}}
 
 
@@ -306,8 +313,8 @@ def service_figures(reqs: pl.DataFrame | pl.LazyFrame, span_s: float) -> dict:
     lf = reqs.lazy()
     counts = lf.select(requests=pl.len(), finished=FINISHED.sum(), rejected=(pl.col("status") == "rejected").sum(),
                        unfinished=(pl.col("status") == "unfinished").sum(), met=pl.col("slo_met").sum(),
-                       ).collect().row(0, named=True)
-    reasons = lf.select("reject_reason").drop_nulls().group_by("reject_reason").len().collect()
+                       ).collect(engine="streaming").row(0, named=True)
+    reasons = lf.select("reject_reason").drop_nulls().group_by("reject_reason").len().collect(engine="streaming")
     figures = {name: _percentiles(lf, name) for name in PERCENTILES}
     n, met = int(counts["requests"]), int(counts["met"] or 0)
     return {
@@ -333,7 +340,7 @@ def summarize(requests: pl.DataFrame | pl.LazyFrame, ticks: pl.DataFrame, raw: R
 
     def block(reqs: pl.LazyFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
         sums = reqs.select(prompt=pl.col("prompt_tokens").filter(SERVED).sum(),
-                           preemptions=pl.col("preemptions").sum()).collect().row(0, named=True)
+                           preemptions=pl.col("preemptions").sum()).collect(engine="streaming").row(0, named=True)
         cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
         all_tokens = out_tokens + int(sums["prompt"] or 0)
         gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0

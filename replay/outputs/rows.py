@@ -22,6 +22,8 @@ from pathlib import Path
 
 import polars as pl
 
+from common.errors import UserError
+
 MEMORY_ROWS = 1 << 20  # rows held in memory before they are written out as one part
 
 
@@ -64,7 +66,13 @@ class RequestRows:
             self._folder = self._make_folder()
         part = self._folder / f"{len(self._parts):05d}.parquet"
         # Parts are read back once or twice: fast to write and to read beats small.
-        pl.concat(self._held, rechunk=False).write_parquet(part, compression="lz4", statistics=False)
+        try:
+            pl.concat(self._held, rechunk=False).write_parquet(part, compression="lz4", statistics=False)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            where = f"--out {self.spill_dir}" if self.spill_dir is not None else "the temp folder"
+            raise UserError(f"{where}: cannot write the run's request rows to {self._folder}: {exc}; "
+                            "nothing written") from None
         self._parts.append(part)
         self._held, self._held_rows = [], 0
 
