@@ -114,6 +114,7 @@ def replay_trace(
     if raw.requests is not None:  # the engine kept its columns: rows made from them, a chunk at a time
         request_rows(frame, raw, cfg, rows)
         raw.requests = None
+    rows.settle()
     requests = rows.lazy()
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)

@@ -162,6 +162,7 @@ def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int) -> d
         firsts["first_token_us"].to_numpy(), ttft_ms,
         t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
     )
+    del firsts, ttft_ms  # not under the next frame's peak
     done = read(
         requests.filter(pl.col("status") != "unfinished")
         .select(pl.coalesce("finished_us", "arrival_us").alias("ended_us"), "slo_met")

@@ -61,6 +61,12 @@ class RequestRows:
     def spilled(self) -> bool:
         return bool(self._parts)
 
+    def settle(self) -> None:
+        """The last rows are in: a run that spilled writes out what it still holds too, so that
+        what reads its rows next (summary, write) holds none of them in memory meanwhile."""
+        if self._parts and self._held:
+            self._write_part()
+
     def _write_part(self) -> None:
         if self._folder is None:
             self._folder = self._make_folder()
