@@ -78,10 +78,16 @@ def engine_arrivals(arrival_us: np.ndarray, prompt_tokens: np.ndarray, pool_inde
     and hands requests on in their order)."""
     if len(arrival_us) == 0:
         return np.asarray(arrival_us, np.int64)
-    fixed = np.array([t.api_server_us for t in terms], np.float64)[pool_index]
-    per_token = np.array([t.tokenize_us_per_token for t in terms], np.float64)[pool_index]
-    delay = np.rint(fixed + per_token * prompt_tokens).astype(np.int64)
-    return np.maximum.accumulate(np.asarray(arrival_us, np.int64) + delay)
+    fixed = np.array([t.api_server_us for t in terms], np.float64)
+    per_token = np.array([t.tokenize_us_per_token for t in terms], np.float64)
+    out = np.array(arrival_us, np.int64)  # a copy, added to a chunk at a time: no trace-long temporaries
+    for lo in range(0, len(out), _CHUNK):
+        pools = pool_index[lo:lo + _CHUNK]
+        out[lo:lo + _CHUNK] += np.rint(fixed[pools] + per_token[pools] * prompt_tokens[lo:lo + _CHUNK]).astype(np.int64)
+    return np.maximum.accumulate(out, out=out)
+
+
+_CHUNK = 1 << 20  # requests engine_arrivals adds at a time
 
 
 def token_return_us(pool_index: np.ndarray, terms: Sequence[ServingTerms]) -> np.ndarray:
