@@ -18,7 +18,7 @@ from replay.outputs.schema import REQUESTS
 
 REQUEST_COLUMNS = REQUESTS.names
 STATUS_NAMES = ("finished", "rejected", "unfinished")
-CHUNK_ROWS = 1 << 18  # requests a chunk of rows is made from at the end of a replay
+CHUNK_ROWS = 1 << 18  # requests a frame of rows is made from (as the engine hands them over, or at the end)
 
 
 def _when(values: np.ndarray) -> pl.Series:
