@@ -15,7 +15,8 @@ pipeline is copied here):
   engine_init     the engine's state (make_engine)
   replay          every tick: the engine advancing, snapshots, events, control
   collect         the ticks' rows stacked into arrays, the engine's per-request columns
-  request_frame, tick_frame, event_frame, summarize   the output frames (replay.fleet.metrics)
+  request_rows, tick_frame, event_frame, summarize    the output frames (replay.fleet.metrics; the numba
+                                                      engine's request rows are made during `replay`)
   write           the run directory written and swapped into place (replay.outputs.write)
 
 A phase's peak is exact, not sampled: the kernel's high-water mark (VmHWM) is reset at the start
@@ -96,7 +97,7 @@ def measure(trace_path: str, replicas: int, column_map: dict | None) -> dict:
     _wrap(cluster, "build_inputs", phases, before="build_inputs", after="engine_init")
     _wrap(cluster, "make_engine", phases, after="replay")
     _wrap(TickLoop, "tick_arrays", phases, before="collect")  # a method: wrapped on the class
-    for name in ("request_frame", "tick_frame", "event_frame", "summarize"):
+    for name in ("request_rows", "tick_frame", "event_frame", "summarize"):  # request_rows: engines that keep columns
         _wrap(run, name, phases, before=name)
     began = time.perf_counter()
     phases.enter("load_trace")

@@ -4,8 +4,15 @@ traceback or a silent death."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+
+# polars' allocator (jemalloc, configured when polars loads) hands freed pages back at once rather
+# than after ~10 s: a replay builds its tick windows and summary right after freeing large frames,
+# and the pages it held on to meanwhile were ~15% of a day's peak RSS (bench/bench_day.py, 4 h:
+# 962 -> 780 MB in the tick windows). A setting of the user's wins.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 # The signal that arrived during the imports, if any.
 _received: list[int] = []

@@ -20,17 +20,19 @@ from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
 from traces.limits import DEFAULT_LIMITS, human_bytes
 
-# bench/bench_memory.py on 1M Poisson requests with Azure conv lengths, 64 x llama-3.1-8b: the
-# process's RSS before the trace is read (interpreter, polars, numba, the loaded kernels) was
-# 219 MB, and its peak grew 543 bytes per request over that (719 before the engine held a window
-# of request slots instead of every request: engine/window.py); the peak is now the output
-# frames' (request_frame to write), no longer the engine's. bench/bench_day.py's KPA-scaled day:
-# its first hour (739k requests) 552, its first 4 h (3.1M) 413. What is left per request: the
-# trace's frame (~120 B), the engine's input columns (~100 B), its output columns (~90 B) and the
-# output frames built from them. Rounded up: an estimate that refuses a run that would fit is a
-# nuisance, one that lets the kernel kill it loses the replay.
-BASELINE_BYTES = 256 << 20
-BYTES_PER_REQUEST = 750
+# bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
+# (3.10M requests) peaked at ~0.96 GB and the whole day (24.13M) at 4.1-4.4 GB, ~160 bytes a
+# request over ~0.47 GB. The engine keeps no per-request output columns (its window hands finished
+# requests over as rows, replay/engine/window.py), the rows are spilled to Parquet parts past 1M
+# (replay/outputs/rows.py) and the summary reads them a few columns at a time; what is left per
+# request is the trace's frame (~75 B: two String columns, an empty List one) and the engine's input
+# columns (~24 B). A replay that keeps every request's output columns to its end (the reference
+# engine, pools in worker processes, a closed loop, `run --tui`) adds ~90 B of them (not measured
+# here). Rounded up (about 1.8x the day's peak): an estimate that refuses a run that would fit is a
+# nuisance, one that lets the kernel kill it loses the replay. (Before the rows were chunked: 256 MiB
+# + 750 B; the day peaked at 9.26 GB.)
+BASELINE_BYTES = 512 << 20
+BYTES_PER_REQUEST = 300
 _CHUNK = 16 << 20
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
 from replay.memory import return_freed_memory
-from replay.fleet.metrics import event_frame, request_frame, summarize, tick_frame
+from replay.fleet.metrics import event_frame, summarize, tick_frame
+from replay.fleet.request_rows import RowMaker
+from replay.outputs.rows import RequestRows
 from replay.outputs.write import RunOutputs
 from replay.outputs.verdict import verdict
 from traces import LoadedTrace
@@ -95,16 +98,24 @@ def replay_trace(
     config_source: str = "config",
     on_tick: Callable[..., None] | None = None,
     jobs: int = 1,
+    spill_dir: Path | None = None,
 ) -> RunOutputs:
     """`jobs` > 1: pools that share nothing are replayed in up to that many processes, with the
     same outputs; RunOutputs.execution then says how the pools were replayed (and why serially,
-    when they were)."""
+    when they were). `spill_dir`: the run directory to be, beside which a large run's request
+    rows are spilled as they are made (replay/outputs/rows.py; default: the system's temp folder)."""
     started = time.perf_counter()
     frame = trace.frame
+    rows = RequestRows(spill_dir)
     raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs)
+                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs,
+                   rows=rows)
     return_freed_memory()  # the engine's state, freed: not under the output frames' peak
-    requests = request_frame(frame, raw, cfg)
+    if raw.requests is not None:  # the engine kept its columns: rows made from them, a chunk at a time
+        request_rows(frame, raw, cfg, rows)
+        raw.requests = None
+    rows.settle()
+    requests = rows.lazy()
     ticks = tick_frame(raw, requests, cfg)
     events = event_frame(raw)
     span_s = raw.end_us / 1e6
@@ -145,11 +156,16 @@ def replay_trace(
     if cfg.trace is not None and cfg.trace.closed_loop:
         from replay.fleet.sessions import session_summary
 
-        summary["closed_loop"] = session_summary(frame, requests)
+        summary["closed_loop"] = session_summary(frame, rows.collect())
     summary["verdict"] = verdict(summary, {"ttft_ms": cfg.slo.ttft_ms, "tpot_ms": cfg.slo.tpot_ms}, cfg.max_drain_s)
     # Wall time goes to timing.json, not summary.json: every other file of a rerun is byte-identical.
-    return RunOutputs(requests, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started},
+    return RunOutputs(rows, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started},
                       execution=execution(raw, jobs))
+
+
+def request_rows(frame, raw, cfg: FleetConfig, rows: RequestRows) -> None:
+    """The run's request rows, made from the engine's columns a chunk at a time."""
+    RowMaker(frame, raw.plans, raw.pool_index, raw.replica_slots, cfg).chunks(raw.requests, rows)
 
 
 def execution(raw, jobs: int) -> str | None:

@@ -161,7 +161,8 @@ def _replay(args: argparse.Namespace) -> int:
         jobs, busy = (args.jobs, None) if args.jobs is not None else auto_jobs()
         with progress_bar(console, enabled=show) as progress:
             result = replay_trace(trace, cfg, engine=args.engine, detailed_events=args.detailed_events,
-                                  progress=progress, plans=checked.plans, config_source=checked.source, jobs=jobs)
+                                  progress=progress, plans=checked.plans, config_source=checked.source, jobs=jobs,
+                                  spill_dir=out)
         execution = result.execution or (busy and len(cfg.pools) > 1 and
                                          f"replayed the {len(cfg.pools)} pools in one process: {busy}")
         if execution and not args.quiet:
@@ -213,8 +214,10 @@ def _with_observed_requests(result, trace_frame):
 
     if not has_observed(trace_frame):
         return result
+    from replay.outputs.rows import RequestRows
+
     requests = with_observed(result.requests, trace_frame)
-    return dataclasses.replace(result, requests=requests,
+    return dataclasses.replace(result, request_rows=RequestRows.of(requests),
                                summary={**result.summary, "observed_requests": compare(requests)})
 
 

@@ -500,6 +500,16 @@ class NumbaEngine:
             raise InvariantViolation(f"retire_replica({r}): replica still holds requests or is not draining")
         reps.state[r] = R_OFF
 
+    def stream_rows(self, sink) -> None:
+        """Hand every request's output columns to `sink(first_id, columns)` as requests leave
+        the window (in id order), instead of keeping them for the whole trace; `flush_rows` at the
+        end hands over the rest. `request_columns` then has nothing to give."""
+        self.window.sink = sink
+
+    def flush_rows(self) -> None:
+        self._entry(sync_lazy_nb, (self.rq, self.reps))(self.rq, self.reps)
+        self.window.flush_rows(self.rq)
+
     def request_columns(self) -> dict[str, np.ndarray]:
         """Every request's output columns, in id order (engine/window.py `columns_now`), lazy
         requests' computed/generated written as of now. The arrays are the engine's: a later

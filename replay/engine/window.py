@@ -29,6 +29,8 @@ request in flight, and its window becomes the trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from replay.engine.common import FINISHED, NO_EVENT, PENDING, REJECTED, EngineInputs, InvariantViolation
@@ -87,6 +89,16 @@ ROW_DTYPES = {"replica": np.int32, "preemptions": np.int32, "cached_tokens": np.
               "prefill_replica": np.int32, "kv_transfers": np.int32}
 
 
+def one_or_each(values: np.ndarray) -> np.ndarray:
+    """A trace field's column of every request (TRACE_FIELDS) as int64; one that holds a single
+    value (no prefix hashes, one tenant or priority: most traces) as a read-only view of it, which
+    costs no memory a request. The engines only read these columns (this one: into its slots)."""
+    values = np.asarray(values, np.int64)
+    if len(values) and values.min() == values.max():
+        return np.broadcast_to(values[:1].copy(), values.shape)
+    return values
+
+
 def unloaded_value(name: str) -> int:
     return UNLOADED.get(name, 0) if name in TRACE_FIELDS else PROGRESS_FIELDS[name][0]
 
@@ -102,6 +114,8 @@ class Window:
         self.loaded = 0  # slots [0, loaded) hold requests base ..
         self.ended = 0  # slots [0, ended) are known ended (finished or rejected)
         self._columns: dict[str, np.ndarray] | None = None  # row_columns
+        # Rows handed over as they leave, (global id of the first, columns), instead of row_columns.
+        self.sink: Callable[[int, dict[str, np.ndarray]], None] | None = None
         self._pending_from: int | None = None  # rows from here on hold their start values (columns_now)
         self._sources = {name: self._source(attr, default) for name, (attr, default) in TRACE_FIELDS.items()}
         # Closed loop: the load ends E where no request before E has its next turn at E or later.
@@ -184,13 +198,33 @@ class Window:
         return self._columns
 
     def write_rows(self, rq: Requests, k: int) -> None:
-        """Slots [0, k)'s output columns, written to their requests' rows."""
+        """Slots [0, k)'s output columns, written to their requests' rows (or, with a `sink`,
+        handed to it: copies, since the slots are then reused)."""
+        if self.sink is not None:
+            if k > 0:
+                self.sink(self.base, {name: getattr(rq, field)[:k].astype(ROW_DTYPES.get(name, PROGRESS_FIELDS[field][1]))
+                                      for name, field in ROW_FIELDS.items()})
+            return
         for name, column in self.row_columns().items():
             column[self.base:self.base + k] = getattr(rq, ROW_FIELDS.get(name, "arrival"))[:k]
+
+    def flush_rows(self, rq: Requests) -> None:
+        """With a `sink`, at the end: the rows of the slots still held, then those never loaded,
+        as they start (pending). Not for a closed loop, whose turns' arrivals come from the replay."""
+        if self.inputs.closed_loop:
+            raise InvariantViolation("a closed-loop replay's rows are read whole (columns_now), not handed over")
+        self.write_rows(rq, self.loaded)
+        if self.end < self.total:
+            n = self.total - self.end
+            self.sink(self.end, {name: np.full(n, PROGRESS_FIELDS[field][0],
+                                               ROW_DTYPES.get(name, PROGRESS_FIELDS[field][1]))
+                                 for name, field in ROW_FIELDS.items()})
 
     def columns_now(self, rq: Requests) -> dict[str, np.ndarray]:
         """Every request's output columns as of now: those that left, the window's, then those
         not loaded yet, as they start (pending; a closed-loop turn at its recorded arrival)."""
+        if self.sink is not None:
+            raise InvariantViolation("the window hands its rows to a sink: it keeps no columns of the whole trace")
         self.write_rows(rq, self.loaded)
         columns = self.row_columns()
         if self._pending_from is None:  # once: rows past the window are written only as they leave it

@@ -30,8 +30,10 @@ from replay.fleet.control import ControlEvents, FleetControl, PoolControl, make_
 from replay.fleet.ticks import check_tick_count
 from replay.fleet.tickloop import TickLoop
 from replay.engine.common import SPEC_CREDIT_SCALE, Engine, EngineInputs
+from replay.engine.window import one_or_each
 from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.fleet.request_rows import stream_rows
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
@@ -299,7 +301,8 @@ def build_inputs(
     detailed_events: bool = False, seed: int = 0, ttft_budget_ms: float = 2000.0,
     pd: dict[str, Any] | None = None, source: str = "config", closed_loop: bool = False,
 ) -> EngineInputs:
-    tenant_ids = frame["tenant"].rank("dense").cast(pl.Int64).to_numpy() - 1
+    tenant_ids = frame["tenant"].rank("dense").to_numpy().astype(np.int64)  # (a day's: no other copy)
+    tenant_ids -= 1
     hashes = frame["prefix_hashes"]
     hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
     hash_off = np.concatenate(([0], np.cumsum(hash_len)[:-1])).astype(np.int64)
@@ -314,12 +317,13 @@ def build_inputs(
     return EngineInputs(
         arrival_us=engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pool_index,
                                    [p.serving for p in plans]),
-        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
-        output_tokens=frame["output_tokens"].to_numpy().astype(np.int64),
-        priority=frame["priority"].to_numpy().astype(np.int64),
-        pool=pool_index.astype(np.int64),
-        hash_off=sessions.pop("hash_off", hash_off),
-        hash_len=sessions.pop("hash_len", hash_len),
+        # the trace's Int32 columns themselves (traces/schema.py): every reader widens them
+        prompt_tokens=frame["prompt_tokens"].to_numpy(),
+        output_tokens=frame["output_tokens"].to_numpy(),
+        priority=one_or_each(frame["priority"].to_numpy()),
+        pool=np.asarray(pool_index, np.int64),
+        hash_off=sessions.pop("hash_off", one_or_each(hash_off)),
+        hash_len=sessions.pop("hash_len", one_or_each(hash_len)),
         trace_hashes=flat,
         trace_block_tokens=int(trace_block_tokens or 1),
         pool_replicas=np.array([replica_slots(p.config) for p in plans], np.int64),
@@ -351,7 +355,7 @@ def build_inputs(
         pool_swap_us_per_block=np.array(
             [math.ceil(_block_bytes(p) / p.config.preemption.host_link_bytes_per_s * 1e6) for p in plans], np.int64),
         pool_ttft_budget_us=np.full(len(plans), round(ttft_budget_ms * 1000), np.int64),
-        tenant=tenant_ids,
+        tenant=one_or_each(tenant_ids),
         num_tenants=int(tenant_ids.max()) + 1 if len(tenant_ids) else 1,
         user=user_table(plans, source),
         **admission_inputs(plans),
@@ -508,7 +512,7 @@ class RawRun:
     events: dict[str, np.ndarray]  # the engine's
     control_events: ControlEvents  # lifecycle and scaling decisions
     replica_slots: np.ndarray  # engine replicas per pool
-    requests: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray] | None  # None: handed over as rows while it ran (simulate's `rows`)
     end_us: int
     tick_us: int
     workers: int = 1  # processes that replayed the pools (replay/fleet/parallel.py)
@@ -527,12 +531,14 @@ def simulate(
     config_source: str = "config",
     on_tick: Callable[..., None] | None = None,
     jobs: int = 1,
+    rows=None,
 ) -> RawRun:
     """Replay `frame` (TRACE_SCHEMA) on the fleet of `cfg`; `progress(done_us, total_us)` per tick.
     `plans` are `plan_pools(cfg)`, when the caller has already made them. `on_tick` (live runs,
     `replay/fleet/live.py`) gets each tick's rows as they are appended, by keyword. `jobs` > 1
     replays pools that share nothing in up to that many processes, with the same outputs
-    (replay/fleet/parallel.py); the run says why when they could not be."""
+    (replay/fleet/parallel.py); the run says why when they could not be. `rows` (RequestRows):
+    where the numba engine's requests go as rows as they leave it (RawRun.requests then None)."""
     check_tick_count(frame, cfg)
     plans = plans if plans is not None else plan_pools(cfg, config_source)
     pool_index = split_requests(frame, cfg, plans, config_source)
@@ -552,11 +558,14 @@ def simulate(
     last_arrival = int(inputs.arrival_us[-1]) if inputs.num_requests else 0
     control = make_control(plans, inputs, cfg, tick_us)
     control.start(eng)
+    stream = stream_rows(eng, rows, frame, plans, pool_index, inputs, cfg) if on_tick is None and not closed else None
     loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last_arrival,
                     last_arrival + round(cfg.max_drain_s * 1e6), progress=progress, on_tick=on_tick)
     loop.run()
+    if stream is not None:
+        stream.flush(eng)
     raw = RawRun(plans, pool_index, loop.tick_arrays(), loop.engine_events(), control.events, inputs.pool_replicas,
-                 eng.request_columns(), loop.t, tick_us, serial_reason=why)
+                 None if stream is not None else eng.request_columns(), loop.t, tick_us, serial_reason=why)
     return _with_sent_times(raw, frame, inputs, closed)
 
 

@@ -74,17 +74,16 @@ class FleetControl:
         self.events = ControlEvents()
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
         self.prev_snap: np.ndarray | None = None
-        # Per pool, cumulative prompt and output tokens of arrivals, to report mean request sizes.
-        # A prefill pool sees the arrivals of its decode pool (`sees_arrivals_of`): every request
-        # arrives there, and a planner sizes both pools from that one stream (as Dynamo's).
-        self._cum = {}
+        # Per pool, its arrivals' times and prompt and output tokens, to report mean request sizes
+        # (each tick sums its own; a pool that sees every request reads the inputs' arrays, not
+        # copies: a day's would be 24 bytes a request). A prefill pool sees the arrivals of its
+        # decode pool (`sees_arrivals_of`): every request arrives there, and a planner sizes both
+        # pools from that one stream (as Dynamo's).
+        self._seen = {}
         for pc in pools:
             mine = pool_of == (sees_arrivals_of or {}).get(pc.index, pc.index)
-            self._cum[pc.index] = (
-                arrivals[mine],
-                np.concatenate(([0], np.cumsum(prompt[mine]))),
-                np.concatenate(([0], np.cumsum(output[mine]))),
-            )
+            every = bool(mine.all())
+            self._seen[pc.index] = tuple(a if every else a[mine] for a in (arrivals, prompt, output))
         self.last_t = 0
         # Closed loop: a session's later turns arrive when the replay releases them, not at their
         # recorded times, so the arrivals an autoscaler reads come from the engine's own counters
@@ -177,9 +176,9 @@ class FleetControl:
             seen = self._sees[pc.index]
             n, prompt, output = (int(x) for x in self._arrived[seen] - self._arrived_prev[seen])
             return n, prompt, output
-        times, cum_prompt, cum_output = self._cum[pc.index]
+        times, prompt, output = self._seen[pc.index]
         lo, hi = np.searchsorted(times, [self.last_t, t], side="right")
-        return int(hi - lo), int(cum_prompt[hi] - cum_prompt[lo]), int(cum_output[hi] - cum_output[lo])
+        return int(hi - lo), int(prompt[lo:hi].sum(dtype=np.int64)), int(output[lo:hi].sum(dtype=np.int64))
 
     def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int) -> None:
         pc.scrapes.append(self._metrics(pc, t, states, snap, held))

@@ -17,97 +17,21 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from replay.fleet.cluster import RawRun, pd_inputs
+from replay.fleet.cluster import RawRun
 from replay.config import FleetConfig
-from replay.engine.common import EVENT_NAMES, FINISHED, REJECT_NAMES, REJECTED
+from replay.engine.common import EVENT_NAMES, REJECT_NAMES
+from replay.fleet.request_rows import REQUEST_COLUMNS, RowMaker  # noqa: F401 - REQUEST_COLUMNS re-exported
 from replay.fleet.saturation import classify_pool
-from replay.model.serving import token_return_us, window_delay_us
-from replay.outputs.schema import EVENTS, REQUESTS, TICKS
+from replay.outputs.schema import EVENTS, TICKS
 
 # The column orders of README "Run outputs", declared in replay/outputs/schema.py with their dtypes.
-REQUEST_COLUMNS = REQUESTS.names
 TICK_COLUMNS = TICKS.names
 
 
 def request_frame(trace: pl.DataFrame, raw: RawRun, cfg: FleetConfig) -> pl.DataFrame:
-    cols = raw.requests
-    state = cols["state"]
-    pool_names = np.array([p.name for p in raw.plans], dtype=object)
-
-    def when(values: np.ndarray) -> pl.Series:
-        return pl.Series(values, dtype=pl.Int64).replace(-1, None)
-
-    status = np.where(state == FINISHED, "finished", np.where(state == REJECTED, "rejected", "unfinished"))
-    reasons = np.array(REJECT_NAMES, dtype=object)[cols["reject"]]
-    replica_pool = np.repeat(np.arange(len(raw.plans)), [int(n) for n in raw.replica_slots])
-    prefill = cols["prefill_replica"]
-    prefill_pool = np.where(prefill >= 0, pool_names[replica_pool[np.maximum(prefill, 0)]], None) \
-        if len(replica_pool) else np.full(len(prefill), None)
-    df = pl.DataFrame(
-        {
-            "request_id": trace["request_id"],
-            "workload": trace["workload"],
-            "pool": pool_names[raw.pool_index].tolist(),
-            "replica": when(cols["replica"]).cast(pl.Int32),
-            # closed loop: when the client sent it, after the turn before it ended
-            "arrival_us": pl.Series(cols["sent_us"], dtype=pl.Int64) if "sent_us" in cols else trace["arrival_us"],
-            "prompt_tokens": trace["prompt_tokens"],
-            "output_tokens": trace["output_tokens"],
-            "cached_tokens": pl.Series(cols["cached_tokens"]).cast(pl.Int32),
-            "first_scheduled_us": when(cols["first_scheduled_us"]),
-            "first_token_us": when(cols["first_token_us"]),
-            "finished_us": when(cols["finished_us"]),
-            "preemptions": pl.Series(cols["preemptions"]).cast(pl.Int32),
-            "status": status.tolist(),
-            "reject_reason": pl.Series(reasons.tolist(), dtype=pl.String).replace("", None),
-            "prefill_pool": pl.Series(prefill_pool.tolist(), dtype=pl.String),
-            "prefill_replica": when(prefill).cast(pl.Int32),
-            "prefill_end_us": when(cols["prefill_end_us"]),
-            "kv_transfer_start_us": when(cols["kv_transfer_start_us"]),
-            "kv_transfer_end_us": when(cols["kv_transfer_end_us"]),
-        }
-    )
-    # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
-    # with the prefill (replay/engine/transfer.py), so kv_transfer_end_us - kv_transfer_start_us is only
-    # the part that outlasted the prefill
-    pd = pd_inputs(cfg, raw.plans)
-    if pd:
-        whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
-        df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
-    else:
-        df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
-    # Tokens reach the client token_return_us after their step (replay/model/serving.py): the request's
-    # first_token_us and finished_us are when its client sees them.
-    lag = pl.Series(token_return_us(raw.pool_index, [p.serving for p in raw.plans]))
-    df = df.with_columns(first_token_us=pl.col("first_token_us") + lag, finished_us=pl.col("finished_us") + lag)
-    # A pool that returns tokens once per decode window (vLLM V0's multi-step) holds a request's
-    # last token to its window's end (replay/model/serving.py).
-    windows = np.array([p.serving.decode_window_steps for p in raw.plans], np.int64)
-    if (windows > 1).any():
-        held = window_delay_us(trace["output_tokens"].to_numpy(), cols["first_token_us"], cols["finished_us"],
-                               cols["replica"], windows[raw.pool_index])
-        df = df.with_columns(finished_us=pl.col("finished_us") + pl.Series(held))
-    slo = cfg.slo
-    df = df.with_columns(
-        ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),
-        tpot_us=pl.when(pl.col("output_tokens") > 1).then(
-            (pl.col("finished_us") - pl.col("first_token_us")) / (pl.col("output_tokens") - 1)
-        ),
-        e2e_us=pl.col("finished_us") - pl.col("arrival_us"),
-    )
-    # Each request against its class's targets (slo.by_workload), else the fleet's.
-    ttft_target = pl.col("workload").replace_strict(
-        {w: c.ttft_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.ttft_ms * 1000, return_dtype=pl.Float64)
-    tpot_target = pl.col("workload").replace_strict(
-        {w: c.tpot_ms * 1000 for w, c in slo.by_workload.items()}, default=slo.tpot_ms * 1000, return_dtype=pl.Float64)
-    met = (
-        (pl.col("status") == "finished")
-        & (pl.col("ttft_us") <= ttft_target)
-        & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= tpot_target))
-    )
-    df = df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
-    # A closed-loop run keeps the trace's own arrival too, last (only there: other runs keep their shape).
-    return df.with_columns(recorded_arrival_us=trace["arrival_us"]) if "sent_us" in cols else df
+    """Every request's row as one frame (a live run's chunks; a replay's go through `RowMaker`
+    a chunk at a time)."""
+    return RowMaker(trace, raw.plans, raw.pool_index, raw.replica_slots, cfg).frame(0, raw.requests)
 
 
 def _window_percentiles(times, values, t_us, window_us, qs):
@@ -220,20 +144,29 @@ def _kth(counts, k):
     return at
 
 
-def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> dict[str, np.ndarray]:
+def read(lf: pl.LazyFrame) -> pl.DataFrame:
+    """A few columns of the request rows, read by polars' streaming engine: a chunk of the rows
+    at a time, so that filtering a day's rows holds only what passes (in their order)."""
+    return lf.collect(engine="streaming")
+
+
+def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int) -> dict[str, np.ndarray]:
     """TTFT p50/p99 over first tokens in (t - window, t]; SLO attainment over requests that ended
-    in it (finished, or rejected at arrival: a rejection is a miss)."""
-    firsts = requests.select("first_token_us", "ttft_us").filter(pl.col("first_token_us").is_not_null()).sort(
+    in it (finished, or rejected at arrival: a rejection is a miss). Two columns read at a time."""
+    firsts = read(requests.select("first_token_us", "ttft_us").filter(pl.col("first_token_us").is_not_null())).sort(
         "first_token_us")
+    ttft_ms = firsts["ttft_us"].to_numpy().astype(np.float64)
+    ttft_ms /= 1000.0  # in place (numpy's division: polars' may round differently); the int64 column dropped
+    firsts = firsts.drop("ttft_us")
     pcts = _window_percentiles(
-        firsts["first_token_us"].to_numpy(), firsts["ttft_us"].to_numpy() / 1000.0,
+        firsts["first_token_us"].to_numpy(), ttft_ms,
         t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
     )
-    done = (
+    del firsts, ttft_ms  # not under the next frame's peak
+    done = read(
         requests.filter(pl.col("status") != "unfinished")
         .select(pl.coalesce("finished_us", "arrival_us").alias("ended_us"), "slo_met")
-        .sort("ended_us")
-    )
+    ).sort("ended_us")
     fin = done["ended_us"].to_numpy()
     met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
     lo = np.searchsorted(fin, t_us - window_us, side="right")
@@ -244,14 +177,14 @@ def _window_stats(t_us: np.ndarray, requests: pl.DataFrame, window_us: int) -> d
     return {"ttft_p50_ms": pcts[:, 0], "ttft_p99_ms": pcts[:, 1], "slo_attainment": attained}
 
 
-def tick_frame(raw: RawRun, requests: pl.DataFrame, cfg: FleetConfig) -> pl.DataFrame:
+def tick_frame(raw: RawRun, requests: pl.DataFrame | pl.LazyFrame, cfg: FleetConfig) -> pl.DataFrame:
     tk = raw.ticks
     tick_s = raw.tick_us / 1e6
     window_ticks = max(1, round(cfg.metrics_window_s * 1e6 / raw.tick_us))
     frames = []
     # Only the columns the windows read: a pool's requests are filtered and sorted from these, not
     # from copies of the whole request frame (three of them per pool at 1M requests: ~400 MB).
-    slim = requests.select("pool", "prefill_pool", "first_token_us", "ttft_us", "status", "finished_us",
+    slim = requests.lazy().select("pool", "prefill_pool", "first_token_us", "ttft_us", "status", "finished_us",
                            "arrival_us", "slo_met")
     for plan in raw.plans:
         p = plan.index
@@ -362,43 +295,55 @@ def _pct(series: pl.Series, q: float, scale: float) -> float | None:
     return round(float(values.quantile(q, interpolation="linear")) / scale, 3)
 
 
-def service_figures(reqs: pl.DataFrame, span_s: float) -> dict:
-    """What the users of a set of requests saw: counts, latency percentiles, SLO attainment."""
-    finished = reqs.filter(pl.col("status") == "finished")
-    served = reqs.filter(pl.col("first_token_us").is_not_null())
-    met = int(reqs["slo_met"].sum())
-    reasons = reqs["reject_reason"].drop_nulls().value_counts(sort=True)
+FINISHED = pl.col("status") == "finished"
+SERVED = pl.col("first_token_us").is_not_null()
+# Which requests each latency's percentiles cover, and the percentiles summary.json gives of it.
+PERCENTILES = {"ttft": (SERVED, (50, 90, 99)), "tpot": (FINISHED, (50, 99)), "e2e": (FINISHED, (50, 99))}
+
+
+def _percentiles(lf: pl.LazyFrame, name: str) -> dict:
+    """`name`'s count and percentiles (ms) over the requests PERCENTILES says: the one column read."""
+    among, qs = PERCENTILES[name]
+    values = read(lf.filter(among).select(pl.col(f"{name}_us")).drop_nulls()).to_series()
+    return {f"{name}_requests": values.len(), **{f"{name}_p{q}_ms": _pct(values, q / 100, 1000) for q in qs}}
+
+
+def service_figures(reqs: pl.DataFrame | pl.LazyFrame, span_s: float) -> dict:
+    """What the users of a set of requests saw: counts, latency percentiles, SLO attainment.
+    Read from the rows lazily, a few columns at a time (a day's rows need not fit in memory)."""
+    lf = reqs.lazy()
+    counts = lf.select(requests=pl.len(), finished=FINISHED.sum(), rejected=(pl.col("status") == "rejected").sum(),
+                       unfinished=(pl.col("status") == "unfinished").sum(), met=pl.col("slo_met").sum(),
+                       ).collect(engine="streaming").row(0, named=True)
+    reasons = lf.select("reject_reason").drop_nulls().group_by("reject_reason").len().collect(engine="streaming")
+    figures = {name: _percentiles(lf, name) for name in PERCENTILES}
+    n, met = int(counts["requests"]), int(counts["met"] or 0)
     return {
-        "requests": reqs.height,
-        "finished": finished.height,
-        "rejected": int((reqs["status"] == "rejected").sum()),
-        "unfinished": int((reqs["status"] == "unfinished").sum()),
+        "requests": n,
+        "finished": int(counts["finished"] or 0),
+        "rejected": int(counts["rejected"] or 0),
+        "unfinished": int(counts["unfinished"] or 0),
         "rejected_by_reason": {str(r): int(c) for r, c in sorted(reasons.iter_rows(), key=lambda rc: (-rc[1], rc[0]))},
         # which requests the percentiles below cover
-        "ttft_requests": int(served["ttft_us"].drop_nulls().len()),
-        "tpot_requests": int(finished["tpot_us"].drop_nulls().len()),
-        "e2e_requests": int(finished["e2e_us"].drop_nulls().len()),
-        "ttft_p50_ms": _pct(served["ttft_us"], 0.5, 1000),
-        "ttft_p90_ms": _pct(served["ttft_us"], 0.9, 1000),
-        "ttft_p99_ms": _pct(served["ttft_us"], 0.99, 1000),
-        "tpot_p50_ms": _pct(finished["tpot_us"], 0.5, 1000),
-        "tpot_p99_ms": _pct(finished["tpot_us"], 0.99, 1000),
-        "e2e_p50_ms": _pct(finished["e2e_us"], 0.5, 1000),
-        "e2e_p99_ms": _pct(finished["e2e_us"], 0.99, 1000),
-        "slo_attainment": round(met / reqs.height, 4) if reqs.height else None,
+        **{f"{name}_requests": figures[name][f"{name}_requests"] for name in PERCENTILES},
+        **{k: v for name in PERCENTILES for k, v in figures[name].items() if not k.endswith("_requests")},
+        "slo_attainment": round(met / n, 4) if n else None,
         "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
     }
 
 
-def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
+def summarize(requests: pl.DataFrame | pl.LazyFrame, ticks: pl.DataFrame, raw: RawRun, span_s: float) -> dict:
     """Fleet-level, per-pool and per-workload figures of summary.json (cost is per pool: a
     workload sharing a pool has no cost of its own). A pool's prefix hit rate is its own cache's
-    hits over the prompts it admitted: KV that arrived from a prefill pool is no hit."""
+    hits over the prompts it admitted: KV that arrived from a prefill pool is no hit. The rows
+    are read lazily, a few columns at a time."""
+    requests = requests.lazy()
 
-    def block(reqs: pl.DataFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
-        served = reqs.filter(pl.col("first_token_us").is_not_null())
+    def block(reqs: pl.LazyFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int) -> dict:
+        sums = reqs.select(prompt=pl.col("prompt_tokens").filter(SERVED).sum(),
+                           preemptions=pl.col("preemptions").sum()).collect(engine="streaming").row(0, named=True)
         cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
-        all_tokens = out_tokens + int(served["prompt_tokens"].sum())
+        all_tokens = out_tokens + int(sums["prompt"] or 0)
         gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0
         return {
             **service_figures(reqs, span_s),
@@ -407,7 +352,7 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
             "cost_usd": round(cost, 4),
             "cost_per_mtok_out_usd": round(cost / out_tokens * 1e6, 4) if out_tokens else None,
             "cost_per_mtok_all_usd": round(cost / all_tokens * 1e6, 4) if all_tokens else None,
-            "preemptions": int(reqs["preemptions"].sum()),
+            "preemptions": int(sums["preemptions"] or 0),
             "prefix_hit_rate": round(hit / query, 4) if query else None,
         }
 
@@ -426,29 +371,34 @@ def summarize(requests: pl.DataFrame, ticks: pl.DataFrame, raw: RawRun, span_s: 
             int(queries[plan.index]),
             int(outs[plan.index]),
         )
-        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/fleet/saturation.py)
-        pools[plan.name]["saturation"] = classify_pool(pool_ticks, plan.name, requests=requests).to_dict()
-    workloads = {
-        str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
-        for name in sorted(requests["workload"].unique().to_list())
-    }
-    if requests["prefill_pool"].null_count() < requests.height:
+        # stable / backlogged / overloaded from the queue's trend over the arrivals (replay/fleet/saturation.py);
+        # a prefill pool's load: the prompts it prefilled for another pool
+        remote = requests.filter((pl.col("prefill_pool") == plan.name) & (pl.col("pool") != plan.name)).select(
+            "pool", "prefill_pool", "arrival_us", "prefill_end_us").collect()
+        pools[plan.name]["saturation"] = classify_pool(pool_ticks, plan.name, requests=remote).to_dict()
+    names = requests.select(pl.col("workload").unique()).collect().to_series().to_list()
+    workloads = {str(name): service_figures(requests.filter(pl.col("workload") == name), span_s)
+                 for name in sorted(names)}
+    if requests.select(pl.col("prefill_pool").is_not_null().any()).collect().item():
         fleet["prefill_decode"] = transfer_figures(requests)
     return {"fleet": fleet, "pools": pools, "workloads": workloads}
 
 
-def transfer_figures(requests: pl.DataFrame) -> dict:
+def transfer_figures(requests: pl.DataFrame | pl.LazyFrame) -> dict:
     """Prefill/decode: how many requests were prefilled remotely, how long their KV took to move
     and how long it waited for room on its decode replica first."""
-    remote = requests.filter(pl.col("prefill_pool").is_not_null())
+    lf = requests.lazy()
+    remote = lf.filter(pl.col("prefill_pool").is_not_null()).select(
+        "kv_transfer_start_us", "kv_transfer_end_us", "prefill_end_us").collect()
     moved = remote.filter(pl.col("kv_transfer_end_us").is_not_null())
     took = moved["kv_transfer_end_us"] - moved["kv_transfer_start_us"]
     waited = remote.filter(pl.col("prefill_end_us").is_not_null()).select(
         pl.coalesce("kv_transfer_start_us", pl.lit(None, pl.Int64)) - pl.col("prefill_end_us")).to_series()
+    local = lf.filter(pl.col("prefill_pool").is_null() & pl.col("first_scheduled_us").is_not_null()).select(
+        pl.len()).collect().item()
     return {
         "remote_prefills": remote.height,
-        "local_prefills": int(requests.filter(pl.col("prefill_pool").is_null() & pl.col("first_scheduled_us")
-                                              .is_not_null()).height),
+        "local_prefills": int(local),
         "kv_transfer_p50_ms": _pct(took, 0.5, 1000),
         "kv_transfer_p99_ms": _pct(took, 0.99, 1000),
         "decode_wait_p50_ms": _pct(waited, 0.5, 1000),

@@ -99,10 +99,16 @@ def engine_arrivals(arrival_us: np.ndarray, prompt_tokens: np.ndarray, pool_inde
     and hands requests on in their order)."""
     if len(arrival_us) == 0:
         return np.asarray(arrival_us, np.int64)
-    fixed = np.array([t.api_server_us for t in terms], np.float64)[pool_index]
-    per_token = np.array([t.tokenize_us_per_token for t in terms], np.float64)[pool_index]
-    delay = np.rint(fixed + per_token * prompt_tokens).astype(np.int64)
-    return np.maximum.accumulate(np.asarray(arrival_us, np.int64) + delay)
+    fixed = np.array([t.api_server_us for t in terms], np.float64)
+    per_token = np.array([t.tokenize_us_per_token for t in terms], np.float64)
+    out = np.array(arrival_us, np.int64)  # a copy, added to a chunk at a time: no trace-long temporaries
+    for lo in range(0, len(out), _CHUNK):
+        pools = pool_index[lo:lo + _CHUNK]
+        out[lo:lo + _CHUNK] += np.rint(fixed[pools] + per_token[pools] * prompt_tokens[lo:lo + _CHUNK]).astype(np.int64)
+    return np.maximum.accumulate(out, out=out)
+
+
+_CHUNK = 1 << 20  # requests engine_arrivals adds at a time
 
 
 def token_return_us(pool_index: np.ndarray, terms: Sequence[ServingTerms]) -> np.ndarray:
@@ -111,23 +117,42 @@ def token_return_us(pool_index: np.ndarray, terms: Sequence[ServingTerms]) -> np
     return lag[pool_index] if len(pool_index) else np.zeros(0, np.int64)
 
 
+def _windowed(output_tokens, finished_us, window_steps):
+    decode = np.asarray(output_tokens, np.int64) - 1
+    return decode, (np.asarray(window_steps) > 1) & (decode > 0) & (np.asarray(finished_us) >= 0)
+
+
+def window_step_us(output_tokens: np.ndarray, first_token_us: np.ndarray, finished_us: np.ndarray,
+                   replica: np.ndarray, window_steps: np.ndarray) -> dict[int, float]:
+    """Each replica's median (finished - first token) / (output_tokens - 1) over its requests that
+    a decode window can hold (`window_delay_us`): the time a window's missing steps take there.
+    Read from the whole run's columns: a median is not a sum of chunks."""
+    decode, decoded = _windowed(output_tokens, finished_us, window_steps)
+    if not decoded.any():
+        return {}
+    tpot = (np.asarray(finished_us, np.float64) - first_token_us) / np.maximum(decode, 1)
+    replica = np.asarray(replica)
+    return {int(r): float(np.median(tpot[decoded & (replica == r)])) for r in np.unique(replica[decoded])}
+
+
 def window_delay_us(output_tokens: np.ndarray, first_token_us: np.ndarray, finished_us: np.ndarray,
-                    replica: np.ndarray, window_steps: np.ndarray) -> np.ndarray:
+                    replica: np.ndarray, window_steps: np.ndarray,
+                    step_us: dict[int, float] | None = None) -> np.ndarray:
     """int64[N]: how much later each request's last token reaches its client than its last step's
     end, its engine returning tokens once per window of `window_steps` decode steps (the module's
     doc). A request unfinished (finished_us < 0), of one output token or whose decode steps fill
     its windows is not held; the others wait out their window's remaining steps at their replica's
-    median (finished - first token) / (output_tokens - 1)."""
-    n = len(output_tokens)
-    delay = np.zeros(n, np.int64)
-    decode = np.asarray(output_tokens, np.int64) - 1
-    decoded = (np.asarray(window_steps) > 1) & (decode > 0) & (np.asarray(finished_us) >= 0)
+    median time per output token (`step_us`, from `window_step_us`; these requests' own if not given)."""
+    delay = np.zeros(len(output_tokens), np.int64)
+    decode, decoded = _windowed(output_tokens, finished_us, window_steps)
     if not decoded.any():
         return delay
+    if step_us is None:
+        step_us = window_step_us(output_tokens, first_token_us, finished_us, replica, window_steps)
     k = np.asarray(window_steps, np.int64)
     missing = np.where(decoded, (-decode) % k, 0)  # ceil(decode / k) * k - decode
-    tpot = (np.asarray(finished_us, np.float64) - first_token_us) / np.maximum(decode, 1)
-    for r in np.unique(np.asarray(replica)[decoded]):
+    replica = np.asarray(replica)
+    for r in np.unique(replica[decoded]):
         mine = decoded & (replica == r)
-        delay[mine] = np.rint(missing[mine] * np.median(tpot[mine])).astype(np.int64)
+        delay[mine] = np.rint(missing[mine] * step_us[int(r)]).astype(np.int64)
     return delay

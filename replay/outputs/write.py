@@ -27,6 +27,7 @@ import yaml
 from common.errors import UserError
 from replay.outputs.rundir import (Interrupted, exchange, live_is_dead, live_writer, locked, remove_leftovers,
                            signals_deferred, writer_tag)
+from replay.outputs.rows import RequestRows
 from replay.outputs.schema import LIVE_DIR, RUN_FILES, SCHEMA_METADATA, TIMING_FILE
 
 # What --force may replace: a directory holding these and nothing else.
@@ -35,13 +36,23 @@ RUN_ENTRIES = (*RUN_FILES, TIMING_FILE, LIVE_DIR + "/")
 
 @dataclass(frozen=True)
 class RunOutputs:
-    requests: pl.DataFrame
+    request_rows: RequestRows  # requests.parquet's rows, gathered in chunks (replay/outputs/rows.py)
     ticks: pl.DataFrame
     events: pl.DataFrame
     summary: dict
     config: dict
     timing: dict = field(default_factory=dict)  # phase -> wall seconds (timing.json)
     execution: str | None = None  # how the pools were replayed (replay/run.py execution), not written
+
+    @property
+    def requests(self) -> pl.DataFrame:
+        """Every request's row as one frame (read back from the spilled parts of a large run)."""
+        return self.request_rows.collect()
+
+    @property
+    def requests_lazy(self) -> pl.LazyFrame:
+        """Every request's row, lazily: what needs a few columns of a large run reads only those."""
+        return self.request_rows.lazy()
 
 
 def _names(names: list[str], most: int = 5) -> str:
@@ -149,7 +160,8 @@ def _write_files(tmp: Path, run: RunOutputs) -> None:
         "llm_replay.config_sha256": str(run.summary.get("config_sha256", "")),
         "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),
     }
-    for name, frame in (("requests", run.requests), ("ticks", run.ticks), ("events", run.events)):
+    run.request_rows.write(tmp / "requests.parquet", meta, write_parquet)
+    for name, frame in (("ticks", run.ticks), ("events", run.events)):
         write_parquet(frame, tmp / f"{name}.parquet", meta)
     (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
     (tmp / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
@@ -173,14 +185,18 @@ class _Recorded(io.RawIOBase):
             raise
 
 
-def write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str]) -> None:
+def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: Path, metadata: dict[str, str]) -> None:
     """`frame` to `path`, encoded and written one row group at a time (polars' writer): no
     second copy of the file in memory, so a run of millions of requests writes in little more
-    than the frame's own memory. The bytes are the same as encoding the whole frame at once."""
+    than the frame's own memory. The bytes are the same as encoding the whole frame at once.
+    A lazy frame (a large run's spilled request rows) is sunk: read and written a chunk at a time."""
     with open(path, "wb") as handle:
         sink = _Recorded(handle)
         try:
-            frame.write_parquet(sink, metadata=metadata)
+            if isinstance(frame, pl.LazyFrame):
+                frame.sink_parquet(sink, metadata=metadata)
+            else:
+                frame.write_parquet(sink, metadata=metadata)
         except pl.exceptions.PolarsError:
             if sink.error is not None:
                 raise sink.error from None

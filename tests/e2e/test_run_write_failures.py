@@ -91,7 +91,7 @@ def test_a_replay_killed_before_the_write_leaves_no_run(write, tmp_path, cli):
     write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 20}}"))
     script = KILLED_WRITER.replace("real(frame, path, metadata)  # requests.parquet written, the rest not", "pass")
     script = script.replace("outputs.write_parquet = killed",
-                            "import replay.run as run\nrun.request_frame = lambda *a: killed(None, None, None)")
+                            "import replay.run as run\nrun.summarize = lambda *a: killed(None, None, None)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script, "run", "--config", "fleet.yaml", "--out", "out", "-q"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -100,3 +100,22 @@ def test_a_replay_killed_before_the_write_leaves_no_run(write, tmp_path, cli):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".out.lock") == ["fleet.yaml"]
     assert cli("run", "--config", "fleet.yaml", "--out", "out", "-q").code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml", "out"]
+
+
+def test_a_replay_killed_after_its_rows_spilled_leaves_no_run_and_the_next_run_cleans_up(write, tmp_path, cli):
+    """A large run's request rows go to Parquet parts beside --out while it replays
+    (replay/outputs/rows.py); killed before the write, those parts are all it leaves, and the next
+    run on the same --out removes them."""
+    write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 20}}"))
+    script = KILLED_WRITER.replace("outputs.write_parquet = killed",
+                                   "import replay.outputs.rows as rows\nrows.MEMORY_ROWS = 10\n"
+                                   "outputs.write_run = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, "run", "--config", "fleet.yaml", "--out", "out", "-q"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
+    assert len(left) == 1 and "-rows-" in left[0].name and len(list(left[0].glob("*.parquet"))) >= 1
+    assert not (tmp_path / "out").exists()
+    assert cli("run", "--config", "fleet.yaml", "--out", "out", "-q").code == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".out.lock") == ["fleet.yaml", "out"]

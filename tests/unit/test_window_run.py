@@ -59,3 +59,64 @@ def test_a_replay_with_a_small_window_matches_one_slot_per_request(monkeypatch, 
         assert "scale_up" in whole.events["kind"].to_list() and whole.ticks["held"].max() > 0
     else:
         assert whole.summary["preemptions"] > 0, "the fixed fleet's KV must be tight enough to preempt"
+
+
+class KeptColumns(NumbaEngine):
+    """The engine keeping every request's columns to the end (as the reference engine does)."""
+
+    stream_rows = None
+
+
+@pytest.mark.parametrize("engine", [NumbaEngine, KeptColumns], ids=["streamed", "kept"])
+def test_rows_made_and_spilled_in_tiny_chunks_match_one_frame(monkeypatch, tmp_path, engine):
+    """Request rows made 100 at a time (as the window hands them over, or from the whole
+    columns at the end) and written out as Parquet parts every 250 rows (replay/outputs/rows.py):
+    the same frames, summary and run files as one frame in memory, and the parts beside the run
+    to be, removed with the rows."""
+    import gc
+
+    import replay.fleet.request_rows as request_rows
+    import replay.outputs.rows as rows
+    from replay.outputs.write import write_run
+    from tests.golden import run_digests
+
+    cfg = build_config(yaml.safe_load(FIXED), "test", Path("."))
+    trace = load_trace("azure-conv-2023")
+    trace = dataclasses.replace(trace, frame=trace.frame.head(1500))
+    whole, _ = _replay(monkeypatch, cfg, trace, None)
+    assert not whole.request_rows.spilled
+    monkeypatch.setattr(request_rows, "CHUNK_ROWS", 100)
+    monkeypatch.setattr(rows, "MEMORY_ROWS", 250)
+    monkeypatch.setattr(cluster, "make_engine", lambda name, inputs: engine(inputs, window=16))
+    chunked = replay_trace(trace, cfg, spill_dir=tmp_path / "run")
+    parts = [p for p in tmp_path.iterdir() if p.name.startswith(".run.tmp-")]
+    assert len(parts) == 1 and len(list(parts[0].glob("*.parquet"))) >= 4
+    for name in ("requests", "ticks", "events"):
+        assert_frame_equal(getattr(chunked, name), getattr(whole, name))
+    assert chunked.summary == whole.summary
+    write_run(tmp_path / "run", chunked)
+    write_run(tmp_path / "one", whole)
+    assert run_digests(tmp_path / "run") == run_digests(tmp_path / "one")
+    del chunked
+    gc.collect()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "run"]
+
+
+def test_decode_windows_hold_by_the_whole_runs_median_step_however_rows_are_chunked(monkeypatch):
+    """A pool with vLLM V0's decode windows (replay/model/serving.py) holds each request's last
+    token by its replica's median step over the whole run: rows made 100 at a time are the rows
+    of one chunk, and the windows do hold tokens (later finishes than the same run without them)."""
+    import replay.fleet.request_rows as request_rows
+
+    windowed = FIXED.replace("max_model_len: 8192}", "max_model_len: 8192}, serving: {decode_window_steps: 4}")
+    cfg = build_config(yaml.safe_load(windowed), "test", Path("."))
+    trace = load_trace("azure-conv-2023")
+    trace = dataclasses.replace(trace, frame=trace.frame.head(1500))
+    one, _ = _replay(monkeypatch, cfg, trace, 16)
+    monkeypatch.setattr(request_rows, "CHUNK_ROWS", 100)
+    chunked, _ = _replay(monkeypatch, cfg, trace, 16)
+    assert_frame_equal(chunked.requests, one.requests)
+    assert chunked.summary == one.summary
+    plain, _ = _replay(monkeypatch, build_config(yaml.safe_load(FIXED), "test", Path(".")), trace, 16)
+    later = (one.requests["finished_us"] - plain.requests["finished_us"]).drop_nulls()
+    assert later.min() >= 0 and later.max() > 0
