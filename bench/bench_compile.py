@@ -69,16 +69,21 @@ import tempfile
 import time
 
 
-def child(profile: bool, variant: str) -> None:
+def child(profile: bool, variant: str, helper: bool) -> None:
     """In a fresh interpreter: import, warm up `variant` (compile or load), print one JSON line."""
     started = time.perf_counter()
     excl: dict[tuple[str, str], float] = collections.defaultdict(float)
     sigs: dict[str, set[str]] = collections.defaultdict(set)
     if profile:
         _listen(excl, sigs)
+    import numba
+
     import replay.run
     from replay import _numba_cache
+    from replay.engine import prebuild
 
+    if not helper:
+        prebuild._cores = lambda: 1  # the compile in one process, as on a 1-core machine
     imported = time.perf_counter()
     cold = not _numba_cache.kernels_cached(variant)
     cpu = time.process_time()
@@ -86,6 +91,9 @@ def child(profile: bool, variant: str) -> None:
     out = {"cold": cold, "import_s": imported - started, "warm_up_s": time.perf_counter() - imported,
            "warm_up_cpu_s": time.process_time() - cpu,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if cold:  # CPU seconds along the longest chain, a helper's included (replay/_numba_cache.py)
+        marker = os.path.join(numba.config.CACHE_DIR, f"compiled-{variant}.json")
+        out["chain_cpu_s"] = json.loads(open(marker).read())["compile_cpu_s"]
     if profile:
         by_func: dict[str, float] = collections.defaultdict(float)
         by_pass: dict[str, float] = collections.defaultdict(float)
@@ -126,9 +134,10 @@ def _listen(excl, sigs) -> None:
     event.register("numba:compile", listener)
 
 
-def run_child(cache: str, profile: bool, variant: str) -> dict:
+def run_child(cache: str, profile: bool, variant: str, helper: bool = True) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
     cmd = [sys.executable, __file__, "--child", "--variant", variant] + (["--profile"] if profile else [])
+    cmd += [] if helper else ["--no-helper"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -160,34 +169,42 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="where the cold compile's CPU time goes")
     ap.add_argument("--variant", choices=("plain", "full"), default="plain",
                     help="the kernel variant to compile (replay/engine/variants.py): plain is the Quick start's")
+    ap.add_argument("--helper", choices=("on", "off", "both"), default="on",
+                    help="compile advance_nb's callees in a second process (engine/prebuild.py); both: "
+                         "alternate cold compiles with and without")
+    ap.add_argument("--no-helper", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.profile, args.variant)
+        child(args.profile, args.variant, not args.no_helper)
         return 0
     print(f"variant {args.variant}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    colds, cpus, loads, commands = [], [], [], []
-    for i in range(args.cold):
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.helper]
+    rows: dict[bool, list] = {mode: [] for mode in modes}
+    for i in range(args.cold * len(modes)):
+        helper = modes[i % len(modes)]
         with tempfile.TemporaryDirectory() as cache:
-            cold = run_child(cache, args.profile and i == 0, args.variant)
+            cold = run_child(cache, args.profile and i == 0, args.variant, helper)
             warm = run_child(cache, False, args.variant)
             # the Quick start runs the plain variant: on a cache of the full one it would compile
             command_s, command_rss = quick_start(cache) if args.variant == "plain" else (float("nan"), float("nan"))
-        colds.append(cold["warm_up_s"])
-        cpus.append(cold["warm_up_cpu_s"])
-        loads.append(warm["warm_up_s"])
-        commands.append(command_s)
-        print(f"cold compile {cold['warm_up_s']:6.1f} s wall ({cold['warm_up_cpu_s']:.1f} s CPU), peak RSS "
-              f"{cold['peak_rss_mb']:.0f} MB | cached load {warm['warm_up_s']:.2f} s, peak RSS {warm['peak_rss_mb']:.0f} MB"
-              f" | `llm-replay run` cached {command_s:.2f} s, peak RSS {command_rss:.0f} MB", flush=True)
+        rows[helper].append((cold["warm_up_s"], cold["warm_up_cpu_s"], cold.get("chain_cpu_s", float("nan")),
+                             warm["warm_up_s"], command_s))
+        print(f"{'helper' if helper else 'one process'}: cold compile {cold['warm_up_s']:6.1f} s wall "
+              f"({cold['warm_up_cpu_s']:.1f} s CPU here, {cold.get('chain_cpu_s', float('nan')):.1f} s along the "
+              f"longest chain), peak RSS {cold['peak_rss_mb']:.0f} MB | cached load {warm['warm_up_s']:.2f} s, "
+              f"peak RSS {warm['peak_rss_mb']:.0f} MB | `llm-replay run` cached {command_s:.2f} s, peak RSS "
+              f"{command_rss:.0f} MB | load {os.getloadavg()[0]:.1f}", flush=True)
         if "by_function" in cold:
             print("  CPU s by function (exclusive):", ", ".join(f"{f} {s:.1f}" for f, s in cold["by_function"]))
             print("  CPU s by pass:", ", ".join(f"{p} {s:.1f}" for p, s in cold["by_pass"]))
             print(f"  {cold['signatures']} signatures compiled; for more than one:", cold["twice"] or "none")
-    print(f"median of {args.cold}: cold compile {statistics.median(colds):.1f} s wall "
-          f"({statistics.median(cpus):.1f} s CPU), cached load "
-          f"{statistics.median(loads):.2f} s, `llm-replay run` cached {statistics.median(commands):.2f} s; "
-          f"load average now {os.getloadavg()[0]:.1f}")
+    for helper, got in rows.items():
+        wall, cpu, chain, load, command = (statistics.median(column) for column in zip(*got))
+        print(f"{'helper' if helper else 'one process'}, median of {len(got)}: cold compile {wall:.1f} s wall "
+              f"({cpu:.1f} s CPU here, {chain:.1f} s along the longest chain), cached load {load:.2f} s, "
+              f"`llm-replay run` cached {command:.2f} s")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0
 
 

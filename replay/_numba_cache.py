@@ -128,16 +128,21 @@ def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:
     return cpu / share, basis
 
 
+# Per variant: CPU seconds that a helper process compiled beyond what this one did meanwhile
+# (engine/prebuild.py), which a compile's CPU time in this process leaves out.
+HELPER_CPU_S: dict[str, float] = {}
+
+
 def mark_compiled(seconds: float, cpu_seconds: float | None = None, variant: str = "plain") -> None:
-    """Record that the kernels of `variant` are in the cache, and how long compiling them took
-    (wall and CPU)."""
+    """Record that the kernels of `variant` are in the cache, and how long compiling them took:
+    wall, and CPU along the compile's longest chain (this process's, and a helper's beyond it)."""
     import json
 
     import numba
 
     body = {"compile_s": round(seconds, 1)}
     if cpu_seconds is not None:
-        body["compile_cpu_s"] = round(cpu_seconds, 1)
+        body["compile_cpu_s"] = round(cpu_seconds + HELPER_CPU_S.pop(variant, 0.0), 1)
     try:
         with open(os.path.join(numba.config.CACHE_DIR, _marker(variant)), "w") as fh:
             json.dump(body, fh)

@@ -26,6 +26,7 @@ from replay.engine.common import (
 from replay.engine.kvblocks import Blocks, table_size
 from replay.engine.lazy import sync_lazy_nb
 from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
+from replay.engine.prebuild import compile_ahead
 from replay.engine.routing import release_held_nb
 from replay.engine.window import DEFAULT_CAPACITY, Window
 from replay.engine.state import (
@@ -352,6 +353,8 @@ class NumbaEngine:
         entry = self._entries.get(kernel)
         if entry is None:
             own = specialise(kernel, self.variant)
+            if kernel is advance_nb and hasattr(own, "overloads") and not own.overloads:
+                compile_ahead(self.variant, args)  # a cold cache: its callees on two cores (engine/prebuild.py)
             entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
         return entry
 

@@ -1,0 +1,53 @@
+"""A cold compile's helper process (replay/engine/prebuild.py) compiles advance_nb's callees for
+the argument types advance_nb calls them with, so that advance_nb finds them in the cache: a plan
+whose types drifted from the code would compile them twice, in the helper and again here."""
+
+from __future__ import annotations
+
+import types as pytypes
+
+import pytest
+from numba import njit
+
+from replay.engine import prebuild
+from replay.engine.loop import advance_nb
+from replay.engine.numba_engine import NumbaEngine
+from replay.engine.variants import specialise
+from tests.strategies import tiny_inputs
+
+
+@pytest.mark.parametrize("variant", ["plain", "full"])
+def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
+    engine = NumbaEngine(tiny_inputs(), variant=variant)
+    args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
+    # advance_nb typed afresh (not loaded from the cache): it compiles, or loads, each callee for
+    # the types it calls it with, and each callee has no other caller.
+    own = specialise(advance_nb, variant)
+    py = own.py_func
+    fresh = njit(cache=False, **{k: v for k, v in own.targetoptions.items() if k != "nopython"})(
+        pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
+    fresh.compile(tuple(fresh.typeof_pyval(a) for a in (*args, engine.tbs)))
+    jobs = prebuild._jobs(prebuild.HELPER + prebuild.OWN, variant, args)
+    callees = [(job, sig) for job, sig in jobs if job[1] not in ("snapshot_nb", "sync_lazy_nb")]
+    assert len(callees) >= 6
+    for (module, name, _, _), sig in callees:
+        kernel = prebuild._kernel(module, name, variant)
+        assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
+
+
+def test_the_host_kernels_in_the_plan_have_the_engines_types():
+    engine = NumbaEngine(tiny_inputs())
+    engine.snapshot(0)
+    engine.request_columns()
+    args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
+    for (module, name, _, _), sig in prebuild._jobs(prebuild.HELPER, engine.variant, args):
+        if name in ("snapshot_nb", "sync_lazy_nb"):
+            assert sig in prebuild._kernel(module, name, engine.variant).overloads, name
+
+
+def test_one_core_starts_no_helper(monkeypatch):
+    monkeypatch.setattr(prebuild, "_cores", lambda: 1)
+    monkeypatch.setattr(prebuild, "_start_helper", lambda *a: pytest.fail("started a helper on one core"))
+    monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": False)
+    monkeypatch.setattr(prebuild, "_STARTED", set())
+    prebuild.compile_ahead("plain", ())
