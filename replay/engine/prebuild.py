@@ -17,28 +17,38 @@ Measured (bench/bench_compile.py, the plain variant on this project's 2-core mac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 # advance_nb's parameters, by name, stand for their types in the argument lists below ("int64":
-# an int64; "counts": the int64[replicas, columns] array `snapshot` fills). Each callee is named
-# by its module and its name there, with the variant flag (engine/variants.py) without which
-# advance_nb does not call it. tests/unit/test_prebuild.py holds each to the types a compile of
-# advance_nb calls it with: one that drifted would be compiled twice, not wrong.
+# an int64; "counts": the int64[replicas, columns] array `snapshot` fills; "times": a read-only
+# int64 array, as polars hands a column to numpy; "ints", "floats": 1-d arrays). Each kernel is
+# named by its module and its name there, with the variant flag (engine/variants.py) without
+# which advance_nb does not call it. tests/unit/test_prebuild.py holds each to the types its
+# callers call it with: one that drifted would be compiled twice, not wrong.
 _STATE = ("rq", "blocks", "reps", "pools", "ev", "th", "tbs")
 _STEP = (*_STATE, "int64", "int64")  # (..., r, t) and arrive's (..., q, t)
 _QUIET = (*_STATE[:4], *_STATE[5:], "int64")  # the state without the event buffer, then r or until
-# The helper's share: schedule's tree is the largest of advance_nb's (~1/3 of the plain compile),
-# then two host kernels the first replay calls after advance_nb.
+# The helper's share before advance_nb's compile: schedule's tree, the largest of advance_nb's
+# (~1/3 of the plain variant's compile), and two host kernels the first replay calls after it.
 HELPER = (
     ("replay.engine.scheduling", "schedule", _STEP, None),
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
 )
+# ... and while advance_nb is compiled: the run's metrics (fleet/metrics.py `_window_stats`).
+HOST = (
+    ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
+     None),
+)
+# This process's share, before advance_nb's compile.
 OWN = (
     ("replay.engine.routing", "arrive", _STEP, None),
     ("replay.engine.loop", "synced", _QUIET, None),
@@ -50,28 +60,72 @@ OWN = (
     ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
 )
 
-_STARTED: set[str] = set()  # the variants whose callees this process compiled ahead
+_STARTED: set[str] = set()  # the variants whose kernels this process compiled ahead
+_HELPERS: dict[str, tuple[subprocess.Popen, float]] = {}  # variant -> its helper and when it started
 
 
-def compile_ahead(variant: str, args: tuple) -> None:
-    """Before advance_nb's first compile in `variant` (engine/numba_engine.py), on a cold cache:
-    compile its callees `HELPER` in a second process and `OWN` here, for the types of advance_nb's
-    arguments `args`. Does nothing on one core, where a helper only adds its start-up."""
+def start(variant: str, args: tuple) -> None:
+    """On a cold cache, when an engine in `variant` has its state tuples `args` (advance_nb's):
+    start the helper on `HELPER` then `HOST`. Nothing on one core, where a helper only adds its
+    start-up, nor once the variant is cached or was started in this process."""
     from replay import _numba_cache
 
     if variant in _STARTED or _numba_cache.kernels_cached(variant) or _cores() < 2:
         return
     _STARTED.add(variant)
-    started, cpu = time.monotonic(), time.process_time()
-    helper = _start_helper(variant, [job[:2] + (sig,) for job, sig in _jobs(HELPER, variant, args)])
+    advance = _kernel("replay.engine.loop", "advance_nb", variant)
+    if not hasattr(advance, "overloads") or advance.overloads:  # no JIT, or compiled in this process
+        return
+    jobs = [[job[:2] + (sig,) for job, sig in _jobs(plan, variant, args)] for plan in (HELPER, HOST)]
+    proc = _start_helper(variant, jobs)
+    if proc is not None:
+        _HELPERS[variant] = proc, time.monotonic()
+
+
+@contextlib.contextmanager
+def compile_ahead(variant: str, args: tuple) -> Iterator[None]:
+    """Around advance_nb's first compile in `variant` (engine/numba_engine.py), when `start`
+    started a helper: compile `OWN` here, wait until the helper has compiled `HELPER`, compile
+    advance_nb (the body of the `with`), then wait for the helper to finish `HOST`."""
+    from replay import _numba_cache
+
+    proc, started = _HELPERS.pop(variant, (None, 0.0))
+    if proc is None:
+        yield
+        return
+    stop = threading.Timer(max(1.0, HELPER_TIMEOUT_S - (time.monotonic() - started)), proc.kill)
+    stop.start()  # a helper stuck that long is stopped: what it has not cached is compiled here
     try:
+        cpu = time.process_time()
         for (module, name, _, _), sig in _jobs(OWN, variant, args):
             _kernel(module, name, variant).compile(sig)
-    finally:
         own_cpu = time.process_time() - cpu
-        helper_cpu = _finish_helper(helper, started)
+        helper_cpu = _reported(proc)
+        cpu = time.process_time()
+        yield
+        own_cpu2 = time.process_time() - cpu
+        helper_cpu2 = _reported(proc) - helper_cpu  # (it reports its CPU so far)
+    finally:
+        stop.cancel()
+        proc.kill()  # done, or interrupted: leave no compiler running behind
+        proc.wait()
+        proc.stdout.close()
     # The compile's time is its longest chain: the helper's CPU beyond this process's meanwhile.
-    _numba_cache.HELPER_CPU_S[variant] = _numba_cache.HELPER_CPU_S.get(variant, 0.0) + max(0.0, helper_cpu - own_cpu)
+    beyond = max(0.0, helper_cpu - own_cpu) + max(0.0, helper_cpu2 - own_cpu2)
+    _numba_cache.HELPER_CPU_S[variant] = _numba_cache.HELPER_CPU_S.get(variant, 0.0) + beyond
+
+
+# A helper that has not finished this long after it started is stopped.
+HELPER_TIMEOUT_S = 600.0
+
+
+def _reported(proc: subprocess.Popen) -> float:
+    """Wait for the helper's next line: the CPU seconds of the part of its work it finished (0 if
+    it failed, or was stopped)."""
+    try:
+        return float(proc.stdout.readline().decode())
+    except ValueError:
+        return 0.0
 
 
 def _cores() -> int:
@@ -82,15 +136,15 @@ def _cores() -> int:
 
 
 def _jobs(plan: tuple, variant: str, args: tuple) -> list[tuple[tuple, tuple]]:
-    """The plan's callees that `variant` calls, each with its argument types."""
+    """The plan's kernels that `variant` calls, each with its argument types."""
     import numpy as np
     from numba import typeof, types
 
     from replay.engine.variants import VARIANTS
 
     named = dict(zip(_STATE, (typeof(a) for a in args)))
-    named["int64"] = types.int64
-    named["counts"] = typeof(np.empty((1, 1), np.int64))
+    named.update(int64=types.int64, counts=types.Array(types.int64, 2, "C"), ints=types.Array(types.int64, 1, "C"),
+                 floats=types.Array(types.float64, 1, "C"), times=types.Array(types.int64, 1, "C", readonly=True))
     used = VARIANTS[variant]._asdict()
     return [(job, tuple(named[a] for a in job[2])) for job in plan if job[3] is None or used[job[3]]]
 
@@ -106,54 +160,35 @@ def _kernel(module: str, name: str, variant: str) -> Any:
 def _start_helper(variant: str, jobs: list) -> subprocess.Popen | None:
     import numba
 
-    if not jobs:
-        return None
     try:
+        payload = pickle.dumps((numba.config.CACHE_DIR, variant, jobs))
         proc = subprocess.Popen([sys.executable, "-m", "replay.engine.prebuild"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        proc.stdin.write(pickle.dumps((numba.config.CACHE_DIR, variant, jobs)))
-        proc.stdin.close()
     except (OSError, pickle.PicklingError):
         return None  # compiled here instead, when advance_nb is typed
-    return proc
-
-
-# A helper stuck for longer than this is stopped (its callees are then compiled here).
-HELPER_TIMEOUT_S = 600.0
-
-
-def _finish_helper(proc: subprocess.Popen | None, started: float) -> float:
-    """Wait for the helper; the CPU seconds it reported (0 if it failed)."""
-    if proc is None:
-        return 0.0
     try:
-        proc.wait(timeout=max(1.0, HELPER_TIMEOUT_S - (time.monotonic() - started)))
-    except BaseException as exc:  # stuck, or interrupted: leave no compiler running behind
+        with proc.stdin:
+            proc.stdin.write(payload)
+    except OSError:  # it died at once
         proc.kill()
         proc.wait()
         proc.stdout.close()
-        if isinstance(exc, subprocess.TimeoutExpired):
-            return 0.0
-        raise
-    with proc.stdout:
-        out = proc.stdout.read().decode().split()  # one short line: no pipe filled while it ran
-    try:
-        return float(out[-1]) if proc.returncode == 0 and out else 0.0
-    except ValueError:
-        return 0.0
+        return None
+    return proc
 
 
 def _helper_main() -> None:
-    """The helper: compile the jobs on stdin into the parent's cache, print its CPU seconds
-    (its start-up's too)."""
-    cache_dir, variant, jobs = pickle.load(sys.stdin.buffer)
+    """The helper: compile each list of jobs on stdin into the parent's cache, and after each
+    print its CPU seconds so far (its start-up's too)."""
+    cache_dir, variant, parts = pickle.load(sys.stdin.buffer)
     from replay import _numba_cache  # noqa: F401 - keys the cache; the parent's directory wins
     import numba
 
     numba.config.CACHE_DIR = cache_dir
-    for module, name, sig in jobs:
-        _kernel(module, name, variant).compile(sig)
-    print(f"{time.process_time():.3f}")
+    for jobs in parts:
+        for module, name, sig in jobs:
+            _kernel(module, name, variant).compile(sig)
+        print(f"{time.process_time():.3f}", flush=True)
 
 
 if __name__ == "__main__":

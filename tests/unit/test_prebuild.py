@@ -28,21 +28,29 @@ def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
         pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
     fresh.compile(tuple(fresh.typeof_pyval(a) for a in (*args, engine.tbs)))
     jobs = prebuild._jobs(prebuild.HELPER + prebuild.OWN, variant, args)
-    callees = [(job, sig) for job, sig in jobs if job[1] not in ("snapshot_nb", "sync_lazy_nb")]
+    callees = [(job, sig) for job, sig in jobs if job[1] not in _HOST_CALLED]
     assert len(callees) >= 6
     for (module, name, _, _), sig in callees:
         kernel = prebuild._kernel(module, name, variant)
         assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
 
 
-def test_the_host_kernels_in_the_plan_have_the_engines_types():
-    engine = NumbaEngine(tiny_inputs())
-    engine.snapshot(0)
-    engine.request_columns()
+_HOST_CALLED = ("snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
+
+
+@pytest.mark.parametrize("variant", ["plain", "full"])
+def test_the_kernels_the_host_calls_have_the_types_a_replay_calls_them_with(variant):
+    from replay.run import warm_up
+
+    warm_up(variant=variant)  # a replay: compiles or loads each kernel for the types it is called with
+    engine = NumbaEngine(tiny_inputs(), variant=variant)
     args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
-    for (module, name, _, _), sig in prebuild._jobs(prebuild.HELPER, engine.variant, args):
-        if name in ("snapshot_nb", "sync_lazy_nb"):
-            assert sig in prebuild._kernel(module, name, engine.variant).overloads, name
+    jobs = [(job, sig) for job, sig in prebuild._jobs(prebuild.HELPER + prebuild.HOST, variant, args)
+            if job[1] in _HOST_CALLED]
+    assert len(jobs) == len(_HOST_CALLED)
+    for (module, name, _, _), sig in jobs:
+        kernel = prebuild._kernel(module, name, variant)
+        assert sig in kernel.overloads, f"{module}.{name}: called with {list(kernel.overloads)}"
 
 
 def test_one_core_starts_no_helper(monkeypatch):
