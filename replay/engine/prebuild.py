@@ -1,18 +1,19 @@
-"""A cold compile on two cores: a helper process compiles some of advance_nb's callees.
+"""A cold compile on two cores: a helper process compiles some of the engine's kernels.
 
 numba compiles on one thread. A replay's kernels are one call tree under `loop.advance_nb`
 (and a few the host calls): typing a call compiles the callee for the call's argument types,
 into a library that every caller links in, and saves it in numba's on-disk cache, keyed by those
 types. A callee another process compiled and cached is loaded, not compiled, when advance_nb is
 typed, and linked in as the same LLVM module (numba caches each kernel's machine code with the
-module its callers link, `CPUCodeLibrary.serialize_using_object_code`). So on a cold cache the
-engine's first `advance` compiles advance_nb's callees ahead of it, with the argument types
-advance_nb calls them with: those of `HELPER` in a second interpreter, those of `OWN` itself
-meanwhile; then it waits for the helper and compiles advance_nb, which finds them all cached.
-Same code, same cache keys (replay/_numba_cache.py), same kernels as a compile in one process;
-a helper that fails or cannot start only costs time, as whatever is not cached is compiled.
+module its callers link, `CPUCodeLibrary.serialize_using_object_code`). So on a cold cache an
+engine starts a helper interpreter as soon as its state exists (`start`); at the first
+`advance` it compiles `OWN` while the helper compiles `HELPER`, each callee for the types
+advance_nb calls it with; then advance_nb, which finds them all cached, while the helper
+compiles `HOST`, the kernels the replay calls next. Same code, same cache keys
+(replay/_numba_cache.py), same kernels as a compile in one process; a helper that fails or
+cannot start only costs time, as whatever is not cached is compiled where it is needed.
 
-Measured (bench/bench_compile.py, the plain variant on this project's 2-core machine): see there.
+Measured: bench/bench_compile.py (--helper both compares it with one process).
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ _STATE = ("rq", "blocks", "reps", "pools", "ev", "th", "tbs")
 _STEP = (*_STATE, "int64", "int64")  # (..., r, t) and arrive's (..., q, t)
 _QUIET = (*_STATE[:4], *_STATE[5:], "int64")  # the state without the event buffer, then r or until
 # The helper's share before advance_nb's compile: schedule's tree, the largest of advance_nb's
-# (~1/3 of the plain variant's compile), and two host kernels the first replay calls after it.
+# (~1/3 of the plain variant's compile), and the full variant's KV transfers and routers' views.
 HELPER = (
     ("replay.engine.scheduling", "schedule", _STEP, None),
+    ("replay.engine.transfer", "finish_transfer", (*_STATE, "int64"), "pd"),
+    ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
+)
+# ... and while advance_nb is compiled: the kernels a replay calls after it, the engine's and
+# the run's metrics (fleet/metrics.py `_window_stats`).
+HOST = (
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
-)
-# ... and while advance_nb is compiled: the run's metrics (fleet/metrics.py `_window_stats`).
-HOST = (
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
      None),
 )
@@ -56,12 +60,11 @@ OWN = (
     ("replay.engine.quiet", "quiet_land", _QUIET, None),
     ("replay.engine.quiet", "quiet_begin", ("reps", "pools", "int64"), None),
     ("replay.engine.routing", "check_policy_ids", ("pools", "ev"), None),
-    ("replay.engine.transfer", "finish_transfer", (*_STATE, "int64"), "pd"),
-    ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
 )
 
 _STARTED: set[str] = set()  # the variants whose kernels this process compiled ahead
-_HELPERS: dict[str, tuple[subprocess.Popen, float]] = {}  # variant -> its helper and when it started
+# variant -> its helper, and when it started (monotonic, and this process's CPU time then)
+_HELPERS: dict[str, tuple[subprocess.Popen, float, float]] = {}
 
 
 def start(variant: str, args: tuple) -> None:
@@ -79,7 +82,7 @@ def start(variant: str, args: tuple) -> None:
     jobs = [[job[:2] + (sig,) for job, sig in _jobs(plan, variant, args)] for plan in (HELPER, HOST)]
     proc = _start_helper(variant, jobs)
     if proc is not None:
-        _HELPERS[variant] = proc, time.monotonic()
+        _HELPERS[variant] = proc, time.monotonic(), time.process_time()
 
 
 @contextlib.contextmanager
@@ -89,14 +92,13 @@ def compile_ahead(variant: str, args: tuple) -> Iterator[None]:
     advance_nb (the body of the `with`), then wait for the helper to finish `HOST`."""
     from replay import _numba_cache
 
-    proc, started = _HELPERS.pop(variant, (None, 0.0))
+    proc, started, cpu = _HELPERS.pop(variant, (None, 0.0, 0.0))
     if proc is None:
         yield
         return
     stop = threading.Timer(max(1.0, HELPER_TIMEOUT_S - (time.monotonic() - started)), proc.kill)
     stop.start()  # a helper stuck that long is stopped: what it has not cached is compiled here
     try:
-        cpu = time.process_time()
         for (module, name, _, _), sig in _jobs(OWN, variant, args):
             _kernel(module, name, variant).compile(sig)
         own_cpu = time.process_time() - cpu
