@@ -73,7 +73,7 @@ def start(variant: str, args: tuple) -> None:
     start-up, nor once the variant is cached or was started in this process."""
     from replay import _numba_cache
 
-    if variant in _STARTED or _numba_cache.kernels_cached(variant) or _cores() < 2:
+    if variant in _STARTED or _numba_cache.kernels_cached(variant) or not helps():
         return
     _STARTED.add(variant)
     advance = _kernel("replay.engine.loop", "advance_nb", variant)
@@ -107,9 +107,11 @@ def compile_ahead(variant: str, args: tuple) -> Iterator[None]:
         yield
         own_cpu2 = time.process_time() - cpu
         helper_cpu2 = _reported(proc) - helper_cpu  # (it reports its CPU so far)
+        proc.wait()  # it exits once it has reported (or `stop` ends it)
     finally:
         stop.cancel()
-        proc.kill()  # done, or interrupted: leave no compiler running behind
+        if proc.poll() is None:  # interrupted: leave no compiler running behind
+            proc.kill()
         proc.wait()
         proc.stdout.close()
     # The compile's time is its longest chain: the helper's CPU beyond this process's meanwhile.
@@ -128,6 +130,11 @@ def _reported(proc: subprocess.Popen) -> float:
         return float(proc.stdout.readline().decode())
     except ValueError:
         return 0.0
+
+
+def helps() -> bool:
+    """Whether a cold compile here gets a helper: on two cores or more."""
+    return _cores() >= 2
 
 
 def _cores() -> int:

@@ -53,9 +53,60 @@ def test_the_kernels_the_host_calls_have_the_types_a_replay_calls_them_with(vari
         assert sig in kernel.overloads, f"{module}.{name}: called with {list(kernel.overloads)}"
 
 
-def test_one_core_starts_no_helper(monkeypatch):
+def _tiny_plan(monkeypatch, helper_kernel="quiet_begin"):
+    """Plans of one cheap kernel each (cached already), the variant not marked compiled."""
+    job = ("replay.engine.quiet", helper_kernel, ("reps", "pools", "int64"), None)
+    monkeypatch.setattr(prebuild, "HELPER", (job,))
+    monkeypatch.setattr(prebuild, "HOST", (job,))
+    monkeypatch.setattr(prebuild, "OWN", (("replay.engine.quiet", "quiet_begin", ("reps", "pools", "int64"), None),))
+    monkeypatch.setattr(prebuild, "_STARTED", set())
+    monkeypatch.setattr(prebuild, "helps", lambda: True)
+    monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": False)
+    monkeypatch.setattr("replay._numba_cache.HELPER_CPU_S", {})
+    engine = NumbaEngine(tiny_inputs(), variant="plain")
+    return (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
+
+
+def _start(args, monkeypatch):
+    # advance_nb not yet compiled in this process, as on a cold cache
+    monkeypatch.setattr(prebuild, "_kernel", lambda module, name, variant, real=prebuild._kernel: (
+        pytypes.SimpleNamespace(overloads={}) if name == "advance_nb" else real(module, name, variant)))
+    monkeypatch.setattr(prebuild, "_STARTED", set())  # (the engine made for the types did not start one)
+    prebuild.start("plain", args)
+    assert "plain" in prebuild._HELPERS
+    return prebuild._HELPERS["plain"][0]
+
+
+def test_the_helper_compiles_its_part_and_is_gone_when_advance_nb_is_compiled(monkeypatch):
+    from replay import _numba_cache
+
+    args = _tiny_plan(monkeypatch)
+    proc = _start(args, monkeypatch)
+    with prebuild.compile_ahead("plain", args):
+        pass  # advance_nb's compile
+    assert proc.returncode == 0 and "plain" not in prebuild._HELPERS
+    assert _numba_cache.HELPER_CPU_S["plain"] >= 0.0
+
+
+def test_a_helper_that_fails_only_costs_time(monkeypatch):
+    args = _tiny_plan(monkeypatch, helper_kernel="no_such_kernel")
+    proc = _start(args, monkeypatch)
+    with prebuild.compile_ahead("plain", args):
+        pass
+    assert proc.returncode not in (0, None)
+
+
+def test_one_core_starts_no_helper_and_estimates_one_process(monkeypatch, tmp_path):
+    import numba
+
+    from replay import _numba_cache
+
     monkeypatch.setattr(prebuild, "_cores", lambda: 1)
     monkeypatch.setattr(prebuild, "_start_helper", lambda *a: pytest.fail("started a helper on one core"))
     monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": False)
     monkeypatch.setattr(prebuild, "_STARTED", set())
-    prebuild.compile_ahead("plain", ())
+    prebuild.start("plain", ())
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "kernels-new"))  # no compile timed here
+    monkeypatch.setattr(_numba_cache, "core_share", lambda: 1.0)
+    assert _numba_cache.compile_estimate_s() == (_numba_cache.ONE_CORE_COMPILE_CPU_S["plain"], "on one core")
+    assert _numba_cache.ONE_CORE_COMPILE_CPU_S["plain"] > _numba_cache.COLD_COMPILE_CPU_S["plain"]
