@@ -3,6 +3,7 @@
     python bench/bench_compile.py                 # 2 cold compiles, each followed by a cached load
     python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
     python bench/bench_compile.py --variant full  # the kernels with every feature (replay/engine/variants.py)
+    python bench/bench_compile.py --cold 2 --helper both  # with the helper process and without, alternated
 
 Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
 (what the first `llm-replay run` of an install does before replaying); the cached run is a second
@@ -53,6 +54,25 @@ wall time is these over the share of a core the compile got):
   The replay core is not slower (process CPU s, medians of 3 alternations of 5 runs, load 3-4):
   bundled conv trace on 4 replicas 0.131 before, 0.120 plain, 0.134 full; 100k Poisson requests
   on 64 replicas 0.633, 0.576, 0.636.
+- where the plain compile's 34 s CPU went (load 2; LLVM timed by wrapping numba's CodeLibrary):
+  LLVM ~21 s (function passes 7.8 over 174 modules, IR parsing ~3.5, module passes 4.8 and machine
+  code 4.6 over 126 finalized libraries), numba's Python-side typing and lowering ~13 s; 101 MB of
+  LLVM IR text, the state tuples' ~1,200 fields spelled out at every call. A kernel that does
+  nothing but takes the whole state costs 2.9 s CPU to compile, all of it its wrappers:
+  `no_cfunc_wrapper` on the kernels the host calls took 0.86 s off each (2.06 s).
+  NUMBA_OPT: 0 is slower (54.5 s CPU: machine code for unoptimised IR, and uncacheable), 1 saved
+  7% in one process (31.7 vs 34.1 s) and nothing with the helper (21.1 vs 21.1 s at load 5-6),
+  2 = 3: not set.
+- a helper process (engine/prebuild.py; alternated at load 5-7.6, one cold compile each): CPU
+  along the longest chain 19.0 and 19.7 s (parent 19.0/19.7 s, helper ~15 s), against 29.8 and
+  31.7 s in one process and main's 33.6 and 33.1 s (its wall 75.3/65.9 s); the full variant
+  34.2 s (helper 22.7 s) against 49-53 s. Wall time here followed the machine's load, not the
+  helper: 73.2/79.5 s with it, 45.5/46.6 s without, 48.9 s in a third run with it: with other
+  agents' work on both cores there is no idle core for the helper to use, and on an idle 2-core
+  machine the wall time is about the chain's CPU (~19-20 s). Peak RSS 478 MB (and the helper's)
+  against 594 MB in one process. Cached load and Quick start unchanged (0.4-0.8 s, 1.7-3.1 s at
+  this load); the replay core 0.115/0.085 s against main's 0.126/0.122 s, 1M requests 7.10/6.67 s
+  against 8.06/8.11 s, same summaries (bench_events.py --quick, --only-million numba).
 """
 
 from __future__ import annotations

@@ -171,8 +171,11 @@ def _start_helper(variant: str, jobs: list) -> subprocess.Popen | None:
 
     try:
         payload = pickle.dumps((numba.config.CACHE_DIR, variant, jobs))
+        # the same replay package as this process's, whatever put it on sys.path
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         proc = subprocess.Popen([sys.executable, "-m", "replay.engine.prebuild"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     except (OSError, pickle.PicklingError):
         return None  # compiled here instead, when advance_nb is typed
     try:
