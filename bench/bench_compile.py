@@ -3,6 +3,7 @@
     python bench/bench_compile.py                 # 2 cold compiles, each followed by a cached load
     python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
     python bench/bench_compile.py --variant full  # the kernels with every feature (replay/engine/variants.py)
+    python bench/bench_compile.py --cold 2 --helper both  # with the helper process and without, alternated
 
 Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
 (what the first `llm-replay run` of an install does before replaying); the cached run is a second
@@ -53,6 +54,25 @@ wall time is these over the share of a core the compile got):
   The replay core is not slower (process CPU s, medians of 3 alternations of 5 runs, load 3-4):
   bundled conv trace on 4 replicas 0.131 before, 0.120 plain, 0.134 full; 100k Poisson requests
   on 64 replicas 0.633, 0.576, 0.636.
+- where the plain compile's 34 s CPU went (load 2; LLVM timed by wrapping numba's CodeLibrary):
+  LLVM ~21 s (function passes 7.8 over 174 modules, IR parsing ~3.5, module passes 4.8 and machine
+  code 4.6 over 126 finalized libraries), numba's Python-side typing and lowering ~13 s; 101 MB of
+  LLVM IR text, the state tuples' ~1,200 fields spelled out at every call. A kernel that does
+  nothing but takes the whole state costs 2.9 s CPU to compile, all of it its wrappers:
+  `no_cfunc_wrapper` on the kernels the host calls took 0.86 s off each (2.06 s).
+  NUMBA_OPT: 0 is slower (54.5 s CPU: machine code for unoptimised IR, and uncacheable), 1 saved
+  7% in one process (31.7 vs 34.1 s) and nothing with the helper (21.1 vs 21.1 s at load 5-6),
+  2 = 3: not set.
+- a helper process (engine/prebuild.py; alternated at load 5-7.6, one cold compile each): CPU
+  along the longest chain 19.0 and 19.7 s (parent 19.0/19.7 s, helper ~15 s), against 29.8 and
+  31.7 s in one process and main's 33.6 and 33.1 s (its wall 75.3/65.9 s); the full variant
+  34.2 s (helper 22.7 s) against 49-53 s. Wall time here followed the machine's load, not the
+  helper: 73.2/79.5 s with it, 45.5/46.6 s without, 48.9 s in a third run with it: with other
+  agents' work on both cores there is no idle core for the helper to use, and on an idle 2-core
+  machine the wall time is about the chain's CPU (~19-20 s). Peak RSS 478 MB (and the helper's)
+  against 594 MB in one process. Cached load and Quick start unchanged (0.4-0.8 s, 1.7-3.1 s at
+  this load); the replay core 0.115/0.085 s against main's 0.126/0.122 s, 1M requests 7.10/6.67 s
+  against 8.06/8.11 s, same summaries (bench_events.py --quick, --only-million numba).
 """
 
 from __future__ import annotations
@@ -69,16 +89,21 @@ import tempfile
 import time
 
 
-def child(profile: bool, variant: str) -> None:
+def child(profile: bool, variant: str, helper: bool) -> None:
     """In a fresh interpreter: import, warm up `variant` (compile or load), print one JSON line."""
     started = time.perf_counter()
     excl: dict[tuple[str, str], float] = collections.defaultdict(float)
     sigs: dict[str, set[str]] = collections.defaultdict(set)
     if profile:
         _listen(excl, sigs)
+    import numba
+
     import replay.run
     from replay import _numba_cache
+    from replay.engine import prebuild
 
+    if not helper:
+        prebuild._cores = lambda: 1  # the compile in one process, as on a 1-core machine
     imported = time.perf_counter()
     cold = not _numba_cache.kernels_cached(variant)
     cpu = time.process_time()
@@ -86,6 +111,9 @@ def child(profile: bool, variant: str) -> None:
     out = {"cold": cold, "import_s": imported - started, "warm_up_s": time.perf_counter() - imported,
            "warm_up_cpu_s": time.process_time() - cpu,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if cold:  # CPU seconds along the longest chain, a helper's included (replay/_numba_cache.py)
+        marker = os.path.join(numba.config.CACHE_DIR, f"compiled-{variant}.json")
+        out["chain_cpu_s"] = json.loads(open(marker).read())["compile_cpu_s"]
     if profile:
         by_func: dict[str, float] = collections.defaultdict(float)
         by_pass: dict[str, float] = collections.defaultdict(float)
@@ -126,9 +154,10 @@ def _listen(excl, sigs) -> None:
     event.register("numba:compile", listener)
 
 
-def run_child(cache: str, profile: bool, variant: str) -> dict:
+def run_child(cache: str, profile: bool, variant: str, helper: bool = True) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
     cmd = [sys.executable, __file__, "--child", "--variant", variant] + (["--profile"] if profile else [])
+    cmd += [] if helper else ["--no-helper"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -160,34 +189,42 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="where the cold compile's CPU time goes")
     ap.add_argument("--variant", choices=("plain", "full"), default="plain",
                     help="the kernel variant to compile (replay/engine/variants.py): plain is the Quick start's")
+    ap.add_argument("--helper", choices=("on", "off", "both"), default="on",
+                    help="compile advance_nb's callees in a second process (engine/prebuild.py); both: "
+                         "alternate cold compiles with and without")
+    ap.add_argument("--no-helper", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.profile, args.variant)
+        child(args.profile, args.variant, not args.no_helper)
         return 0
     print(f"variant {args.variant}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    colds, cpus, loads, commands = [], [], [], []
-    for i in range(args.cold):
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.helper]
+    rows: dict[bool, list] = {mode: [] for mode in modes}
+    for i in range(args.cold * len(modes)):
+        helper = modes[i % len(modes)]
         with tempfile.TemporaryDirectory() as cache:
-            cold = run_child(cache, args.profile and i == 0, args.variant)
+            cold = run_child(cache, args.profile and i == 0, args.variant, helper)
             warm = run_child(cache, False, args.variant)
             # the Quick start runs the plain variant: on a cache of the full one it would compile
             command_s, command_rss = quick_start(cache) if args.variant == "plain" else (float("nan"), float("nan"))
-        colds.append(cold["warm_up_s"])
-        cpus.append(cold["warm_up_cpu_s"])
-        loads.append(warm["warm_up_s"])
-        commands.append(command_s)
-        print(f"cold compile {cold['warm_up_s']:6.1f} s wall ({cold['warm_up_cpu_s']:.1f} s CPU), peak RSS "
-              f"{cold['peak_rss_mb']:.0f} MB | cached load {warm['warm_up_s']:.2f} s, peak RSS {warm['peak_rss_mb']:.0f} MB"
-              f" | `llm-replay run` cached {command_s:.2f} s, peak RSS {command_rss:.0f} MB", flush=True)
+        rows[helper].append((cold["warm_up_s"], cold["warm_up_cpu_s"], cold.get("chain_cpu_s", float("nan")),
+                             warm["warm_up_s"], command_s))
+        print(f"{'helper' if helper else 'one process'}: cold compile {cold['warm_up_s']:6.1f} s wall "
+              f"({cold['warm_up_cpu_s']:.1f} s CPU here, {cold.get('chain_cpu_s', float('nan')):.1f} s along the "
+              f"longest chain), peak RSS {cold['peak_rss_mb']:.0f} MB | cached load {warm['warm_up_s']:.2f} s, "
+              f"peak RSS {warm['peak_rss_mb']:.0f} MB | `llm-replay run` cached {command_s:.2f} s, peak RSS "
+              f"{command_rss:.0f} MB | load {os.getloadavg()[0]:.1f}", flush=True)
         if "by_function" in cold:
             print("  CPU s by function (exclusive):", ", ".join(f"{f} {s:.1f}" for f, s in cold["by_function"]))
             print("  CPU s by pass:", ", ".join(f"{p} {s:.1f}" for p, s in cold["by_pass"]))
             print(f"  {cold['signatures']} signatures compiled; for more than one:", cold["twice"] or "none")
-    print(f"median of {args.cold}: cold compile {statistics.median(colds):.1f} s wall "
-          f"({statistics.median(cpus):.1f} s CPU), cached load "
-          f"{statistics.median(loads):.2f} s, `llm-replay run` cached {statistics.median(commands):.2f} s; "
-          f"load average now {os.getloadavg()[0]:.1f}")
+    for helper, got in rows.items():
+        wall, cpu, chain, load, command = (statistics.median(column) for column in zip(*got))
+        print(f"{'helper' if helper else 'one process'}, median of {len(got)}: cold compile {wall:.1f} s wall "
+              f"({cpu:.1f} s CPU here, {chain:.1f} s along the longest chain), cached load {load:.2f} s, "
+              f"`llm-replay run` cached {command:.2f} s")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -68,12 +68,15 @@ _key_numba_cache()
 
 
 # CPU seconds of one cold compile of every kernel a replay in each variant uses (engine/variants.py;
-# bench/bench_compile.py on this project's 2-core machine, issue 15: the plain variant 33-34 s, the
-# full one 49-53 s, where every kernel took 63-66 s before the variants, at a load of 4-6; a busy
-# machine slows its core too): the estimate's basis until a compile was timed here, rounded up so
-# that it errs long. numba compiles on one thread, so its wall time is this over the share of a
-# core it gets (`core_share`), which the estimate says.
-COLD_COMPILE_CPU_S = {"plain": 40.0, "full": 60.0}
+# bench/bench_compile.py on this project's 2-core machine, issue 15), along its longest chain: the
+# estimate's basis until a compile was timed here, rounded up so that it errs long. On 2 cores
+# a helper process compiles part of it (engine/prebuild.py): the plain variant 18.9-23.0 s, the
+# full one 34.2-34.3 s at a load of 5-7 (a busy machine slows its cores too); in one process
+# the plain variant 32.5-34 s, the full one 49-53 s (every kernel took 63-66 s before the
+# variants). numba compiles on one thread, so its wall time is this over the share of a core it
+# gets (`core_share`), which the estimate says.
+COLD_COMPILE_CPU_S = {"plain": 25.0, "full": 40.0}
+ONE_CORE_COMPILE_CPU_S = {"plain": 40.0, "full": 60.0}
 
 
 def _marker(variant: str) -> str:
@@ -121,23 +124,33 @@ def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:
         recent = sorted(seconds for _, seconds in sorted(timed)[-5:])
         cpu, basis = recent[len(recent) // 2], "the recent compiles on this machine"
     else:
-        cpu, basis = COLD_COMPILE_CPU_S[variant], "on a 2-core machine"
+        from replay.engine.prebuild import helps
+
+        if helps():
+            cpu, basis = COLD_COMPILE_CPU_S[variant], "on a 2-core machine"
+        else:
+            cpu, basis = ONE_CORE_COMPILE_CPU_S[variant], "on one core"
     share = core_share()
     if share < 0.95:
         basis += f", at this machine's load ({share:.0%} of a core)"
     return cpu / share, basis
 
 
+# Per variant: CPU seconds that a helper process compiled beyond what this one did meanwhile
+# (engine/prebuild.py), which a compile's CPU time in this process leaves out.
+HELPER_CPU_S: dict[str, float] = {}
+
+
 def mark_compiled(seconds: float, cpu_seconds: float | None = None, variant: str = "plain") -> None:
-    """Record that the kernels of `variant` are in the cache, and how long compiling them took
-    (wall and CPU)."""
+    """Record that the kernels of `variant` are in the cache, and how long compiling them took:
+    wall, and CPU along the compile's longest chain (this process's, and a helper's beyond it)."""
     import json
 
     import numba
 
     body = {"compile_s": round(seconds, 1)}
     if cpu_seconds is not None:
-        body["compile_cpu_s"] = round(cpu_seconds, 1)
+        body["compile_cpu_s"] = round(cpu_seconds + HELPER_CPU_S.pop(variant, 0.0), 1)
     try:
         with open(os.path.join(numba.config.CACHE_DIR, _marker(variant)), "w") as fh:
             json.dump(body, fh)

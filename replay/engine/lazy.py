@@ -283,7 +283,7 @@ def materialise(rq, blocks, reps, pools, th, tbs, r):
     reps.lz_cool[r] = COOLDOWN_STEPS
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
 def sync_lazy_nb(rq, reps):
     """Write every lazy request's computed/generated as of now; they stay lazy."""
     for r in range(reps.pool.shape[0]):

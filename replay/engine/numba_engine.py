@@ -5,6 +5,7 @@ lifecycle changes. Its reference twin is `reference/engine.py`.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import numpy as np
@@ -26,6 +27,7 @@ from replay.engine.common import (
 from replay.engine.kvblocks import Blocks, table_size
 from replay.engine.lazy import sync_lazy_nb
 from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
+from replay.engine import prebuild
 from replay.engine.routing import release_held_nb
 from replay.engine.window import DEFAULT_CAPACITY, Window
 from replay.engine.state import (
@@ -319,12 +321,14 @@ class NumbaEngine:
         self.window.fill(self.rq)
         self.blocks = make_blocks(layout)
         self.reps = make_replicas(inputs, layout)
-        for r in np.flatnonzero(self.reps.state == R_ACTIVE):
-            reset_replica_nb(self.blocks, self.reps, r)
         self.pools = make_pools(inputs, lazy, self.window.capacity)
         self.ev = make_events(inputs, event_capacity)
         self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
+        # on a cold cache, a helper process starts compiling kernels now (engine/prebuild.py)
+        prebuild.start(self.variant, (self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs))
+        for r in np.flatnonzero(self.reps.state == R_ACTIVE):
+            reset_replica_nb(self.blocks, self.reps, r)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._entries: dict = {}
         self.now = 0
@@ -355,7 +359,9 @@ class NumbaEngine:
         entry = self._entries.get(kernel)
         if entry is None:
             own = specialise(kernel, self.variant)
-            entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
+            # its first compile, on a cold cache: its callees compiled ahead on two cores
+            with prebuild.compile_ahead(self.variant, args) if kernel is advance_nb else contextlib.nullcontext():
+                entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
         return entry
 
     def _kernel(self, kernel, *args):

@@ -272,7 +272,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
     wake_idle(reps, r, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
 def release_held_nb(rq, blocks, reps, pools, ev, th, tbs, p, t, limit):
     """Place up to `limit` of the requests held at pool p, oldest first, at t (a replica of p has
     just started; each records at most one event). Returns how many were placed."""

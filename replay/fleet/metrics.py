@@ -49,7 +49,7 @@ def _window_percentiles(times, values, t_us, window_us, qs):
     return _window_percentiles_ranked(times, values, np.argsort(values), t_us, window_us, qs)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
     """_window_percentiles, given `order`: the positions of `values` from smallest to largest."""
     lo = np.searchsorted(times, t_us - window_us, side="right")
@@ -57,7 +57,7 @@ def _window_percentiles_ranked(times, values, order, t_us, window_us, qs):
     return percentiles_in_spans(values, order, lo, hi, qs, False)
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
     """Percentiles (linear) of `values[lo[i]:hi[i]]` per i (empty when lo >= hi: NaN; positions
     clamped to [0, len(values)]), `order` the positions of `values` from smallest to largest.
@@ -112,7 +112,7 @@ def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def _count(counts, rank, delta):
     one, per64, per4096, per262144 = counts
     one[rank] += delta
@@ -121,7 +121,7 @@ def _count(counts, rank, delta):
     per262144[rank >> 18] += delta
 
 
-@njit(cache=True)
+@njit(cache=True, no_cfunc_wrapper=True)
 def _kth(counts, k):
     """The rank of the k-th smallest (k >= 1) of the counted values."""
     one, per64, per4096, per262144 = counts

@@ -246,7 +246,7 @@ def cudagraph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int, num_
     return cap // 8 * 8 if cap < 256 else cap // 16 * 16
 
 
-@njit(cache=True, _nrt=False, forceinline=True)  # also called from Python (tests)
+@njit(cache=True, _nrt=False, forceinline=True, no_cfunc_wrapper=True)  # also called from Python (tests)
 def cuda_graph_tokens(tokens, largest):
     """The capture size a step of `tokens` tokens is padded to: vLLM V1 captures 1, 2, 4, then
     every multiple of 8 up to 256, then of 16 up to the largest (`_set_cudagraph_sizes`), and pads
@@ -264,7 +264,7 @@ def cuda_graph_tokens(tokens, largest):
     return min(padded, largest)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
 def step_time_us_nb(p, prefill_tokens, prefill_attn_pairs, prefill_ctx_tokens, decode_seqs, decode_ctx_tokens,
                     num_seqs, spec_tokens=0, lora_adapters=0):
     """Duration of one step, in whole microseconds (at least 1).
@@ -341,7 +341,7 @@ def _interp(p, xs, ys, n, x):
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
 def table_step_us_nb(p, prefill_tokens, decode_seqs, decode_ctx_tokens):
     """The table backend, as Splitwise's simulator and Vidur use measured profiles: a step that
     prefills costs the prefill table at its tokens (decodes riding along count as one token
