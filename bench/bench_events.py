@@ -11,6 +11,11 @@ before the change), measured in the same run, with the outputs compared.
     run directory included).
 (b) 1,000,000 Poisson requests at 250 req/s with Azure-conv lengths on 64 replicas, each engine
     in a process of its own (so each peak RSS is its own), the summaries compared.
+
+Against the engine issue 15 was filed against (cad3f8d), whose step-model defaults predate the fit
+to real vLLM servers: run `--only-million numba` there, and `--only-million numba
+--filed-step-model` here, which sets that engine's defaults as pool keys; the two summaries are
+then equal but for config_sha256 and pool_plans' set_in_config, and the walls give the ratio.
 Every figure is a median of repeats; machines are shared and noisy, so quote ratios.
 """
 
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 
 from bench_replay import engine_only, fleet, peak_rss_mb, timed
+from replay.config import build_config
 from replay.run import replay_trace
 from traces import load_trace
 from traces.synthetic import poisson_trace
@@ -36,6 +42,10 @@ pools:
   - {name: default, replicas: 4, tensor_parallel_size: 1}
 """
 ENGINES = ("numba", "numba-eager")
+# cad3f8d's h100-sxm-80gb defaults (its summary's pool_plans), before session 10's fit
+FILED_STEP_MODEL = {"mbu": 0.6984, "attention_mbu": 0.9143, "expert_mbu": 0.6984, "allreduce_latency_us": 9.0694,
+                    "per_seq_overhead_us": 17.6066, "per_step_overhead_us": 0.0}
+FILED_SERVING = {"token_return_us": 4851.5}
 
 
 def bundled(repeats: int) -> None:
@@ -70,10 +80,14 @@ def _comparable(summary: dict) -> str:
                       sort_keys=True, default=str)
 
 
-def million(requests: int, engine: str) -> None:
+def million(requests: int, engine: str, filed: bool = False) -> None:
     """One engine on the million-request run; prints one JSON line: wall, peak RSS, summary."""
     conv = load_trace("azure-conv-2023")
     big = fleet("llama-3.1-8b", replicas=64)
+    if filed:
+        big = build_config({"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb", "pools": [
+            {"name": "default", "replicas": 64, "tensor_parallel_size": 1,
+             "step_model": FILED_STEP_MODEL, "serving": FILED_SERVING}]}, "bench_events", Path("."))
     replay_trace(poisson_trace(conv, requests=1000, rate_rps=250.0, seed=1), big, engine=engine)  # kernels
     synth = poisson_trace(conv, requests=requests, rate_rps=250.0, seed=1)
     started = time.perf_counter()
@@ -103,9 +117,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--only-million", choices=ENGINES, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--filed-step-model", action="store_true",
+                    help="with --only-million: the step-model defaults of the engine issue 15 was filed against")
     args = ap.parse_args()
     if args.only_million:
-        million(args.requests, args.only_million)
+        million(args.requests, args.only_million, args.filed_step_model)
         return 0
     bundled(args.repeats)
     if not args.quick:
