@@ -39,7 +39,11 @@ TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
 REQUEST_COLUMNS = REQUESTS.names
 FIRST_COLUMNS = FIRSTS.names
-OPENING = ("status", "finished_us", "arrival_us", "slo_met", "first_token_us", "ttft_us")  # what opening reads
+# What opening reads of requests.parquet, for a fleet of several pools only, in one streaming pass
+# that keeps no column: when the ended requests ended and whether they met their SLO, counted per
+# tick (the fleet's windowed attainment). First tokens (its TTFT percentiles) are read when a chart
+# first asks; a pool's series are its ticks'. Each view reads its own columns when first shown.
+ENDED = ("status", "finished_us", "arrival_us", "slo_met")
 # the frames of a live run before its first chunk, of the writer's dtypes
 EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
 EMPTY_EVENTS = run_schema.EVENTS.dtypes
@@ -139,10 +143,11 @@ class RunData:
         return frame.filter(pl.col("request_id") == request_id)
 
     def firsts(self) -> tuple[np.ndarray, np.ndarray]:
-        """First-token times and TTFTs (ms) of every request that got one, by time (kept by the
-        loader, off the interface's thread)."""
+        """First-token times and TTFTs (ms) of every request that got one, by time: a live run's
+        as the follower read them, a finished run's read when first asked (a fleet's TTFT)."""
         if self._firsts is None:
-            got = self.table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
+            got = self.table.select("first_token_us", "ttft_us", keep=False).drop_nulls("first_token_us")
+            got = _by_time(got, "first_token_us")
             self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
         return self._firsts
 
@@ -255,6 +260,33 @@ def _ended(requests: pl.DataFrame) -> pl.DataFrame:
                     .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met")), "ended_us")
 
 
+def _ended_counts(requests: pl.LazyFrame, edges: np.ndarray) -> EndedCounts:
+    """How many requests had ended by each of `edges` (sorted, unique), and how many of those met
+    their SLO, in one streaming pass that holds a count per edge, never a column."""
+    ended = pl.coalesce("finished_us", "arrival_us")
+    got = (requests.filter(pl.col("status") != "unfinished")
+           .select(bin=pl.lit(pl.Series(edges)).search_sorted(ended, side="left"), met=pl.col("slo_met").cast(pl.Int64))
+           .group_by("bin").agg(n=pl.len(), met=pl.col("met").sum()).collect(engine="streaming"))
+    n, met = np.zeros(len(edges) + 1, np.int64), np.zeros(len(edges) + 1, np.int64)
+    at = got["bin"].to_numpy()
+    n[at], met[at] = got["n"].to_numpy(), got["met"].to_numpy()
+    return EndedCounts(edges, np.cumsum(n), np.cumsum(met))
+
+
+@dataclass(frozen=True)
+class EndedCounts:
+    """Requests ended by each edge time x, and those of them that met their SLO: ended_us <= x."""
+    edges: np.ndarray  # int64, sorted, unique
+    ended: np.ndarray  # int64 [len(edges) + 1], cumulative (the last: after every edge)
+    met: np.ndarray
+
+    def at(self, t_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = np.searchsorted(self.edges, t_us)
+        if (i >= len(self.edges)).any() or (self.edges[np.minimum(i, len(self.edges) - 1)] != t_us).any():
+            raise ValueError("EndedCounts.at: a time that is not one of the edges counted")
+        return self.ended[i], self.met[i]
+
+
 def _by_time(frame: pl.DataFrame, col: str) -> pl.DataFrame:
     """`frame` sorted by the integer column `col`, ties in order (numpy's stable sort: 2x polars' here)."""
     return frame[np.argsort(frame[col].to_numpy(), kind="stable")]
@@ -272,10 +304,13 @@ def _load_finished(path: Path, src: Path) -> RunData:
     saturation = _saturation_in(src)
     ticks = _read_parquet(src / TICKS.table.file, TICKS)
     events = _read_parquet(src / EVENTS.table.file, EVENTS)
-    table = open_requests(src / REQUESTS.table.file, REQUESTS, OPENING, _read_parquet)  # checked whole, read in part
-    got = _by_time(table.select("first_token_us", "ttft_us").drop_nulls("first_token_us"), "first_token_us")
-    builder.add_requests(_ended(table.select(*OPENING)), got["first_token_us"].to_numpy(),
-                         got["ttft_us"].to_numpy() / 1000.0)
+    opening = None
+    if ticks["pool"].n_unique() > 1:  # the fleet's attainment: requests ended by each tick and a window before
+        t = ticks["t_us"].unique().to_numpy()
+        edges = np.unique(np.concatenate((t, t - builder.window_us)))
+        opening = lambda scan: _ended_counts(scan.select(ENDED), edges)  # noqa: E731
+    # checked whole in one streaming pass; no column kept (each view reads its own when first shown)
+    table, builder.ended_counts = open_requests(src / REQUESTS.table.file, REQUESTS, opening, _read_parquet)
     builder.add_ticks(ticks, src / TICKS.table.file)
     builder.add_events(events)
     data = builder.snapshot(table, None)
@@ -345,7 +380,8 @@ class RunBuilder:
         self.pools: list[str] | None = None
         self.t = Grow(np.int64)
         self.cols: dict[str, dict[str, Grow]] = {}
-        self.ended = SortedTimes(np.int64)  # (ended_us, 1 if met else 0)
+        self.ended = SortedTimes(np.int64)  # (ended_us, 1 if met else 0), as a live run's chunks bring them
+        self.ended_counts: EndedCounts | None = None  # or a finished run's, counted by edge as it opened
         self.firsts = SortedTimes()  # (first_token_us, TTFT ms)
         self.events: list[pl.DataFrame] = []
         self.log: list[pl.DataFrame] = []
@@ -445,13 +481,17 @@ class RunBuilder:
 
     def _attainment(self, t_us: np.ndarray) -> np.ndarray:
         """Share of requests ending in (t - window, t] that met their SLO (replay.fleet.metrics' rule)."""
-        ended = self.ended.t.view()
-        met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
-        lo = np.searchsorted(ended, t_us - self.window_us, side="right")
-        hi = np.searchsorted(ended, t_us, side="right")
+        if self.ended_counts is not None:
+            (lo, met_lo), (hi, met_hi) = self.ended_counts.at(t_us - self.window_us), self.ended_counts.at(t_us)
+        else:
+            ended = self.ended.t.view()
+            met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
+            lo = np.searchsorted(ended, t_us - self.window_us, side="right")
+            hi = np.searchsorted(ended, t_us, side="right")
+            met_lo, met_hi = met[lo], met[hi]
         count = hi - lo
         out = np.full(len(t_us), np.nan)
-        np.divide(met[hi] - met[lo], count, out=out, where=count > 0)
+        np.divide(met_hi - met_lo, count, out=out, where=count > 0)
         return out
 
     # -- snapshots -------------------------------------------------------------------------------
@@ -478,9 +518,11 @@ class RunBuilder:
         log = _concat(self.log, EMPTY_EVENTS)
         if isinstance(requests, pl.DataFrame):
             requests = RequestTable.of_frame(requests)
+        # a live run's first tokens as its chunks brought them; a finished run's read when asked
+        firsts = (self.firsts.t.view(), self.firsts.v.view()) if isinstance(requests, pl.DataFrame) else None
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
-                       _firsts=(self.firsts.t.view(), self.firsts.v.view()), block_size=self.block_size)
+                       _firsts=firsts, block_size=self.block_size)
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
