@@ -28,8 +28,8 @@ from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.percentiles import window_percentiles
 from tui.request_table import RequestTable, columns_in as _columns_in, open_requests, rows_in as _rows_in
-from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
-                          check_version, summary_saturation)
+from tui.validate import (CHECK_BATCH, EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame,
+                          check_summary, check_version, summary_saturation)
 
 # The writer's layout (replay/outputs/schema.py). What a finished run must hold to be drawn; summary.json
 # is checked when there (a cut-short one is a damaged run) and gives the pools' saturation.
@@ -146,9 +146,16 @@ class RunData:
         """First-token times and TTFTs (ms) of every request that got one, by time: a live run's
         as the follower read them, a finished run's read when first asked (a fleet's TTFT)."""
         if self._firsts is None:
-            got = self.table.select("first_token_us", "ttft_us", keep=False).drop_nulls("first_token_us")
-            got = _by_time(got, "first_token_us")
-            self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+            got = self.table.select("first_token_us", "ttft_us", keep=False)
+            if got["first_token_us"].null_count():
+                got = got.drop_nulls("first_token_us")
+            t, ttft = got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy()
+            del got
+            if (np.diff(t) < 0).any():  # (numpy's stable sort: 2x polars' here)
+                order = np.argsort(t, kind="stable")
+                t, ttft = t[order], ttft[order]
+                del order
+            self._firsts = (t, ttft / 1000.0)
         return self._firsts
 
     def fleet_ttft(self, lo_us: np.ndarray, hi_us: np.ndarray, qs=(0.5, 0.99)) -> np.ndarray:
@@ -262,14 +269,14 @@ def _ended(requests: pl.DataFrame) -> pl.DataFrame:
 
 def _ended_counts(requests: pl.LazyFrame, edges: np.ndarray) -> EndedCounts:
     """How many requests had ended by each of `edges` (sorted, unique), and how many of those met
-    their SLO, in one streaming pass that holds a count per edge, never a column."""
-    ended = pl.coalesce("finished_us", "arrival_us")
-    got = (requests.filter(pl.col("status") != "unfinished")
-           .select(bin=pl.lit(pl.Series(edges)).search_sorted(ended, side="left"), met=pl.col("slo_met").cast(pl.Int64))
-           .group_by("bin").agg(n=pl.len(), met=pl.col("met").sum()).collect(engine="streaming"))
+    their SLO, in one pass a batch at a time: it holds a count per edge, never a column."""
     n, met = np.zeros(len(edges) + 1, np.int64), np.zeros(len(edges) + 1, np.int64)
-    at = got["bin"].to_numpy()
-    n[at], met[at] = got["n"].to_numpy(), got["met"].to_numpy()
+    ended = (requests.filter(pl.col("status") != "unfinished")
+             .select(ended_us=pl.coalesce("finished_us", "arrival_us"), met=pl.col("slo_met").fill_null(False)))
+    for batch in ended.collect_batches(chunk_size=CHECK_BATCH, engine="streaming"):
+        at = np.searchsorted(edges, batch["ended_us"].to_numpy(), side="left")  # edges[at - 1] < ended <= edges[at]
+        n += np.bincount(at, minlength=len(n))
+        met += np.bincount(at, weights=batch["met"].to_numpy(), minlength=len(n)).astype(np.int64)
     return EndedCounts(edges, np.cumsum(n), np.cumsum(met))
 
 
@@ -516,10 +523,10 @@ class RunBuilder:
                 frames[:] = [pl.concat(frames, rechunk=True)]
         all_events = _concat(self.events, EMPTY_EVENTS)
         log = _concat(self.log, EMPTY_EVENTS)
-        if isinstance(requests, pl.DataFrame):
-            requests = RequestTable.of_frame(requests)
         # a live run's first tokens as its chunks brought them; a finished run's read when asked
         firsts = (self.firsts.t.view(), self.firsts.v.view()) if isinstance(requests, pl.DataFrame) else None
+        if isinstance(requests, pl.DataFrame):
+            requests = RequestTable.of_frame(requests)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
                        _firsts=firsts, block_size=self.block_size)

@@ -10,7 +10,7 @@ the frames already read (`RequestTable.of_frame`).
 
 from __future__ import annotations
 
-import mmap
+import io
 import os
 import threading
 from pathlib import Path
@@ -69,14 +69,25 @@ class RequestTable:
         return list(self._held)
 
     def _read(self, names: list[str]) -> pl.DataFrame:
-        # through the handle opened with the run: the file as it was then, even if the run
-        # directory was replaced since (a path, or /proc/self/fd/N, which polars caches by name,
-        # could give another file). It is handed over mapped, read-only, so that only the pages of
-        # the columns asked for are read (not the whole file into memory): polars given the open
-        # file object itself crashed the process now and then (a segfault in the test suite,
-        # with the interface's worker threads reading too).
-        with mmap.mmap(self._handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return pl.read_parquet(mapped, columns=names)
+        # The file as it was opened, even if the run directory was replaced since: read by its
+        # path while that is still the file opened (checked before and after, by inode), which
+        # reads only the pages of these columns; else through the handle opened with the run,
+        # its bytes read here and handed over in memory (polars given the open file object
+        # itself crashed the process now and then: a segfault in the test suite, with the
+        # interface's worker threads reading too; given a mapping, it copies all of it).
+        if self.path is not None and self._same_file():
+            read = pl.read_parquet(self.path, columns=names)
+            if self._same_file():
+                return read
+        self._handle.seek(0)
+        return pl.read_parquet(io.BytesIO(self._handle.read()), columns=names)
+
+    def _same_file(self) -> bool:
+        try:
+            now, opened = os.stat(self.path), os.fstat(self._handle.fileno())
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def open_requests(file: Path, schema, opening: Callable[[pl.LazyFrame], T] | None, read_whole) -> tuple[RequestTable, T | None]:

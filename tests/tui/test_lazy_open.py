@@ -42,26 +42,28 @@ def reads(monkeypatch):
     return got
 
 
-def _first_screen(run) -> None:
+def _first_screen(run):
+    """The run as the dashboard has it once its first screen is drawn."""
     import asyncio
 
-    asyncio.run(render_svg(make_app(run, follow=False), (160, 50)))
+    app = make_app(run, follow=False)
+    asyncio.run(render_svg(app, (160, 50)))
+    return app.model.runs[0]
 
 
 def test_a_pool_opens_and_draws_its_first_screen_reading_no_request_column(run, reads):
     data = load_run(run)
     assert len(data.pools) == 1 and data.table.held == [] and reads == []
     assert data.table.columns == list(pl.read_parquet_schema(run / "requests.parquet"))
-    _first_screen(run)
-    assert reads == []
+    assert _first_screen(run).table.held == [] and reads == []
 
 
 def test_a_fleet_of_pools_draws_its_first_screen_reading_first_tokens_only(tmp_path, reads):
     run = synthetic_run(tmp_path / "fleet", 600, 3, 20_000)
     data = load_run(run)
-    assert data.pools == ["pool0", "pool1", "pool2"] and reads == []
-    _first_screen(run)
-    assert set(reads) <= {"first_token_us", "ttft_us"}
+    assert data.pools == ["pool0", "pool1", "pool2"] and data.table.held == [] and reads == []
+    shown = _first_screen(run)
+    assert shown.table.held == [] and set(reads) <= {"first_token_us", "ttft_us"}
 
 
 @pytest.mark.parametrize("window_s", [60.0, 2.5, 0.5])
