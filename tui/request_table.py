@@ -1,8 +1,8 @@
 """requests.parquet as the dashboard's views read it: one column at a time, when a view first
 asks for it, never the whole table to open a run.
 
-A finished run's table is checked whole as it opens (tui/validate.py, in one streaming pass that
-holds no column), then each column is read from the file the first time it is asked for and
+A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
+rows at a time, that holds no column), then each column is read from the file the first time it is asked for and
 kept. The file is read through the handle opened then, so a run replaced in place (`run
 --force --out` the same directory) keeps showing the run that was opened. A live run's table is
 the frames already read (`RequestTable.of_frame`).
@@ -90,7 +90,8 @@ class RequestTable:
         return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
 
 
-def open_requests(file: Path, schema, opening: Callable[[pl.LazyFrame], T] | None, read_whole) -> tuple[RequestTable, T | None]:
+def open_requests(file: Path, schema, opening: Callable[[pl.LazyFrame], T] | None,
+                  read_whole) -> tuple[RequestTable, T | None]:
     """A finished run's requests.parquet, checked, no column read, and what `opening` (given the
     file as a lazy frame) makes of it, or None.
 
