@@ -153,3 +153,19 @@ def test_fleet_ttft_of_a_large_query_is_np_percentile(run, monkeypatch):
     monkeypatch.setattr(percentiles, "KERNEL_FROM", 0)
     large = data.fleet_ttft(edges[:-1] + 1, edges[1:])
     assert np.array_equal(small, large, equal_nan=True)
+
+
+@pytest.mark.parametrize("repeat_at", [None, "shuffled", 1, 99, 100, 101, 200, 1500])
+def test_request_ids_are_checked_unique_across_the_checks_batches(run, monkeypatch, repeat_at):
+    import tui.validate as validate
+
+    monkeypatch.setattr(validate, "CHECK_BATCH", 100)  # the fixture's 2,892 requests in batches of 100
+    frame = pl.read_parquet(run / "requests.parquet")
+    rid = np.arange(frame.height)
+    if repeat_at == "shuffled":
+        rid = np.random.default_rng(0).permutation(frame.height)
+    elif repeat_at is not None:
+        rid[repeat_at:] -= 1  # the id before repeated, the rest still increasing (a batch's first, or inside one)
+    frame.with_columns(request_id=pl.Series(rid, dtype=pl.Int64)).write_parquet(run / "requests.parquet")
+    flagged = may_fail(run / "requests.parquet", pl.scan_parquet(run / "requests.parquet"), REQUESTS)
+    assert flagged is (repeat_at not in (None, "shuffled"))
