@@ -1,11 +1,12 @@
 """Opening a big run in the dashboard: wall time and peak RSS, this checkout against another.
 
     python bench/bench_tui_open.py                                   # 5M requests, this checkout
+    python bench/bench_tui_open.py --requests 20000000 --pools 1     # a day's 20M on one pool
     python bench/bench_tui_open.py --baseline /tmp/base              # and another checkout, same run
     git archive BASE | tar -x -C /tmp/base                           # (how to make one)
 
-The run is bench/bench_tui.py's synthetic day (86,400 ticks x 4 pools) with `--requests`
-requests, written once under /tmp/llm-replay-bench-tui-open. Two figures, each a median over
+The run is bench/bench_tui.py's synthetic day (86,400 ticks x `--pools` pools) with `--requests`
+requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Two figures, each a median over
 `--repeat` fresh processes (so each peak is that process's own):
 
 - load: `tui.data.load_run` in a process that imported the dashboard first (peak = its high-water
@@ -69,6 +70,8 @@ def measure(run: Path, root: Path, what: str, repeat: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=5_000_000)
+    ap.add_argument("--pools", type=int, default=4, help="(one pool's series are all its ticks'; a fleet of "
+                    "several reads first tokens for its TTFT percentiles)")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with, on the same run")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--one", choices=["load", "screenshot"], help=argparse.SUPPRESS)
@@ -81,14 +84,14 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     FOLDER.mkdir(exist_ok=True)
-    run = FOLDER / f"run-{args.requests}"
+    run = FOLDER / (f"run-{args.requests}" if args.pools == 4 else f"run-{args.requests}-{args.pools}-pools")
     if not (run / "config.yaml").exists():
         sys.path.insert(0, str(ROOT))
         from bench.bench_tui import synthetic_run
 
-        synthetic_run(run, 86_400, 4, args.requests)
+        synthetic_run(run, 86_400, args.pools, args.requests)
     size = sum(f.stat().st_size for f in run.iterdir()) / (1 << 20)
-    print(f"run: 86,400 ticks x 4 pools, {args.requests:,} requests ({size:.0f} MB of files); medians of {args.repeat}")
+    print(f"run: 86,400 ticks x {args.pools} pools, {args.requests:,} requests ({size:.0f} MB of files); medians of {args.repeat}")
     for what in ("load", "screenshot"):
         new = measure(run, ROOT, what, args.repeat)
         line = f"{what:<10} new {new['wall_s']:6.2f} s peak {new['peak_mb']:6.0f} MB"

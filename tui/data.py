@@ -26,10 +26,11 @@ from common.files import kind_of
 from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
+from tui.arrays import EndedCounts, Grow, SortedTimes, ended_counts
 from tui.percentiles import window_percentiles
 from tui.request_table import RequestTable, columns_in as _columns_in, open_requests, rows_in as _rows_in
-from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame, check_summary,
-                          check_version, summary_saturation)
+from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame,
+                          check_summary, check_version, summary_saturation)
 
 # The writer's layout (replay/outputs/schema.py). What a finished run must hold to be drawn; summary.json
 # is checked when there (a cut-short one is a damaged run) and gives the pools' saturation.
@@ -39,7 +40,11 @@ TICK_COLUMNS = TICKS.names
 EVENT_COLUMNS = EVENTS.names
 REQUEST_COLUMNS = REQUESTS.names
 FIRST_COLUMNS = FIRSTS.names
-OPENING = ("status", "finished_us", "arrival_us", "slo_met", "first_token_us", "ttft_us")  # what opening reads
+# What opening reads of requests.parquet, for a fleet of several pools only, in one streaming pass
+# that keeps no column: when the ended requests ended and whether they met their SLO, counted per
+# tick (the fleet's windowed attainment). First tokens (its TTFT percentiles) are read when a chart
+# first asks; a pool's series are its ticks'. Each view reads its own columns when first shown.
+ENDED = ("status", "finished_us", "arrival_us", "slo_met")
 # the frames of a live run before its first chunk, of the writer's dtypes
 EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
 EMPTY_EVENTS = run_schema.EVENTS.dtypes
@@ -139,11 +144,19 @@ class RunData:
         return frame.filter(pl.col("request_id") == request_id)
 
     def firsts(self) -> tuple[np.ndarray, np.ndarray]:
-        """First-token times and TTFTs (ms) of every request that got one, by time (kept by the
-        loader, off the interface's thread)."""
+        """First-token times and TTFTs (ms) of every request that got one, by time: a live run's
+        as the follower read them, a finished run's read when first asked (a fleet's TTFT)."""
         if self._firsts is None:
-            got = self.table.select("first_token_us", "ttft_us").drop_nulls("first_token_us").sort("first_token_us")
-            self._firsts = (got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0)
+            got = self.table.select("first_token_us", "ttft_us", keep=False)
+            if got["first_token_us"].null_count():
+                got = got.drop_nulls("first_token_us")
+            t, ttft = got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy()
+            del got
+            if (np.diff(t) < 0).any():  # (numpy's stable sort: 2x polars' here)
+                order = np.argsort(t, kind="stable")
+                t, ttft = t[order], ttft[order]
+                del order
+            self._firsts = (t, ttft / 1000.0)
         return self._firsts
 
     def fleet_ttft(self, lo_us: np.ndarray, hi_us: np.ndarray, qs=(0.5, 0.99)) -> np.ndarray:
@@ -272,62 +285,18 @@ def _load_finished(path: Path, src: Path) -> RunData:
     saturation = _saturation_in(src)
     ticks = _read_parquet(src / TICKS.table.file, TICKS)
     events = _read_parquet(src / EVENTS.table.file, EVENTS)
-    table = open_requests(src / REQUESTS.table.file, REQUESTS, OPENING, _read_parquet)  # checked whole, read in part
-    got = _by_time(table.select("first_token_us", "ttft_us").drop_nulls("first_token_us"), "first_token_us")
-    builder.add_requests(_ended(table.select(*OPENING)), got["first_token_us"].to_numpy(),
-                         got["ttft_us"].to_numpy() / 1000.0)
+    opening = None
+    if ticks["pool"].n_unique() > 1:  # the fleet's attainment: requests ended by each tick and a window before
+        t = ticks["t_us"].unique().to_numpy()
+        edges = np.unique(np.concatenate((t, t - builder.window_us)))
+        opening = lambda scan: ended_counts(scan.select(ENDED), edges)  # noqa: E731
+    # checked whole in one streaming pass; no column kept (each view reads its own when first shown)
+    table, builder.ended_counts = open_requests(src / REQUESTS.table.file, REQUESTS, opening, _read_parquet)
     builder.add_ticks(ticks, src / TICKS.table.file)
     builder.add_events(events)
     data = builder.snapshot(table, None)
     data.saturation = saturation
     return data
-
-
-class Grow:
-    """An array that grows at its end in amortised O(new values); `view()` is what it holds, and
-    stays valid (unchanged) however much is appended later."""
-
-    def __init__(self, dtype=np.float64):
-        self.buf = np.zeros(0, dtype)
-        self.n = 0
-
-    def append(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self.buf):
-            buf = np.zeros(max(need, 2 * len(self.buf), 1024), self.buf.dtype)
-            buf[:self.n] = self.buf[:self.n]
-            self.buf = buf
-        self.buf[self.n:need] = values
-        self.n = need
-
-    def view(self) -> np.ndarray:
-        return self.buf[:self.n]
-
-    def last(self, default: float = 0.0) -> float:
-        return self.buf[self.n - 1] if self.n else default
-
-
-class SortedTimes:
-    """Times and values kept sorted by time, for window queries; appends in time order are O(new)."""
-
-    def __init__(self, dtype=np.float64):
-        self.t = Grow(np.int64)
-        self.v = Grow(dtype)
-
-    def append(self, times: np.ndarray, values: np.ndarray) -> None:
-        if not len(times):
-            return
-        if (np.diff(times) < 0).any():  # (a finished run's are sorted already: no copy)
-            order = np.argsort(times, kind="stable")
-            times, values = times[order], values[order]
-        if self.t.n and times[0] < self.t.last():  # out of order: merge (not expected from the writer)
-            times = np.concatenate((self.t.view(), times))
-            values = np.concatenate((self.v.view(), values))
-            order = np.argsort(times, kind="stable")
-            times, values = times[order], values[order]
-            self.t.n = self.v.n = 0
-        self.t.append(times)
-        self.v.append(values)
 
 
 class RunBuilder:
@@ -345,7 +314,8 @@ class RunBuilder:
         self.pools: list[str] | None = None
         self.t = Grow(np.int64)
         self.cols: dict[str, dict[str, Grow]] = {}
-        self.ended = SortedTimes(np.int64)  # (ended_us, 1 if met else 0)
+        self.ended = SortedTimes(np.int64)  # (ended_us, 1 if met else 0), as a live run's chunks bring them
+        self.ended_counts: EndedCounts | None = None  # or a finished run's, counted by edge as it opened
         self.firsts = SortedTimes()  # (first_token_us, TTFT ms)
         self.events: list[pl.DataFrame] = []
         self.log: list[pl.DataFrame] = []
@@ -445,13 +415,17 @@ class RunBuilder:
 
     def _attainment(self, t_us: np.ndarray) -> np.ndarray:
         """Share of requests ending in (t - window, t] that met their SLO (replay.fleet.metrics' rule)."""
-        ended = self.ended.t.view()
-        met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
-        lo = np.searchsorted(ended, t_us - self.window_us, side="right")
-        hi = np.searchsorted(ended, t_us, side="right")
+        if self.ended_counts is not None:
+            (lo, met_lo), (hi, met_hi) = self.ended_counts.at(t_us - self.window_us), self.ended_counts.at(t_us)
+        else:
+            ended = self.ended.t.view()
+            met = np.concatenate(([0], np.cumsum(self.ended.v.view())))
+            lo = np.searchsorted(ended, t_us - self.window_us, side="right")
+            hi = np.searchsorted(ended, t_us, side="right")
+            met_lo, met_hi = met[lo], met[hi]
         count = hi - lo
         out = np.full(len(t_us), np.nan)
-        np.divide(met[hi] - met[lo], count, out=out, where=count > 0)
+        np.divide(met_hi - met_lo, count, out=out, where=count > 0)
         return out
 
     # -- snapshots -------------------------------------------------------------------------------
@@ -476,11 +450,13 @@ class RunBuilder:
                 frames[:] = [pl.concat(frames, rechunk=True)]
         all_events = _concat(self.events, EMPTY_EVENTS)
         log = _concat(self.log, EMPTY_EVENTS)
+        # a live run's first tokens as its chunks brought them; a finished run's read when asked
+        firsts = (self.firsts.t.view(), self.firsts.v.view()) if isinstance(requests, pl.DataFrame) else None
         if isinstance(requests, pl.DataFrame):
             requests = RequestTable.of_frame(requests)
         return RunData(self.path, self.t.view(), self.tick_us, self.window_us, list(pools), series, log, requests,
                        self.slo, live, _all_events=all_events if self.has_request_kinds else None,
-                       _firsts=(self.firsts.t.view(), self.firsts.v.view()), block_size=self.block_size)
+                       _firsts=firsts, block_size=self.block_size)
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:

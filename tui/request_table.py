@@ -1,8 +1,8 @@
 """requests.parquet as the dashboard's views read it: one column at a time, when a view first
 asks for it, never the whole table to open a run.
 
-A finished run's table is checked whole as it opens (tui/validate.py, in one streaming pass that
-holds no column), then each column is read from the file the first time it is asked for and
+A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
+rows at a time, that holds no column), then each column is read from the file the first time it is asked for and
 kept. The file is read through the handle opened then, so a run replaced in place (`run
 --force --out` the same directory) keeps showing the run that was opened. A live run's table is
 the frames already read (`RequestTable.of_frame`).
@@ -14,11 +14,13 @@ import io
 import os
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable, TypeVar
 
 import polars as pl
 
 from common.errors import UserError
+
+T = TypeVar("T")
 
 
 class RequestTable:
@@ -37,8 +39,9 @@ class RequestTable:
     def of_frame(cls, frame: pl.DataFrame) -> RequestTable:
         return cls(frame.columns, frame.height, held={name: frame[name] for name in frame.columns})
 
-    def select(self, *names: str) -> pl.DataFrame:
-        """These columns (each read from the file the first time), in this order."""
+    def select(self, *names: str, keep: bool = True) -> pl.DataFrame:
+        """These columns (each read from the file the first time, and kept unless not `keep`), in
+        this order."""
         with self._lock:
             missing = [name for name in dict.fromkeys(names) if name not in self._held]
             if missing:
@@ -48,6 +51,8 @@ class RequestTable:
                 read = self._read(missing)
                 if read.height != self.height:
                     raise UserError(f"{self.path}: {read.height} rows now, {self.height} when the run was opened")
+                if not keep:
+                    return pl.DataFrame([self._held[name] if name in self._held else read[name] for name in names])
                 self._held.update({name: read[name] for name in missing})
             return pl.DataFrame([self._held[name] for name in names])
 
@@ -64,17 +69,31 @@ class RequestTable:
         return list(self._held)
 
     def _read(self, names: list[str]) -> pl.DataFrame:
-        # through the handle opened with the run: the file as it was then, even if the run
-        # directory was replaced since (a path, or /proc/self/fd/N, which polars caches by name,
-        # could give another file). Its bytes are read here and handed over in memory: polars
-        # given the open file object itself crashed the process now and then (a segfault in the
-        # test suite, with the interface's worker threads reading too).
+        # The file as it was opened, even if the run directory was replaced since: read by its
+        # path while that is still the file opened (checked before and after, by inode), which
+        # reads only the pages of these columns; else through the handle opened with the run,
+        # its bytes read here and handed over in memory (polars given the open file object
+        # itself crashed the process now and then: a segfault in the test suite, with the
+        # interface's worker threads reading too; given a mapping, it copies all of it).
+        if self.path is not None and self._same_file():
+            read = pl.read_parquet(self.path, columns=names)
+            if self._same_file():
+                return read
         self._handle.seek(0)
         return pl.read_parquet(io.BytesIO(self._handle.read()), columns=names)
 
+    def _same_file(self) -> bool:
+        try:
+            now, opened = os.stat(self.path), os.fstat(self._handle.fileno())
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
 
-def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> RequestTable:
-    """A finished run's requests.parquet, checked, with only the `opening` columns read.
+
+def open_requests(file: Path, schema, opening: Callable[[pl.LazyFrame], T] | None,
+                  read_whole) -> tuple[RequestTable, T | None]:
+    """A finished run's requests.parquet, checked, no column read, and what `opening` (given the
+    file as a lazy frame) makes of it, or None.
 
     Anything the streaming check doubts (or any failure on the way: an unreadable file, a
     newer schema) is left to `read_whole(file, schema)`, the reader of the whole frame, which
@@ -86,19 +105,20 @@ def open_requests(file: Path, schema, opening: tuple[str, ...], read_whole) -> R
         scan = pl.scan_parquet(file, glob=False)
         check_version(file, pl.read_parquet_metadata(handle))  # (a handle: glob characters are not expanded)
         if not may_fail(file, scan, schema):
-            held = scan.select(opening).collect()
+            height = scan.select(pl.len()).collect().item()
+            made = opening(scan) if opening is not None else None
             if os.stat(file).st_ino != os.fstat(handle.fileno()).st_ino:  # replaced meanwhile: read it whole
                 raise FileNotFoundError(file)
-            table = RequestTable(list(scan.collect_schema()), held.height, file, handle,
-                                 {name: held[name] for name in held.columns})
+            table = RequestTable(list(scan.collect_schema()), height, file, handle)
             handle = None
-            return table
+            return table, made
     except Exception:  # noqa: BLE001 - whatever it is, the whole frame's reader says it as before
         pass
     finally:
         if handle is not None:
             handle.close()
-    return RequestTable.of_frame(read_whole(file, schema))
+    frame = read_whole(file, schema)
+    return RequestTable.of_frame(frame), opening(frame.lazy()) if opening is not None else None
 
 
 def rows_in(path: Path) -> int | None:

@@ -93,6 +93,7 @@ def _where(frame: pl.DataFrame, row: int, schema: Reads) -> str:
 
 # A run's longest possible time: the config reader's 1e8 s bound on any span, in microseconds.
 MAX_TIME_US = 10**14
+CHECK_BATCH = 1 << 18  # rows of a table checked at a time (a day's requests are tens of millions)
 
 
 def check_version(path: Path, metadata: dict[str, str]) -> None:
@@ -152,8 +153,8 @@ def check_frame(path: Path, frame: pl.DataFrame, schema: Reads) -> None:
 
 
 def may_fail(path: Path, scan: pl.LazyFrame, schema: Reads) -> bool:
-    """Whether check_frame could refuse the table `scan` reads, from its schema and one streaming
-    pass that holds no column: each of its tests reduced to whether any row fails it. False means
+    """Whether check_frame could refuse the table `scan` reads, from its schema and one pass a
+    batch of rows at a time (it holds no column): each of its tests reduced to whether any row fails it. False means
     check_frame would pass; True, that it must run on the whole frame to say what is wrong."""
     names = scan.collect_schema()
     try:  # the columns and their kinds, from the footer (a kind's message quotes a value: re-run)
@@ -169,15 +170,29 @@ def may_fail(path: Path, scan: pl.LazyFrame, schema: Reads) -> bool:
     tests += [pl.col(name).null_count() > 0 for name in schema.not_null]
     if "status" in schema.needed:
         tests.append((~pl.col("status").is_in(STATUSES)).any())
-    keys = pl.col(schema.unique[0]) if len(schema.unique) == 1 else pl.struct(schema.unique)
-    if len(schema.unique) == 1:  # unique when increasing (as the writer writes request ids): no hash set
-        tests.append(~(keys.diff().drop_nulls() > 0).all())
-    if not tests:
+    # a single key is unique when increasing (as the writer writes request ids): no hash set;
+    # checked within each batch and across each boundary, from a batch's first and last key
+    single = len(schema.unique) == 1
+    order = []
+    if single:
+        key = pl.col(schema.unique[0])
+        order = [(key.diff().drop_nulls() <= 0).any() | key.is_null().any(), key.first(), key.last()]
+    if not tests and not schema.unique:
         return False
-    row = scan.select(*(t.alias(f"t{i}") for i, t in enumerate(tests))).collect(engine="streaming").row(0)
-    if any(bool(v) for v in row[:len(tests) - (len(schema.unique) == 1)]):
-        return True
-    if schema.unique and (len(schema.unique) > 1 or row[-1]):
+    exprs = [*tests, *order]
+    used = [name for name in names if any(name in e.meta.root_names() for e in exprs)]
+    increasing, last = single, None
+    for batch in scan.select(used).collect_batches(chunk_size=CHECK_BATCH, engine="streaming"):
+        if not batch.height:
+            continue
+        row = batch.select(*(e.alias(f"t{i}") for i, e in enumerate(exprs))).row(0)
+        if any(bool(v) for v in row[:len(tests)]):
+            return True
+        if increasing:
+            increasing = not row[len(tests)] and (last is None or row[-2] > last)
+            last = row[-1]
+    if schema.unique and not increasing:
+        keys = pl.col(schema.unique[0]) if single else pl.struct(schema.unique)
         return bool(scan.select(keys.n_unique() != pl.len()).collect(engine="streaming").item())
     return False
 

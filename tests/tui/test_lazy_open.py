@@ -1,5 +1,7 @@
-"""Opening a finished run reads of requests.parquet only what opening needs, checked whole in one
-streaming pass; each view's columns are read when it first asks, from the file as it was opened."""
+"""Opening a finished run checks requests.parquet whole in one streaming pass and keeps none of its
+columns: a pool's series are its ticks', a fleet's SLO attainment is counted per tick as it opens,
+its TTFT percentiles read the first tokens when a chart first asks; each view's columns are read
+when it first asks, from the file as it was opened."""
 
 from __future__ import annotations
 
@@ -9,9 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 
+import yaml
+
+from bench.bench_tui import synthetic_run
 from tests.tui.conftest import BEFORE
 from tests.tui.test_validate import DAMAGES
-from tui.data import OPENING, load_run
+from tui.app import make_app, render_svg
+from tui.data import FLEET, load_run
+from tui.request_table import RequestTable
 from tui.validate import REQUESTS, may_fail
 from tui.views import REPLICA_COLUMNS, WORKLOAD_COLUMNS, replicas_of, workload_values, workloads
 
@@ -21,17 +28,73 @@ def run(tmp_path):
     return shutil.copytree(BEFORE, tmp_path / "run")
 
 
-def test_opening_reads_only_what_opening_needs(run):
+@pytest.fixture
+def reads(monkeypatch):
+    """The columns of requests.parquet read from the file (after its streaming check), in order."""
+    got: list[str] = []
+    read = RequestTable._read
+
+    def recording(self, names):
+        got.extend(names)
+        return read(self, names)
+
+    monkeypatch.setattr(RequestTable, "_read", recording)
+    return got
+
+
+def _first_screen(run):
+    """The run as the dashboard has it once its first screen is drawn."""
+    import asyncio
+
+    app = make_app(run, follow=False)
+    asyncio.run(render_svg(app, (160, 50)))
+    return app.model.runs[0]
+
+
+def test_a_pool_opens_and_draws_its_first_screen_reading_no_request_column(run, reads):
     data = load_run(run)
-    assert sorted(data.table.held) == sorted(OPENING)
+    assert len(data.pools) == 1 and data.table.held == [] and reads == []
     assert data.table.columns == list(pl.read_parquet_schema(run / "requests.parquet"))
+    assert _first_screen(run).table.held == [] and reads == []
+
+
+def test_a_fleet_of_pools_draws_its_first_screen_reading_first_tokens_only(tmp_path, reads):
+    run = synthetic_run(tmp_path / "fleet", 600, 3, 20_000)
+    data = load_run(run)
+    assert data.pools == ["pool0", "pool1", "pool2"] and data.table.held == [] and reads == []
+    shown = _first_screen(run)
+    assert shown.table.held == [] and set(reads) <= {"first_token_us", "ttft_us"}
+
+
+@pytest.mark.parametrize("window_s", [60.0, 2.5, 0.5])
+def test_a_fleets_attainment_is_the_share_of_requests_ended_in_each_window_that_met_it(tmp_path, window_s):
+    run = synthetic_run(tmp_path / "fleet", 300, 2, 3_000, seed=3)
+    requests = pl.read_parquet(run / "requests.parquet")
+    rng = np.random.default_rng(1)  # some rejected at arrival (ended then) and some unfinished (not ended)
+    status = rng.choice(["finished", "rejected", "unfinished"], requests.height, p=[0.8, 0.1, 0.1])
+    requests.with_columns(status=pl.Series(status), finished_us=pl.when(pl.Series(status) == "finished")
+                          .then("finished_us")).write_parquet(run / "requests.parquet")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "metrics_window_s": window_s}))
+    data = load_run(run)
+    ended = requests.with_columns(status=pl.Series(status)).filter(pl.col("status") != "unfinished")
+    end = np.where(ended["status"] == "finished", ended["finished_us"], ended["arrival_us"])
+    met = ended["slo_met"].to_numpy()
+    w = round(window_s * 1e6)
+    want = [met[(end > t - w) & (end <= t)].mean() if ((end > t - w) & (end <= t)).any() else np.nan
+            for t in data.t_us]
+    assert np.allclose(data.series[FLEET]["slo_attainment"], want, equal_nan=True, rtol=0, atol=1e-12)
+
+
+def test_each_view_reads_its_columns_when_it_first_asks(run):
+    data = load_run(run)
     names = workloads(data)
-    assert sorted(data.table.held) == sorted({*OPENING, "workload"})
+    assert sorted(data.table.held) == ["workload"]
     t = data.t_us[len(data.t_us) // 2:][:5]
     workload_values(data, names[0], "ttft_p99_ms", t, t)
-    assert sorted(data.table.held) == sorted({*OPENING, *WORKLOAD_COLUMNS})
+    assert sorted(data.table.held) == sorted(WORKLOAD_COLUMNS)
     replicas_of(data, data.pools[0])
-    assert set(data.table.held) <= {*OPENING, *WORKLOAD_COLUMNS, *REPLICA_COLUMNS}
+    assert set(data.table.held) <= {*WORKLOAD_COLUMNS, *REPLICA_COLUMNS}
 
 
 def test_the_table_is_the_file(run):
@@ -90,3 +153,19 @@ def test_fleet_ttft_of_a_large_query_is_np_percentile(run, monkeypatch):
     monkeypatch.setattr(percentiles, "KERNEL_FROM", 0)
     large = data.fleet_ttft(edges[:-1] + 1, edges[1:])
     assert np.array_equal(small, large, equal_nan=True)
+
+
+@pytest.mark.parametrize("repeat_at", [None, "shuffled", 1, 99, 100, 101, 200, 1500])
+def test_request_ids_are_checked_unique_across_the_checks_batches(run, monkeypatch, repeat_at):
+    import tui.validate as validate
+
+    monkeypatch.setattr(validate, "CHECK_BATCH", 100)  # the fixture's 2,892 requests in batches of 100
+    frame = pl.read_parquet(run / "requests.parquet")
+    rid = np.arange(frame.height)
+    if repeat_at == "shuffled":
+        rid = np.random.default_rng(0).permutation(frame.height)
+    elif repeat_at is not None:
+        rid[repeat_at:] -= 1  # the id before repeated, the rest still increasing (a batch's first, or inside one)
+    frame.with_columns(request_id=pl.Series(rid, dtype=pl.Int64)).write_parquet(run / "requests.parquet")
+    flagged = may_fail(run / "requests.parquet", pl.scan_parquet(run / "requests.parquet"), REQUESTS)
+    assert flagged is (repeat_at not in (None, "shuffled"))
