@@ -117,7 +117,7 @@ def replay_trace(
     rows.settle()
     requests = rows.lazy()
     if rows.spilled:  # every figure from one pass of the parts, not one each
-        requests = figure_rows(requests, cfg.split.policy == "prefill-decode")
+        requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
     ticks = tick_frame(raw, requests, cfg)
     span_s = raw.end_us / 1e6
     summary = summarize(requests, ticks, raw, span_s)

@@ -20,7 +20,7 @@ from numba import njit
 from replay.fleet.cluster import RawRun
 from replay.config import FleetConfig
 from replay.engine.common import EVENT_NAMES, REJECT_NAMES
-from replay.fleet.request_rows import REQUEST_COLUMNS, RowMaker  # noqa: F401 - REQUEST_COLUMNS re-exported
+from replay.fleet.request_rows import REQUEST_COLUMNS, STATUS_NAMES, RowMaker  # noqa: F401 - REQUEST_COLUMNS re-exported
 from replay.fleet.saturation import classify_pool
 from replay.outputs.schema import EVENTS, TICKS
 
@@ -147,22 +147,23 @@ def _kth(counts, k):
 # The request rows' columns that the tick windows and summary.json read (prefill/decode's only in
 # such runs: in others they are all null). A spilled run's are read from its parts once, into one
 # narrow frame (`figure_rows`), and every figure is then computed from it in memory: one pass of
-# the parts instead of ~20 (one per figure, pool and workload). Strings become categoricals (4
-# bytes a row, not a 16-byte view) and `finished_us` / `arrival_us` the one column the windows
-# and counts need, `ended_us`: ~70 bytes a request, under the windows' own sort and ranks.
+# the parts instead of ~20 (one per figure, pool and workload). Strings of known names become
+# enums (1 byte a row, not a 16-byte view), workloads a categorical (4), and `finished_us` /
+# `arrival_us` the one column the windows and counts need, `ended_us`: ~60 bytes a request.
 FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "first_token_us", "ttft_us", "tpot_us", "e2e_us",
                   "preemptions", "status", "reject_reason", "slo_met", "prefill_pool")
 TRANSFER_COLUMNS = ("arrival_us", "first_scheduled_us", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us")
-CATEGORIES = ("workload", "pool", "status", "reject_reason", "prefill_pool")
 ENDED = pl.coalesce("finished_us", "arrival_us").alias("ended_us")  # finished, or rejected at arrival
 
 
-def figure_rows(requests: pl.LazyFrame, prefill_decode: bool) -> pl.DataFrame:
+def figure_rows(requests: pl.LazyFrame, pools: list[str], prefill_decode: bool) -> pl.DataFrame:
     """The columns every figure of a run reads, in one pass of its rows (polars' streaming
     engine: a chunk of rows at a time), for `tick_frame` and `summarize` in place of the rows."""
+    names = {"pool": pools, "prefill_pool": pools, "status": STATUS_NAMES, "reject_reason": REJECT_NAMES}
     columns = FIGURE_COLUMNS + (TRANSFER_COLUMNS if prefill_decode else ())
-    return read(requests.select(*(pl.col(c).cast(pl.Categorical) if c in CATEGORIES else pl.col(c) for c in columns),
-                                ENDED))
+    return read(requests.select(
+        *(pl.col(c).cast(pl.Enum(names[c])) if c in names else
+          pl.col(c).cast(pl.Categorical) if c == "workload" else pl.col(c) for c in columns), ENDED))
 
 
 def _ended(lf: pl.LazyFrame) -> pl.Expr:
