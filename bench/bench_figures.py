@@ -1,5 +1,5 @@
-"""A spilled run's figures (tick windows and summary.json's blocks) read from its Parquet parts
-one figure at a time (as before replay/fleet/metrics.py figure_rows) and in one pass: wall time
+"""A spilled run's figures (tick windows, then summary.json's blocks) with the summary read from its
+Parquet parts a figure at a time (as before replay/fleet/metrics.py figure_rows) and in one pass: wall time
 and the phase's peak RSS over what the process held before it, each mode in a fresh child
 process after the same replay (bench_day.py's fleet and cached ServeGen trace), same summary.
 
@@ -73,9 +73,9 @@ def child(trace_path: str, mode: str) -> dict:
     with PeakRss() as rss:
         began = time.perf_counter()
         requests = rows.lazy()
+        ticks = tick_frame(raw, requests, cfg)
         if mode == "one-pass":
             requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
-        ticks = tick_frame(raw, requests, cfg)
         summary = summarize(requests, ticks, raw, raw.end_us / 1e6)
         wall = time.perf_counter() - began
     return {"wall_s": wall, "rss_before_mb": rss.before, "rss_peak_mb": rss.peak, "spilled": rows.spilled,

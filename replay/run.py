@@ -116,9 +116,9 @@ def replay_trace(
         raw.requests = None
     rows.settle()
     requests = rows.lazy()
-    if rows.spilled:  # every figure from one pass of the parts, not one each
-        requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
     ticks = tick_frame(raw, requests, cfg)
+    if rows.spilled:  # the summary's figures from one pass of the parts, not one each
+        requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
     span_s = raw.end_us / 1e6
     summary = summarize(requests, ticks, raw, span_s)
     del requests  # the figures' columns: not under the events' peak

@@ -144,31 +144,26 @@ def _kth(counts, k):
     return at
 
 
-# The request rows' columns that the tick windows and summary.json read (prefill/decode's only in
-# such runs: in others they are all null). A spilled run's are read from its parts once, into one
-# narrow frame (`figure_rows`), and every figure is then computed from it in memory: one pass of
-# the parts instead of ~20 (one per figure, pool and workload). Strings of known names become
-# enums (1 byte a row, not a 16-byte view), workloads a categorical (4), and `finished_us` /
-# `arrival_us` the one column the windows and counts need, `ended_us`: ~60 bytes a request.
-FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "first_token_us", "ttft_us", "tpot_us", "e2e_us",
+# The request rows' columns that summary.json reads (prefill/decode's only in such runs: in others
+# they are all null). A spilled run's are read from its parts once, into one narrow frame
+# (`figure_rows`), and every block of the summary (fleet, pools, workloads) is then computed from
+# it in memory: one pass of the parts instead of ~20. Strings of known names become enums (1 byte
+# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request. The tick windows
+# still read their few columns from the rows, a pool at a time, before it: their sort and ranks
+# are the figures' peak, which this frame would otherwise sit under.
+FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "ttft_us", "tpot_us", "e2e_us",
                   "preemptions", "status", "reject_reason", "slo_met", "prefill_pool")
 TRANSFER_COLUMNS = ("arrival_us", "first_scheduled_us", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us")
-ENDED = pl.coalesce("finished_us", "arrival_us").alias("ended_us")  # finished, or rejected at arrival
 
 
 def figure_rows(requests: pl.LazyFrame, pools: list[str], prefill_decode: bool) -> pl.DataFrame:
-    """The columns every figure of a run reads, in one pass of its rows (polars' streaming
-    engine: a chunk of rows at a time), for `tick_frame` and `summarize` in place of the rows."""
+    """The columns `summarize` reads, in one pass of the rows (polars' streaming engine: a chunk
+    of rows at a time), for it to read in place of the rows."""
     names = {"pool": pools, "prefill_pool": pools, "status": STATUS_NAMES, "reject_reason": REJECT_NAMES}
     columns = FIGURE_COLUMNS + (TRANSFER_COLUMNS if prefill_decode else ())
     return read(requests.select(
-        *(pl.col(c).cast(pl.Enum(names[c])) if c in names else
-          pl.col(c).cast(pl.Categorical) if c == "workload" else pl.col(c) for c in columns), ENDED))
-
-
-def _ended(lf: pl.LazyFrame) -> pl.Expr:
-    """When each request ended: `figure_rows`' column, or made from the rows'."""
-    return pl.col("ended_us") if "ended_us" in lf.collect_schema() else ENDED
+        pl.col(c).cast(pl.Enum(names[c])) if c in names else
+        pl.col(c).cast(pl.Categorical) if c == "workload" else pl.col(c) for c in columns))
 
 
 def read(lf: pl.LazyFrame) -> pl.DataFrame:
@@ -192,7 +187,7 @@ def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int) -> d
     del firsts, ttft_ms  # not under the next frame's peak
     done = read(
         requests.filter(pl.col("status") != "unfinished")
-        .select("ended_us", "slo_met")
+        .select(pl.coalesce("finished_us", "arrival_us").alias("ended_us"), "slo_met")
     ).sort("ended_us")
     fin = done["ended_us"].to_numpy()
     met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
@@ -211,8 +206,8 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame | pl.LazyFrame, cfg: FleetCon
     frames = []
     # Only the columns the windows read: a pool's requests are filtered and sorted from these, not
     # from copies of the whole request frame (three of them per pool at 1M requests: ~400 MB).
-    lf = requests.lazy()
-    slim = lf.select("pool", "prefill_pool", "first_token_us", "ttft_us", "status", "slo_met", _ended(lf))
+    slim = requests.lazy().select("pool", "prefill_pool", "first_token_us", "ttft_us", "status", "finished_us",
+                                  "arrival_us", "slo_met")
     for plan in raw.plans:
         p = plan.index
 
@@ -323,7 +318,7 @@ def _pct(series: pl.Series, q: float, scale: float) -> float | None:
 
 
 FINISHED = pl.col("status") == "finished"
-SERVED = pl.col("first_token_us").is_not_null()
+SERVED = pl.col("ttft_us").is_not_null()  # a first token (ttft_us = first_token_us - arrival_us)
 # Which requests each latency's percentiles cover, and the percentiles summary.json gives of it.
 PERCENTILES = {"ttft": (SERVED, (50, 90, 99)), "tpot": (FINISHED, (50, 99)), "e2e": (FINISHED, (50, 99))}
 
