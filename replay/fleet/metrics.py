@@ -207,7 +207,7 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame | pl.LazyFrame, cfg: FleetCon
     # Only the columns the windows read: a pool's requests are filtered and sorted from these, not
     # from copies of the whole request frame (three of them per pool at 1M requests: ~400 MB).
     slim = requests.lazy().select("pool", "prefill_pool", "first_token_us", "ttft_us", "status", "finished_us",
-                                  "arrival_us", "slo_met")
+                           "arrival_us", "slo_met")
     for plan in raw.plans:
         p = plan.index
 
