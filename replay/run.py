@@ -10,7 +10,7 @@ from pathlib import Path
 from replay.fleet.cluster import PoolPlan, simulate
 from replay.config import FleetConfig
 from replay.memory import return_freed_memory
-from replay.fleet.metrics import event_frame, summarize, tick_frame
+from replay.fleet.metrics import event_frame, figure_rows, summarize, tick_frame
 from replay.fleet.request_rows import RowMaker
 from replay.outputs.rows import RequestRows
 from replay.outputs.write import RunOutputs
@@ -117,9 +117,12 @@ def replay_trace(
     rows.settle()
     requests = rows.lazy()
     ticks = tick_frame(raw, requests, cfg)
-    events = event_frame(raw)
+    if rows.spilled:  # the summary's figures from one pass of the parts, not one each
+        requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
     span_s = raw.end_us / 1e6
     summary = summarize(requests, ticks, raw, span_s)
+    del requests  # the figures' columns: not under the events' peak
+    events = event_frame(raw)
     summary = {
         **summary["fleet"],
         "sim_span_s": round(span_s, 3),

@@ -91,3 +91,22 @@ def test_kv_transfer_us_is_null_without_prefill_decode():
     cfg = dataclasses.replace(pd_fleet(0), split=SplitConfig(), pools=(PoolConfig(name="a", replicas=1),))
     req = replay_trace(shared_prefix_trace(20), cfg).requests
     assert req["kv_transfer_us"].dtype == pl.Int64 and req["kv_transfer_us"].null_count() == req.height
+
+
+@pytest.mark.parametrize("threshold", [0, 1000])
+def test_a_spilled_pd_runs_figures_are_those_of_its_rows_in_one_frame(monkeypatch, tmp_path, threshold):
+    """Rows spilled to Parquet parts every 30 rows (replay/outputs/rows.py): the tick windows and
+    summary, transfer figures and prefill pool's saturation included, come from one narrow frame
+    of the parts (replay/fleet/metrics.py figure_rows) and equal those of the rows held whole."""
+    from polars.testing import assert_frame_equal
+
+    import replay.outputs.rows as rows
+
+    whole = replay_trace(shared_prefix_trace(), pd_fleet(threshold))
+    assert not whole.request_rows.spilled
+    monkeypatch.setattr(rows, "MEMORY_ROWS", 30)
+    spilled = replay_trace(shared_prefix_trace(), pd_fleet(threshold), spill_dir=tmp_path / "run")
+    assert spilled.request_rows.spilled
+    assert spilled.summary["prefill_decode"]["remote_prefills"] > 0
+    assert spilled.summary == whole.summary
+    assert_frame_equal(spilled.ticks, whole.ticks)
