@@ -25,6 +25,11 @@ def _when(values: np.ndarray) -> pl.Series:
     return pl.Series(values, dtype=pl.Int64).replace(-1, None)
 
 
+def windowed(plans: list) -> bool:
+    """Whether a pool returns decode tokens once per window of steps (vLLM V0's multi-step)."""
+    return any(p.serving.decode_window_steps > 1 for p in plans)
+
+
 class RowMaker:
     """Makes the rows of requests [lo, hi) from the engine's columns for them."""
 
@@ -39,7 +44,7 @@ class RowMaker:
         # vLLM V0's decode windows (replay/model/serving.py) hold a request's last token by its
         # replica's median step, read from the whole run's columns: such runs keep them to the end.
         self.windows = np.array([s.decode_window_steps for s in self.servings], np.int64)
-        self.windowed = bool((self.windows > 1).any())
+        self.windowed = windowed(plans)
         self.window_step_us: dict[int, float] | None = None
         self.pd = pd_inputs(cfg, plans)
         slo = cfg.slo
@@ -174,11 +179,8 @@ def stream_rows(eng, rows, frame: pl.DataFrame, plans: list, pool_index: np.ndar
     """The RowStream that `eng` hands its requests' columns to as they leave it, into `rows`;
     None where there are no rows to gather, the engine keeps its columns to the end, or a pool's
     decode windows need the whole run's columns (RowMaker.windowed)."""
-    if rows is None or not callable(getattr(eng, "stream_rows", None)) or not inputs.num_requests:
+    if rows is None or not callable(getattr(eng, "stream_rows", None)) or not inputs.num_requests or windowed(plans):
         return None
-    maker = RowMaker(frame, plans, pool_index, inputs.pool_replicas, cfg)
-    if maker.windowed:
-        return None
-    stream = RowStream(maker, rows)
+    stream = RowStream(RowMaker(frame, plans, pool_index, inputs.pool_replicas, cfg), rows)
     eng.stream_rows(stream)
     return stream
