@@ -168,16 +168,14 @@ class RunData:
         trailing-window definition of the tick columns when lo == hi, and the window covering a
         chart column otherwise. For a fleet of several pools, whose percentiles do not add up.
         A finished run of more than KEEP_FIRSTS requests keeps no first token: each query reads
-        those of its windows, a span of time at a time (every tick's at once, when one is asked)."""
+        those of its windows (the cursor's: one window; a chart's: a span of time at a time)."""
         if self._firsts is None and self.table.height > KEEP_FIRSTS:
             lo, hi = np.asarray(lo_us, np.int64), np.asarray(hi_us, np.int64)
             percents = tuple(q * 100 for q in qs)
-            at = np.minimum(np.searchsorted(self.t_us, hi), max(len(self.t_us) - 1, 0))
-            if np.array_equal(lo, hi) and len(self.t_us) and np.array_equal(self.t_us[at], hi):
-                return self._memoised(("ttft-ticks", percents), lambda: self._ttft_read(self.t_us, self.t_us,
-                                                                                       percents))[at]
-            return self._memoised(("ttft", percents, lo.tobytes(), hi.tobytes()),
-                                  lambda: self._ttft_read(lo, hi, percents))
+            key = ("ttft", percents, lo.tobytes(), hi.tobytes())
+            if key not in self._memo:
+                self._memo[key] = self._ttft_read(lo, hi, percents)
+            return self._memo[key]
         times, values = self.firsts()
         a = np.searchsorted(times, np.asarray(lo_us) - self.window_us, side="right")
         b = np.searchsorted(times, np.asarray(hi_us), side="right")
@@ -191,11 +189,6 @@ class RunData:
 
         span = max(self.end_us, 1) * FIRSTS_PER_PASS // max(self.table.height, 1)  # about so many a pass
         return percentiles_by_pass(read, lo, hi, self.window_us, percents, span)
-
-    def _memoised(self, key, make):
-        if key not in self._memo:
-            self._memo[key] = make()
-        return self._memo[key]
 
     def order_of(self, name: str, values: np.ndarray) -> np.ndarray:
         """np.argsort(values), kept while `values` (a signal named `name`) is the same array."""

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
 from common.errors import UserError
-from tui.requests import columns_of, request_life, request_rows, sorts_of, worst_requests
+from tui.requests import LIMIT, columns_of, request_life, request_rows, sorts_of, worst_requests
 from tui.timefmt import fmt_time, parse_time
 
 MOUSE_HELP = (
@@ -155,7 +155,8 @@ class GotoScreen(ModalScreen):
 
 
 class RequestsScreen(Screen):
-    """The worst requests in the metrics window ending at the cursor, in the scope."""
+    """The worst requests in the metrics window ending at the cursor, in the scope, LIMIT at a
+    time (] and [ page through the rest: each page is read alone, tui/requests.py)."""
 
     BINDINGS = [
         Binding("escape,d", "app.pop_screen", "back to the dashboard"),
@@ -163,6 +164,8 @@ class RequestsScreen(Screen):
         Binding("s", "next_sort", "sort by the next column"),
         Binding("r", "reverse", "reverse the order"),
         Binding("c", "other_run", "the other run's requests"),
+        Binding("right_square_bracket", "page(1)", "the next requests"),
+        Binding("left_square_bracket", "page(-1)", "the previous requests"),
     ]
     DEFAULT_CSS = """
     RequestsScreen #req-title { height: 1; }
@@ -174,6 +177,8 @@ class RequestsScreen(Screen):
         self.run_index = run_index
         self.sort = "TTFT"
         self.reverse = False
+        self.page = 0
+        self.more = False  # whether a page follows this one
         self.ids: list[int] = []
 
     def compose(self) -> ComposeResult:
@@ -189,8 +194,12 @@ class RequestsScreen(Screen):
         model = self.app.model
         run = model.runs[self.run_index]
         if self.sort not in sorts_of(run):  # compare mode: the other run has no P/D columns
-            self.sort, self.reverse = "TTFT", False
-        frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse)
+            self.sort, self.reverse, self.page = "TTFT", False, 0
+        offset = self.page * LIMIT
+        frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse, LIMIT + 1,
+                               offset)
+        self.more = frame.height > LIMIT
+        frame = frame.head(LIMIT)
         self.ids = frame["request_id"].to_list()
         table = self.query_one(DataTable)
         columns = columns_of(run)
@@ -202,12 +211,15 @@ class RequestsScreen(Screen):
         for row in request_rows(frame, columns):
             table.add_row(*row)
         order = "best" if self.reverse else "worst"
+        shown = f"{offset + 1}-{offset + len(self.ids)}" if offset else str(len(self.ids))
+        pages = [*((("]", "bold"), " next  ") if self.more else ()),
+                 *((("[", "bold"), " previous  ") if offset else ())]
         self.query_one("#req-title", Static).update(Text.assemble(
             (f" {run.name} ", "bold reverse"),
-            f" {model.view.scope}: {len(self.ids)} {order} by {self.sort}, in the window ending "
+            f" {model.view.scope}: {shown} {order} by {self.sort}, in the window ending "
             f"{fmt_time(model.view.cursor_us)}  ",
-            ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", ("esc", "bold"),
-            " back"))
+            ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", *pages,
+            ("esc", "bold"), " back"))
 
     def action_open(self) -> None:
         table = self.query_one(DataTable)
@@ -221,22 +233,29 @@ class RequestsScreen(Screen):
         name = str(event.column_key.value)
         if name in sorts_of(self.app.model.runs[self.run_index]):
             self.reverse = self.reverse if name != self.sort else not self.reverse
-            self.sort = name
+            self.sort, self.page = name, 0
             self.fill()
 
     def action_next_sort(self) -> None:
         order = sorts_of(self.app.model.runs[self.run_index])
         self.sort = order[(order.index(self.sort) + 1) % len(order)] if self.sort in order else order[0]
+        self.page = 0
         self.fill()
 
     def action_reverse(self) -> None:
-        self.reverse = not self.reverse
+        self.reverse, self.page = not self.reverse, 0
         self.fill()
 
     def action_other_run(self) -> None:
         if self.app.model.compare:
-            self.run_index = 1 - self.run_index
+            self.run_index, self.page = 1 - self.run_index, 0
             self.fill()
+
+    def action_page(self, step: int) -> None:
+        if (step > 0 and self.more) or (step < 0 and self.page > 0):
+            self.page += step
+            self.fill()
+            self.query_one(DataTable).move_cursor(row=0)
 
 
 class RequestLifeScreen(ModalScreen):

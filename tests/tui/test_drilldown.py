@@ -190,3 +190,35 @@ def test_compare_a_prefill_decode_run_with_one_without(pd_run, one_pool_run):
         assert screen.run_index == 0 and "KV xfer" in columns()
 
     drive(app, script, size=(160, 40))
+
+
+def test_the_table_pages_through_every_request_of_the_window():
+    run = load_run(BEFORE)
+    whole = worst_requests(run, 240 * S, "fleet", limit=10**6)
+    assert whole.height > 2 * LIMIT
+    pages = [worst_requests(run, 240 * S, "fleet", offset=k) for k in range(0, whole.height + LIMIT, LIMIT)]
+    assert pl.concat(pages).equals(whole) and pages[-1].height == 0
+    ids = whole["request_id"].to_list()
+    last = (len(ids) - 1) // LIMIT * LIMIT
+    app = make_app(BEFORE, at="4:00")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        assert screen.ids == ids[:LIMIT] and "] next" in screen_text(app) and "[ previous" not in screen_text(app)
+        await pilot.press("left_square_bracket")  # no page before the first
+        assert screen.ids == ids[:LIMIT]
+        await pilot.press("right_square_bracket")
+        assert screen.ids == ids[LIMIT:2 * LIMIT]
+        assert f"{LIMIT + 1}-{2 * LIMIT} worst by TTFT" in screen_text(app) and "[ previous" in screen_text(app)
+        await pilot.press("enter")  # a later page's row opens its own request
+        assert isinstance(app.screen, RequestLifeScreen) and app.screen.request_id == ids[LIMIT]
+        await pilot.press("escape")
+        await pilot.press(*["right_square_bracket"] * 10)  # stops at the last page
+        assert screen.ids == ids[last:] and "] next" not in screen_text(app)
+        await pilot.press("left_square_bracket")
+        assert screen.ids == ids[last - LIMIT:last]
+        await pilot.press("s")  # another order starts at its first page
+        assert screen.page == 0 and "worst by queue" in screen_text(app) and len(screen.ids) == LIMIT
+
+    drive(app, script, size=(140, 40))
