@@ -3,6 +3,7 @@ life of one request."""
 
 from __future__ import annotations
 
+import polars as pl
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -155,8 +156,8 @@ class GotoScreen(ModalScreen):
 
 
 class RequestsScreen(Screen):
-    """The worst requests in the metrics window ending at the cursor, in the scope, LIMIT at a
-    time (] and [ page through the rest: each page is read alone, tui/requests.py)."""
+    """The worst requests in the metrics window ending at the cursor, in the scope: LIMIT of them,
+    and LIMIT more each time the cursor reaches the last (each page read alone, tui/requests.py)."""
 
     BINDINGS = [
         Binding("escape,d", "app.pop_screen", "back to the dashboard"),
@@ -164,8 +165,6 @@ class RequestsScreen(Screen):
         Binding("s", "next_sort", "sort by the next column"),
         Binding("r", "reverse", "reverse the order"),
         Binding("c", "other_run", "the other run's requests"),
-        Binding("right_square_bracket", "page(1)", "the next requests"),
-        Binding("left_square_bracket", "page(-1)", "the previous requests"),
     ]
     DEFAULT_CSS = """
     RequestsScreen #req-title { height: 1; }
@@ -177,8 +176,7 @@ class RequestsScreen(Screen):
         self.run_index = run_index
         self.sort = "TTFT"
         self.reverse = False
-        self.page = 0
-        self.more = False  # whether a page follows this one
+        self.more = False  # whether requests follow the rows shown
         self.ids: list[int] = []
 
     def compose(self) -> ComposeResult:
@@ -194,13 +192,9 @@ class RequestsScreen(Screen):
         model = self.app.model
         run = model.runs[self.run_index]
         if self.sort not in sorts_of(run):  # compare mode: the other run has no P/D columns
-            self.sort, self.reverse, self.page = "TTFT", False, 0
-        offset = self.page * LIMIT
-        frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse, LIMIT + 1,
-                               offset)
-        self.more = frame.height > LIMIT
-        frame = frame.head(LIMIT)
-        self.ids = frame["request_id"].to_list()
+            self.sort, self.reverse = "TTFT", False
+        self.ids = []
+        frame = self._page(run)
         table = self.query_one(DataTable)
         columns = columns_of(run)
         if tuple(str(c.value) for c in table.columns) != columns:  # compare mode: the runs may differ
@@ -210,16 +204,34 @@ class RequestsScreen(Screen):
         table.clear()
         for row in request_rows(frame, columns):
             table.add_row(*row)
+        self._title(run)
+
+    def _page(self, run) -> pl.DataFrame:
+        """The next LIMIT requests after those shown (their ids now among `ids`)."""
+        view = self.app.model.view
+        frame = worst_requests(run, view.cursor_us, view.scope, self.sort, self.reverse, LIMIT + 1, len(self.ids))
+        self.more = frame.height > LIMIT
+        frame = frame.head(LIMIT)
+        self.ids += frame["request_id"].to_list()
+        return frame
+
+    def _title(self, run) -> None:
+        view = self.app.model.view
         order = "best" if self.reverse else "worst"
-        shown = f"{offset + 1}-{offset + len(self.ids)}" if offset else str(len(self.ids))
-        pages = [*((("]", "bold"), " next  ") if self.more else ()),
-                 *((("[", "bold"), " previous  ") if offset else ())]
         self.query_one("#req-title", Static).update(Text.assemble(
             (f" {run.name} ", "bold reverse"),
-            f" {model.view.scope}: {shown} {order} by {self.sort}, in the window ending "
-            f"{fmt_time(model.view.cursor_us)}  ",
-            ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", *pages,
-            ("esc", "bold"), " back"))
+            f" {view.scope}: {len(self.ids)} {order} by {self.sort}, in the window ending {fmt_time(view.cursor_us)}  ",
+            ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", ("esc", "bold"),
+            " back"))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """At the last row shown: the next LIMIT below it."""
+        if self.more and event.cursor_row == len(self.ids) - 1:
+            run = self.app.model.runs[self.run_index]
+            table = self.query_one(DataTable)
+            for row in request_rows(self._page(run), columns_of(run)):
+                table.add_row(*row)
+            self._title(run)
 
     def action_open(self) -> None:
         table = self.query_one(DataTable)
@@ -233,29 +245,22 @@ class RequestsScreen(Screen):
         name = str(event.column_key.value)
         if name in sorts_of(self.app.model.runs[self.run_index]):
             self.reverse = self.reverse if name != self.sort else not self.reverse
-            self.sort, self.page = name, 0
+            self.sort = name
             self.fill()
 
     def action_next_sort(self) -> None:
         order = sorts_of(self.app.model.runs[self.run_index])
         self.sort = order[(order.index(self.sort) + 1) % len(order)] if self.sort in order else order[0]
-        self.page = 0
         self.fill()
 
     def action_reverse(self) -> None:
-        self.reverse, self.page = not self.reverse, 0
+        self.reverse = not self.reverse
         self.fill()
 
     def action_other_run(self) -> None:
         if self.app.model.compare:
-            self.run_index, self.page = 1 - self.run_index, 0
+            self.run_index = 1 - self.run_index
             self.fill()
-
-    def action_page(self, step: int) -> None:
-        if (step > 0 and self.more) or (step < 0 and self.page > 0):
-            self.page += step
-            self.fill()
-            self.query_one(DataTable).move_cursor(row=0)
 
 
 class RequestLifeScreen(ModalScreen):
