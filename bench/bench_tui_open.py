@@ -5,10 +5,12 @@ checkout against another.
     python bench/bench_tui_open.py --requests 20000000 --pools 1     # a day's 20M on one pool
     python bench/bench_tui_open.py --baseline /tmp/base              # and another checkout, same run
     git archive BASE | tar -x -C /tmp/base                           # (how to make one)
+    python bench/bench_tui_open.py --what worst,life                 # only the request views
 
 The run is bench/bench_tui.py's synthetic day (86,400 ticks x `--pools` pools) with `--requests`
-requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Two figures, each a median over
-`--repeat` fresh processes (so each peak is that process's own):
+requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Each figure
+(`--what`, all four by default) is a median over `--repeat` fresh processes (so each peak is that
+process's own):
 
 - load: `tui.data.load_run` in a process that imported the dashboard first (peak = its high-water
   mark, VmHWM; over = peak - RSS after the imports);
