@@ -15,6 +15,7 @@ from replay.fleet.control import FleetControl
 from replay.fleet.ticks import check_drain, tick_arrays
 
 EVENT_KEYS = ("t_us", "kind", "replica", "request", "value")
+WAITING = SNAPSHOT_COLUMNS.index("waiting")
 
 
 class TickLoop:
@@ -52,14 +53,15 @@ class TickLoop:
         t = self.t
         eng.advance(t)
         snap = eng.snapshot(t)
-        self.snapshots.append(self.membership.T @ snap)  # [pool, column]
+        sums = self.membership.T @ snap  # [pool, column]
         pc = eng.pool_counters()
         # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
         # `waiting` counts them, and `held` says how many of them are.
-        self.snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
+        self.snapshots.append(sums.copy())
+        self.snapshots[-1][:, WAITING] += pc["held"]
         self.pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
         self.events.append(eng.take_events())
-        self.by_state.append(control.tick(t, eng, snap, pc))
+        self.by_state.append(control.tick(t, eng, snap, pc, sums))
         self.control_marks.append(len(control.events.t_us))
         if self.host is not None:
             self.host.append(eng.take_events())
@@ -69,7 +71,7 @@ class TickLoop:
             self.on_tick(t_us=t, end_us=self.last_arrival_us, pools=self.snapshots[-1], counts=self.pool_counts[-1],
                          states=self.by_state[-1], gpus=self.billed[-1], events=self.events[-1],
                          control_events=control.events, request_columns=eng.request_columns)
-        return (eng.done and t >= self.last_arrival_us) or t >= self.limit_us
+        return (t >= self.last_arrival_us and eng.done) or t >= self.limit_us
 
     def run(self) -> None:
         """Tick until the run ends; a drain past the tick-row bound is a ConfigError.
