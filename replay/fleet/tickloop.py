@@ -33,8 +33,9 @@ class TickLoop:
         self.num_pools = num_pools  # of the whole fleet: the drain bound counts its rows
         self.progress, self.on_tick = progress, on_tick
         # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
-        self.membership = np.zeros((len(replica_pool), len(control.pools)), np.int64)
-        self.membership[np.arange(len(replica_pool)), replica_pool] = 1
+        membership = np.zeros((len(replica_pool), len(control.pools)), np.int64)
+        membership[np.arange(len(replica_pool)), replica_pool] = 1
+        self.membership_t = np.ascontiguousarray(membership.T)  # [pool, replica]
         self.snapshots: list[np.ndarray] = []
         self.pool_counts: list[np.ndarray] = []
         self.by_state: list[np.ndarray] = []
@@ -53,13 +54,13 @@ class TickLoop:
         t = self.t
         eng.advance(t)
         snap = eng.snapshot(t)
-        sums = self.membership.T @ snap  # [pool, column]
+        sums = self.membership_t @ snap  # [pool, column]
         pc = eng.pool_counters()
         # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
         # `waiting` counts them, and `held` says how many of them are.
         self.snapshots.append(sums.copy())
         self.snapshots[-1][:, WAITING] += pc["held"]
-        self.pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
+        self.pool_counts.append(np.array([pc["arrivals"], pc["rejected"], pc["held"]]).T)  # np.stack's, in a tenth of its time
         self.events.append(eng.take_events())
         self.by_state.append(control.tick(t, eng, snap, pc, sums))
         self.control_marks.append(len(control.events.t_us))
