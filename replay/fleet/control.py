@@ -123,7 +123,8 @@ class FleetControl:
         summed here if not given)."""
         c = eng.pool_counters() if counters is None else counters
         if sums is None:
-            sums = np.stack([snap[sel].sum(axis=0) for sel in self._sel]) if self.pools else np.zeros((0, snap.shape[1]))
+            sums = np.array([snap[sel].sum(axis=0) for sel in self._sel], np.int64)
+            sums = sums.reshape(len(self.pools), snap.shape[1])
         held = c["held"]
         if self.closed_loop:
             self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
