@@ -154,9 +154,13 @@ class Window:
         if end <= self.end:
             return 0
         lo, hi = self.loaded, end - self.base
-        g = slice(self.end, end)
-        for name, src in self._sources.items():
-            getattr(rq, name)[lo:hi] = src[g] if isinstance(src, np.ndarray) else src
+        if self.inputs.requests is not None:  # a trace read in batches (replay/fleet/streamed.py)
+            for name, values in self.inputs.requests.read(self.end, end).items():
+                getattr(rq, name)[lo:hi] = values
+        else:
+            g = slice(self.end, end)
+            for name, src in self._sources.items():
+                getattr(rq, name)[lo:hi] = src[g] if isinstance(src, np.ndarray) else src
         for name, (value, _) in PROGRESS_FIELDS.items():
             getattr(rq, name)[lo:hi] = value
         turns = rq.next_turn[lo:hi]  # global ids in the trace, slots here
