@@ -18,6 +18,8 @@ from pathlib import Path
 
 from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
+from traces.config import reads_as_is
+from traces.stream import readable_in_batches
 from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
@@ -42,10 +44,18 @@ class Estimate:
     peak_bytes: int
 
 
-def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed: bool = False,
+                 lora: bool = False) -> Estimate | None:
     """The run's peak RSS for the trace section `trace_cfg` (paths already resolved, as
     `effective_trace` gives them); None where the rows cannot be known before the trace is made
-    (a synthetic trace, or a what-if that adds a synthetic tenant)."""
+    (a synthetic trace, or a what-if that adds a synthetic tenant). `streamed`: the replay reads a
+    trace that `traces.stream.readable_in_batches` (`lora`: on a pool serving LoRA adapters) in
+    batches, as replay/fleet/streamed.py says it can; it then holds no frame of the trace."""
+    if streamed and reads_as_is(trace_cfg):
+        path = trace_cfg.path if trace_cfg is not None and trace_cfg.path else DEFAULT_TRACE
+        if path not in BUNDLED and readable_in_batches(Path(path).expanduser(), lora):
+            rows = count_rows(path, max_bytes)
+            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows)
     if trace_cfg is None:
         paths = [DEFAULT_TRACE]
     elif trace_cfg.synthetic is not None or (trace_cfg.whatif is not None and trace_cfg.whatif.add_tenant):
@@ -144,12 +154,13 @@ def _cgroup_limits() -> list[int]:
     return found
 
 
-def check_fits(trace_cfg, max_memory: int | None, source: str,
-               max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+def check_fits(trace_cfg, max_memory: int | None, source: str, max_bytes: int = DEFAULT_LIMITS.max_bytes,
+               streamed: bool = False, lora: bool = False) -> Estimate | None:
     """Refuse, before the trace is read, a run whose estimated peak exceeds `max_memory` (None:
-    what the machine has). The estimate, or None where there is none."""
+    what the machine has). The estimate, or None where there is none. `streamed`, `lora`: as
+    `estimate_run` takes them."""
     try:
-        estimate = estimate_run(trace_cfg, max_bytes)
+        estimate = estimate_run(trace_cfg, max_bytes, streamed, lora)
     except TraceError:
         return None  # the loader names the problem
     if estimate is None:

@@ -143,7 +143,7 @@ def load_from_config(
     Parquet file that nothing transforms may come read in batches (LoadedTrace.stream).
     """
     main = None
-    stream = stream and not cfg.merge and not _transforms(cfg)
+    stream = stream and reads_as_is(cfg)
     loads: list[tuple[LoadedTrace, float]] = []
     if path_override is not None:
         main = str(path_override)
@@ -175,9 +175,13 @@ def load_from_config(
     return trace
 
 
-def _transforms(cfg: TraceConfig) -> bool:
-    """Whether the trace section changes the rows it reads (`_transformed`'s steps)."""
-    return any(value is not None for value in (cfg.filter, cfg.window, cfg.whatif, cfg.rate_scale, cfg.sample))
+def reads_as_is(cfg: TraceConfig | None) -> bool:
+    """Whether the trace section replays one file's rows as they are: no merge, and none of
+    `_transformed`'s steps (what a trace read in batches needs)."""
+    if cfg is None:
+        return True
+    return not cfg.merge and cfg.synthetic is None and all(
+        value is None for value in (cfg.filter, cfg.window, cfg.whatif, cfg.rate_scale, cfg.sample))
 
 
 def _check_labels_present(frame, flt: FilterConfig, source: str) -> None:

@@ -29,6 +29,7 @@ from traces.tables import parquet_columns
 BATCH_ROWS = 1 << 20  # rows read at a time
 # The columns a batch is read with (request_id is numbered, as the whole path numbers it).
 READ = tuple(name for name in TRACE_SCHEMA if name != "request_id")
+MARKERS = ("arrival_us", "prompt_tokens", "output_tokens")  # (traces/canonical.py's)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -68,6 +69,23 @@ class TraceBatches:
         """The first and last arrivals as a two-row frame (what span and tick checks read)."""
         return pl.DataFrame({"arrival_us": [self.first_arrival_us, self.last_arrival_us]},
                             schema={"arrival_us": pl.Int64})
+
+
+def readable_in_batches(path, lora: bool = False) -> bool:
+    """Whether `open_batches` would take this file (a canonical Parquet trace with no prefix
+    hashes, observed columns or think times; with `lora`, naming no adapter either), from its
+    footer and a pass over those two columns: what --max-memory's estimate asks before the load."""
+    try:
+        names = pl.read_parquet_schema(path)
+        if not set(MARKERS) <= set(names) or set(names) & set(EXTRA_COLUMNS):
+            return False
+        nullable = [name for name in ("prefix_hashes", "adapter") if name in names and (name != "adapter" or lora)]
+        if not nullable:
+            return True
+        counts = pl.scan_parquet(path).select(pl.len(), *(pl.col(n).null_count() for n in nullable)).collect().row(0)
+    except (pl.exceptions.PolarsError, OSError):
+        return False
+    return all(count == counts[0] for count in counts[1:])
 
 
 def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS) -> TraceBatches | None:

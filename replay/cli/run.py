@@ -80,6 +80,7 @@ def prepare_run(args: argparse.Namespace, stream: bool = False) -> RunInputs:
     `stream`: the trace may come read in batches (LoadedTrace.stream), for `replay_trace`."""
     from replay.cli.trace_options import effective_trace, trace_limits
     from replay.fleet.cluster import plan_pools
+    from replay.fleet.streamed import replays_in_batches
     from replay.fleet.ticks import check_tick_count
     from replay.config import load_config
     from replay.memory import check_fits
@@ -105,10 +106,11 @@ def prepare_run(args: argparse.Namespace, stream: bool = False) -> RunInputs:
 
         observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
     limits = trace_limits(args)
-    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes)  # rows, before the load
     # a canonical Parquet trace is read in batches as the replay goes (traces/stream.py), where
-    # nothing before the replay needs its rows
-    stream = stream and observed is None and not (cfg.trace is not None and cfg.trace.closed_loop)
+    # nothing before the replay needs its rows (replay/fleet/streamed.py)
+    stream = stream and observed is None and replays_in_batches(cfg, plans, args.engine, getattr(args, "jobs", None))
+    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes,  # before the load
+               streamed=stream, lora=any(p.terms.lora_slots for p in plans))
     trace = load_from_config(trace_cfg, strict=args.strict, limits=limits, stream=stream)
     check_tick_count(trace.frame if trace.stream is None else trace.stream.ends(), cfg)  # before the engine compiles
     if cfg.trace is not None and cfg.trace.closed_loop:

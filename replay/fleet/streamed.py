@@ -32,17 +32,24 @@ READ = ("arrival_us", "prompt_tokens", "output_tokens", "workload", "tenant", "p
 ROW_COLUMNS = ("request_id", "workload", "arrival_us", "prompt_tokens", "output_tokens")
 
 
-def streams(trace, cfg: FleetConfig, plans: list, engine: str, jobs: int, on_tick) -> bool:
-    """Whether this replay can read `trace` batch by batch: the numba engine handing its rows over
-    as they leave (no live view, no vLLM V0 decode windows, which read the whole run's columns),
-    an open loop, a built-in split, no LoRA adapter named, and pools not for worker processes."""
+def streams(trace, cfg: FleetConfig, plans: list, engine: str, jobs: int | None, on_tick=None) -> bool:
+    """Whether this replay reads `trace` batch by batch: one that `replays_in_batches` and a trace
+    read so (LoadedTrace.stream) that names no LoRA adapter where a pool serves them."""
+    return (trace.stream is not None and replays_in_batches(cfg, plans, engine, jobs, on_tick)
+            and not (trace.stream.adapters and any(p.terms.lora_slots for p in plans)))
+
+
+def replays_in_batches(cfg: FleetConfig, plans: list, engine: str, jobs: int | None, on_tick=None) -> bool:
+    """Whether a replay of this fleet can read its trace batch by batch: the numba engine handing
+    its rows over as they leave it (no live view, no vLLM V0 decode windows, which read the whole
+    run's columns), an open loop, a built-in split, and pools not for worker processes (`jobs`
+    None: as many as the machine gives, which may be more than one)."""
     from replay.fleet.request_rows import windowed
 
-    return (trace.stream is not None and engine in ("numba", "numba-eager") and on_tick is None
+    return (engine in ("numba", "numba-eager") and on_tick is None
             and not (cfg.trace is not None and cfg.trace.closed_loop) and not windowed(plans)
             and cfg.split.policy in ("prefill-decode", "by-prompt-length", "by-workload")
-            and not (trace.stream.adapters and any(p.terms.lora_slots for p in plans))
-            and not (len(plans) > 1 and jobs > 1))
+            and not (len(plans) > 1 and (jobs is None or jobs > 1)))
 
 
 class StreamedRequests:
