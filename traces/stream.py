@@ -17,6 +17,8 @@ and a session's think times, and files that are not canonical.
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Iterator, Sequence
 
 import polars as pl
@@ -76,6 +78,11 @@ def readable_in_batches(path, lora: bool = False) -> bool:
     hashes, observed columns or think times; with `lora`, naming no adapter either), from its
     footer and a pass over those two columns: what --max-memory's estimate asks before the load."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # a FIFO or a device is never opened here (the loader refuses it by its kind)
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"PAR1":
+                return False
         names = pl.read_parquet_schema(path)
         if not set(MARKERS) <= set(names) or set(names) & set(EXTRA_COLUMNS):
             return False
