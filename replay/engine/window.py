@@ -37,7 +37,9 @@ from replay.engine.common import FINISHED, NO_EVENT, PENDING, REJECTED, EngineIn
 from replay.engine.state import Pools, Replicas, Requests
 
 # Fields of a request that come from the trace: the EngineInputs attribute holding every
-# request's value (None there: the value below for every request).
+# request's value (None there: the value below for every request). A trace read in batches gives
+# them by id range instead (`EngineInputs.requests.read(lo, hi)`, replay/fleet/streamed.py), so
+# that no column of the whole trace is held.
 TRACE_FIELDS = {
     "arrival": ("arrival_us", None), "prompt": ("prompt_tokens", None), "output": ("output_tokens", None),
     "priority": ("priority", None), "tenant": ("tenant", 0), "pool": ("pool", None),
