@@ -39,8 +39,9 @@ BYTES_PER_REQUEST = 300
 # trace frame and no engine input column: the window and the batches it reads are bounded, and
 # what grows with the requests is what the summary reads back of their spilled rows (the figures'
 # narrow columns, the tick windows' first tokens and ends) and a byte of pool each where there are
-# several. The same day in batches peaked at 1.96 GB (~63 B a request over the baseline); rounded
-# up as above.
+# several. Measured in batches: its first 4 h (3.10M) at 0.84 GB, the day (24.13M) at 1.96 GB, and
+# m-mid's day (115.4M) at 8.0 GB, the summary's tick windows holding the peak (~65 B a request over
+# the baseline; the replay itself peaked at 1.6 GB); rounded up as above.
 STREAMED_BASELINE_BYTES = BASELINE_BYTES
 STREAMED_BYTES_PER_REQUEST = 120
 _CHUNK = 16 << 20
