@@ -6,6 +6,7 @@ with its peak RSS; optionally the step-by-step engine (`numba-eager`) on the sam
     python bench/bench_day.py --hours 1 --eager    # its first hour, both engines, the ratio
     python bench/bench_day.py --hours 2 --repeats 3
     python bench/bench_day.py --mix m-mid           # ServeGen m-mid: ~155 M requests
+    python bench/bench_day.py --hours 4 --whole     # also the trace read whole, not in batches
 
 The trace is synthesized once per (mix, hours, start day), an hour at a time, with `llm-replay synth`'s ServeGen reader (all
 162 clients' fitted 10-minute windows; lengths from the bundled Azure conversation trace, since
@@ -13,6 +14,10 @@ ServeGen's language folders hold none) and kept in /tmp/llm-replay-bench. The fl
 llama-3.1-8b on H100s under Knative's KPA (concurrency 32 a replica, 4 to 160 replicas). Each run
 is a child process; its peak RSS is the kernel's for that child alone (os.wait4). Kernels come from
 numba's cache (a warm-up run on a small trace first). Machines are shared: quote medians.
+
+The trace is canonical Parquet, so `llm-replay run` reads it in batches as the replay goes
+(traces/stream.py); `--whole` also replays it the way every other trace is, its frame read whole
+first (the same run files), for the memory and time that streaming saves.
 """
 
 from __future__ import annotations
@@ -110,17 +115,26 @@ def child(argv: list[str]) -> tuple[float, float]:
 
 def run_once(engine: str, trace: Path, config: Path, out: Path) -> tuple[float, float]:
     """`llm-replay run` as a user types it (the numba engine), or the same command line on the
-    internal step-by-step engine (which the CLI does not offer)."""
-    argv = ["run", str(trace), "-c", str(config), "--quiet", "--force", "--out", str(out), "--max-memory", "20GiB"]
+    internal step-by-step engine (which the CLI does not offer), or (`numba-whole`) with the
+    trace read whole, not in batches."""
+    # (m-mid's day is more rows than the loader's default bound of 30 M)
+    argv = ["run", str(trace), "-c", str(config), "--quiet", "--force", "--out", str(out), "--max-memory", "20GiB",
+            "--max-rows", str(1 << 30)]
     if engine == "numba":
         return child([str(Path(sys.executable).with_name("llm-replay")), *argv])
     return child([sys.executable, __file__, "--child-engine", engine, *argv])
 
 
 def as_engine(engine: str, argv: list[str]) -> int:
-    """The CLI's own run command with `engine` in place of --engine's choice."""
+    """The CLI's own run command with `engine` in place of --engine's choice (`numba-whole`: the
+    numba engine on the trace's frame read whole)."""
     from replay.cli.app import COMMANDS, build_parser
 
+    if engine == "numba-whole":
+        import replay.fleet.streamed
+
+        replay.fleet.streamed.replays_in_batches = lambda *_a, **_k: False
+        engine = "numba"
     args = build_parser().parse_args(argv)
     args.engine = engine
     return COMMANDS[args.command].run(args)
@@ -135,6 +149,7 @@ def main() -> int:
     ap.add_argument("--start-day", type=int, default=0, help="which of the data's 14 days")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--eager", action="store_true", help="also the step-by-step engine, for the ratio")
+    ap.add_argument("--whole", action="store_true", help="also the trace read whole, not in batches")
     ap.add_argument("--child-engine", default=None, help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
     if args.child_engine:
@@ -143,7 +158,7 @@ def main() -> int:
     import polars as pl
 
     rows = pl.scan_parquet(trace).select(pl.len()).collect().item()
-    engines = ("numba", "numba-eager") if args.eager else ("numba",)
+    engines = ("numba",) + ("numba-eager",) * args.eager + ("numba-whole",) * args.whole
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp, "fleet.yaml")
         config.write_text(FLEET_YAML)
@@ -161,6 +176,9 @@ def main() -> int:
               f"peak RSS {peak:,.0f} MB, {rows / wall / 1e3:,.0f} k requests/s")
     if args.eager:
         print(f"  ratio eager / numba: {results['numba-eager'][0] / results['numba'][0]:.2f}x")
+    if args.whole:
+        (wall, peak), (whole_wall, whole_peak) = results["numba"], results["numba-whole"]
+        print(f"  read whole / in batches: {whole_wall / wall:.2f}x the time, {whole_peak / peak:.2f}x the peak RSS")
     return 0
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
+from traces.config import reads_as_is
+from traces.stream import readable_in_batches
 from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
@@ -33,6 +35,15 @@ from traces.limits import DEFAULT_LIMITS, human_bytes
 # + 750 B; the day peaked at 9.26 GB.)
 BASELINE_BYTES = 512 << 20
 BYTES_PER_REQUEST = 300
+# A canonical Parquet trace read in batches (traces/stream.py; replay/fleet/streamed.py) leaves no
+# trace frame and no engine input column: the window and the batches it reads are bounded, and
+# what grows with the requests is what the summary reads back of their spilled rows (the figures'
+# narrow columns, the tick windows' first tokens and ends) and a byte of pool each where there are
+# several. Measured in batches: its first 4 h (3.10M) at 0.84 GB, the day (24.13M) at 1.96 GB, and
+# m-mid's day (115.4M) at 8.0 GB, the summary's tick windows holding the peak (~65 B a request over
+# the baseline; the replay itself peaked at 1.6 GB); rounded up as above.
+STREAMED_BASELINE_BYTES = BASELINE_BYTES
+STREAMED_BYTES_PER_REQUEST = 120
 _CHUNK = 16 << 20
 
 
@@ -42,10 +53,18 @@ class Estimate:
     peak_bytes: int
 
 
-def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed: bool = False,
+                 lora: bool = False) -> Estimate | None:
     """The run's peak RSS for the trace section `trace_cfg` (paths already resolved, as
     `effective_trace` gives them); None where the rows cannot be known before the trace is made
-    (a synthetic trace, or a what-if that adds a synthetic tenant)."""
+    (a synthetic trace, or a what-if that adds a synthetic tenant). `streamed`: the replay reads a
+    trace that `traces.stream.readable_in_batches` (`lora`: on a pool serving LoRA adapters) in
+    batches, as replay/fleet/streamed.py says it can; it then holds no frame of the trace."""
+    if streamed and reads_as_is(trace_cfg):
+        path = trace_cfg.path if trace_cfg is not None and trace_cfg.path else DEFAULT_TRACE
+        if path not in BUNDLED and readable_in_batches(Path(path).expanduser(), lora):
+            rows = count_rows(path, max_bytes)
+            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows)
     if trace_cfg is None:
         paths = [DEFAULT_TRACE]
     elif trace_cfg.synthetic is not None or (trace_cfg.whatif is not None and trace_cfg.whatif.add_tenant):
@@ -144,12 +163,13 @@ def _cgroup_limits() -> list[int]:
     return found
 
 
-def check_fits(trace_cfg, max_memory: int | None, source: str,
-               max_bytes: int = DEFAULT_LIMITS.max_bytes) -> Estimate | None:
+def check_fits(trace_cfg, max_memory: int | None, source: str, max_bytes: int = DEFAULT_LIMITS.max_bytes,
+               streamed: bool = False, lora: bool = False) -> Estimate | None:
     """Refuse, before the trace is read, a run whose estimated peak exceeds `max_memory` (None:
-    what the machine has). The estimate, or None where there is none."""
+    what the machine has). The estimate, or None where there is none. `streamed`, `lora`: as
+    `estimate_run` takes them."""
     try:
-        estimate = estimate_run(trace_cfg, max_bytes)
+        estimate = estimate_run(trace_cfg, max_bytes, streamed, lora)
     except TraceError:
         return None  # the loader names the problem
     if estimate is None:

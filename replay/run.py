@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from replay.fleet.cluster import PoolPlan, simulate
+from replay.fleet.cluster import PoolPlan, plan_pools, simulate
+from replay.fleet.streamed import simulate_streamed, streams
 from replay.config import FleetConfig
 from replay.memory import return_freed_memory
 from replay.fleet.metrics import event_frame, figure_rows, summarize, tick_frame
@@ -105,11 +106,11 @@ def replay_trace(
     when they were). `spill_dir`: the run directory to be, beside which a large run's request
     rows are spilled as they are made (replay/outputs/rows.py; default: the system's temp folder)."""
     started = time.perf_counter()
-    frame = trace.frame
     rows = RequestRows(spill_dir)
-    raw = simulate(frame, trace.prefix_block_tokens, cfg, engine=engine, detailed_events=detailed_events,
-                   progress=progress, plans=plans, config_source=config_source, on_tick=on_tick, jobs=jobs,
-                   rows=rows)
+    run = dict(engine=engine, detailed_events=detailed_events, progress=progress, config_source=config_source,
+               jobs=jobs, rows=rows)
+    trace, raw = _simulate(trace, cfg, plans, on_tick, run)
+    frame = trace.frame
     return_freed_memory()  # the engine's state, freed: not under the output frames' peak
     if raw.requests is not None:  # the engine kept its columns: rows made from them, a chunk at a time
         request_rows(frame, raw, cfg, rows)
@@ -130,7 +131,7 @@ def replay_trace(
         "config_sha256": cfg.sha256(),
         "trace_sha256": trace.sha256,
         "trace": str(trace.source),
-        "trace_rows": frame.height,
+        "trace_rows": trace.rows,
         "trace_dropped": dict(trace.dropped),
         "trace_reordered": trace.reordered,
         "version": tool_version(),
@@ -164,6 +165,18 @@ def replay_trace(
     # Wall time goes to timing.json, not summary.json: every other file of a rerun is byte-identical.
     return RunOutputs(rows, ticks, events, summary, cfg.to_dict(), {"replay_s": time.perf_counter() - started},
                       execution=execution(raw, jobs))
+
+
+def _simulate(trace: LoadedTrace, cfg: FleetConfig, plans: list[PoolPlan] | None, on_tick, run: dict):
+    """(the trace as replayed, the raw run): a trace read in batches is replayed so where the
+    replay can take it (replay/fleet/streamed.py `streams`), else read whole first."""
+    if trace.stream is not None:
+        plans = plans if plans is not None else plan_pools(cfg, run["config_source"])
+        if not streams(trace, cfg, plans, run["engine"], run["jobs"], on_tick):
+            trace = trace.whole()
+    if trace.stream is not None:
+        return trace, simulate_streamed(trace.stream, trace.prefix_block_tokens, cfg, plans, **run)
+    return trace, simulate(trace.frame, trace.prefix_block_tokens, cfg, plans=plans, on_tick=on_tick, **run)
 
 
 def request_rows(frame, raw, cfg: FleetConfig, rows: RequestRows) -> None:

@@ -132,15 +132,18 @@ def load_from_config(
     strict: bool = False,
     base_dir: str | pathlib.Path | None = None,
     limits: TraceLimits = DEFAULT_LIMITS,
+    stream: bool = False,
 ) -> LoadedTrace:
     """Load the trace `cfg` describes, merged and transformed in the order of this module's doc.
 
     Paths in `cfg` are relative to `base_dir` (the config file's folder); `path_override` (a CLI
     argument) replaces `cfg.path` as given, relative to the working directory; `format_override`
     replaces `cfg.format`. `dropped` adds `filtered`, `outside_window` and `sampled_out` counts.
-    `limits` bound every file read and the span of the final trace.
+    `limits` bound every file read and the span of the final trace. `stream`: one canonical
+    Parquet file that nothing transforms may come read in batches (LoadedTrace.stream).
     """
     main = None
+    stream = stream and reads_as_is(cfg)
     loads: list[tuple[LoadedTrace, float]] = []
     if path_override is not None:
         main = str(path_override)
@@ -156,7 +159,7 @@ def load_from_config(
         loads.append((load_trace(
             main, format=format_override or cfg.format, column_map=cfg.column_map,
             time_unit=cfg.time_unit, workload=cfg.workload,
-            prefix_block_tokens=cfg.prefix_block_tokens, strict=strict, limits=limits,
+            prefix_block_tokens=cfg.prefix_block_tokens, strict=strict, limits=limits, stream=stream,
         ), 0.0))  # fmt: skip
     for extra in cfg.merge:
         loaded = load_trace(
@@ -166,9 +169,19 @@ def load_from_config(
         )  # fmt: skip
         loads.append((_transformed(loaded, extra), extra.offset_s))
     trace = loads[0][0] if len(loads) == 1 else _merged(loads)
-    trace = _transformed(trace, cfg, base_dir)
+    if trace.stream is None:  # (a trace read in batches has nothing to transform)
+        trace = _transformed(trace, cfg, base_dir)
     _check_final_span(trace, limits.max_span_s)
     return trace
+
+
+def reads_as_is(cfg: TraceConfig | None) -> bool:
+    """Whether the trace section replays one file's rows as they are: no merge, and none of
+    `_transformed`'s steps (what a trace read in batches needs)."""
+    if cfg is None:
+        return True
+    return not cfg.merge and cfg.synthetic is None and all(
+        value is None for value in (cfg.filter, cfg.window, cfg.whatif, cfg.rate_scale, cfg.sample))
 
 
 def _check_labels_present(frame, flt: FilterConfig, source: str) -> None:
@@ -187,7 +200,7 @@ def _check_labels_present(frame, flt: FilterConfig, source: str) -> None:
 
 def _check_final_span(trace: LoadedTrace, max_span_s: float) -> None:
     """Each file's span was checked as it was read; offsets and rate scaling can still stretch it."""
-    arrival = trace.frame["arrival_us"]
+    arrival = trace.frame["arrival_us"] if trace.stream is None else trace.stream.ends()["arrival_us"]
     span_s = (int(arrival[-1]) - int(arrival[0])) / 1e6
     if span_s > max_span_s:
         raise TraceError(

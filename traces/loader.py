@@ -10,12 +10,14 @@ import polars as pl
 
 from common.errors import TraceError
 from traces import adapters, logs
-from traces.canonical import canonical, is_canonical
+from traces.canonical import BLOCK_KEY, canonical, is_canonical
 from traces.genai_perf import genai_perf
 from traces.adapters import Options, Parsed
 from traces.generic import check_column_map, check_time_unit, generic
 from traces.limits import DEFAULT_LIMITS, TraceLimits
+from traces.schema import cast_to_schema
 from traces.source import FORMATS, GENERIC_FORMATS, Source, detect, open_source
+from traces.stream import TraceBatches, open_batches
 
 ADAPTERS: dict[str, Callable[[Source, Options], Parsed]] = {
     "aiperf": logs.aiperf,
@@ -48,6 +50,38 @@ class LoadedTrace:
     dropped: dict[str, int]  # reason -> rows removed, e.g. {"zero_output_tokens": 12}
     reordered: int  # rows that arrived before an earlier row of the file and were sorted
     notes: tuple[str, ...] = ()  # warnings: what looks wrong but may be meant (a time unit, shared hashes)
+    # Read in batches as the replay goes (traces/stream.py): `frame` then holds no rows, only
+    # the schema's columns; `whole()` reads them for whatever needs every row at once.
+    stream: TraceBatches | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.frame.height if self.stream is None else self.stream.rows
+
+    def whole(self) -> LoadedTrace:
+        """This trace with every row in `frame`."""
+        if self.stream is None:
+            return self
+        return dataclasses.replace(self, frame=self.stream.frame(), stream=None)
+
+
+_NO_ROWS = pl.DataFrame(schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int32, "output_tokens": pl.Int32})
+
+
+def _streamed(src: Source, batches: TraceBatches, prefix_block_tokens: int | None) -> LoadedTrace:
+    """A canonical file to be read in batches: a frame of its columns and no rows."""
+    block = prefix_block_tokens if prefix_block_tokens is not None else _block_tokens(src)
+    return LoadedTrace(frame=cast_to_schema(_NO_ROWS, src.display), source=src.display, format="parquet",
+                       prefix_block_tokens=block, sha256=src.sha256, dropped={}, reordered=0, stream=batches)
+
+
+def _block_tokens(src: Source) -> int | None:
+    """The file's prefix-block size (metadata), as canonical() reads it."""
+    text = pl.read_parquet_metadata(src.parquet_source()).get(BLOCK_KEY)
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        raise TraceError(f"{src.display}: metadata {BLOCK_KEY}={text!r} (expected an integer)") from None
 
 
 def check_format(name: object, where: str = "trace") -> str:
@@ -66,6 +100,7 @@ def load_trace(
     prefix_block_tokens: int | None = None,
     strict: bool = False,
     limits: TraceLimits = DEFAULT_LIMITS,
+    stream: bool = False,
 ) -> LoadedTrace:
     """Load one trace file in the canonical schema.
 
@@ -74,6 +109,8 @@ def load_trace(
     `workload` replaces every row's label; `prefix_block_tokens` overrides the hash block size.
     Unsorted arrivals are sorted and counted in `reordered`, or raise with `strict=True`.
     `limits` bound the file's decompressed size, its lines and the span of its arrivals.
+    `stream`: a canonical Parquet file that can be read in batches (traces/stream.py) as the
+    replay goes, not whole (LoadedTrace.stream).
     """
     display = str(path)
     if format is not None:
@@ -92,6 +129,9 @@ def load_trace(
     fmt = format or detect(src, column_map)
     if fmt == "parquet" and not column_map and time_unit is None and is_canonical(src):
         # a trace already in the schema (llm-replay synth's output): no column map to ask for
+        batches = open_batches(src, workload) if stream else None
+        if batches is not None:
+            return _streamed(src, batches, prefix_block_tokens)
         parsed = canonical(src, Options(workload=workload, prefix_block_tokens=prefix_block_tokens))
         return LoadedTrace(frame=parsed.frame, source=display, format="parquet",
                            prefix_block_tokens=parsed.prefix_block_tokens, sha256=src.sha256, dropped={}, reordered=0)

@@ -34,16 +34,19 @@ SESSION_COLUMNS: dict[str, pl.DataType] = {"think_time_us": pl.Int64}
 EXTRA_COLUMNS: dict[str, pl.DataType] = {**OBSERVED_COLUMNS, **SESSION_COLUMNS}
 
 
-def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
+def cast_to_schema(frame: pl.DataFrame, source: str = "trace", first_id: int = 0,
+                   after_us: int | None = None) -> pl.DataFrame:
     """`frame` cast to TRACE_SCHEMA (columns in order, defaults filled), or a TraceError naming
     the column and row that break it: nulls, tokens < 1, negative or unsorted arrivals, ids not 0..n-1.
     Missing optional columns get their defaults; a missing `request_id` is numbered 0..n-1.
+    A batch of a larger trace (traces/stream.py) is rows `first_id`.. of it, numbered and named
+    so, and its first arrival may not precede `after_us` (the last of the batch before).
     """
     for name in ("arrival_us", "prompt_tokens", "output_tokens"):
         if name not in frame.columns:
             raise TraceError(f"{source}: missing column {name!r} (expected {', '.join(TRACE_SCHEMA)})")
     if "request_id" not in frame.columns:
-        frame = frame.with_columns(pl.int_range(frame.height, dtype=pl.Int64).alias("request_id"))
+        frame = frame.with_columns(pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64).alias("request_id"))
     columns = []
     for name, dtype in TRACE_SCHEMA.items():
         if name in frame.columns:
@@ -62,15 +65,15 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
         if name in frame.columns:
             columns.append(frame[name].cast(dtype, strict=False).rename(name))
     out = pl.DataFrame(columns)
-    _validate(out, source)
+    _validate(out, source, first_id, after_us)
     return out
 
 
-def _validate(frame: pl.DataFrame, source: str) -> None:
+def _validate(frame: pl.DataFrame, source: str, first_id: int = 0, after_us: int | None = None) -> None:
     def fail(mask: pl.Series, what: str) -> None:
         if mask.any():
             row = int(mask.arg_true()[0])
-            raise TraceError(f"{source}: row {row} (request_id {frame['request_id'][row]}): {what}")
+            raise TraceError(f"{source}: row {first_id + row} (request_id {frame['request_id'][row]}): {what}")
 
     for name in TRACE_SCHEMA:
         if name not in NULLABLE:
@@ -81,8 +84,8 @@ def _validate(frame: pl.DataFrame, source: str) -> None:
     if "think_time_us" in frame.columns:
         fail(frame["think_time_us"] < 0, "think_time_us is negative (expected >= 0 microseconds, or null)")
     arrival = frame["arrival_us"]
-    fail(arrival < arrival.shift(1), "arrival_us is earlier than the previous row's (expected sorted)")
-    expected = pl.int_range(frame.height, dtype=pl.Int64, eager=True)
+    fail(arrival < arrival.shift(1, fill_value=after_us), "arrival_us is earlier than the previous row's (expected sorted)")
+    expected = pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64, eager=True)
     fail(frame["request_id"] != expected, "request_id out of sequence (expected 0..n-1 in order)")
 
 

@@ -74,11 +74,13 @@ class RunInputs:
     observed: Any = None  # (ObservedConfig, traces.observed.Observed) with --observed
 
 
-def prepare_run(args: argparse.Namespace) -> RunInputs:
+def prepare_run(args: argparse.Namespace, stream: bool = False) -> RunInputs:
     """The config, the fleet (one that cannot start fails before the trace is read), --out, then
-    the trace: every user mistake is a UserError before anything is replayed or written."""
+    the trace: every user mistake is a UserError before anything is replayed or written.
+    `stream`: the trace may come read in batches (LoadedTrace.stream), for `replay_trace`."""
     from replay.cli.trace_options import effective_trace, trace_limits
     from replay.fleet.cluster import plan_pools
+    from replay.fleet.streamed import replays_in_batches
     from replay.fleet.ticks import check_tick_count
     from replay.config import load_config
     from replay.memory import check_fits
@@ -104,9 +106,13 @@ def prepare_run(args: argparse.Namespace) -> RunInputs:
 
         observed = read_observed_files(observed_files, cfg.observed, source, [p.name for p in cfg.pools])
     limits = trace_limits(args)
-    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes)  # rows, before the load
-    trace = load_from_config(trace_cfg, strict=args.strict, limits=limits)
-    check_tick_count(trace.frame, cfg)  # before the engine compiles, not after
+    # a canonical Parquet trace is read in batches as the replay goes (traces/stream.py), where
+    # nothing before the replay needs its rows (replay/fleet/streamed.py)
+    stream = stream and observed is None and replays_in_batches(cfg, plans, args.engine, getattr(args, "jobs", None))
+    check_fits(trace_cfg, getattr(args, "max_memory", None), source, limits.max_bytes,  # before the load
+               streamed=stream, lora=any(p.terms.lora_slots for p in plans))
+    trace = load_from_config(trace_cfg, strict=args.strict, limits=limits, stream=stream)
+    check_tick_count(trace.frame if trace.stream is None else trace.stream.ends(), cfg)  # before the engine compiles
     if cfg.trace is not None and cfg.trace.closed_loop:
         from replay.fleet.sessions import with_session_notes
 
@@ -142,7 +148,7 @@ def _replay(args: argparse.Namespace) -> int:
     from replay.run import replay_trace, run_variant
 
     began = time.perf_counter()
-    checked = prepare_run(args)
+    checked = prepare_run(args, stream=True)
     cfg, out, trace = checked.cfg, checked.out, checked.trace
     timing = {"load_trace_s": time.perf_counter() - began}
     console = Console(stderr=True)

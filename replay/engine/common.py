@@ -157,6 +157,10 @@ class EngineInputs:
     next_turn: np.ndarray | None = None
     turn_gap_us: np.ndarray | None = None
     hash_tokens: np.ndarray | None = None
+    # A trace read in batches (replay/fleet/streamed.py StreamedRequests): the requests' fields come
+    # from its `read(lo, hi)` as the numba engine's window loads them, and the per-request arrays
+    # above hold none; `total` is the number of requests.
+    requests: Any = None
 
     @property
     def closed_loop(self) -> bool:
@@ -183,7 +187,7 @@ class EngineInputs:
 
     @property
     def num_requests(self) -> int:
-        return int(self.arrival_us.shape[0])
+        return int(self.arrival_us.shape[0]) if self.requests is None else int(self.requests.total)
 
     @property
     def tenants(self) -> np.ndarray:

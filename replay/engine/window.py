@@ -37,7 +37,9 @@ from replay.engine.common import FINISHED, NO_EVENT, PENDING, REJECTED, EngineIn
 from replay.engine.state import Pools, Replicas, Requests
 
 # Fields of a request that come from the trace: the EngineInputs attribute holding every
-# request's value (None there: the value below for every request).
+# request's value (None there: the value below for every request). A trace read in batches gives
+# them by id range instead (`EngineInputs.requests.read(lo, hi)`, replay/fleet/streamed.py), so
+# that no column of the whole trace is held.
 TRACE_FIELDS = {
     "arrival": ("arrival_us", None), "prompt": ("prompt_tokens", None), "output": ("output_tokens", None),
     "priority": ("priority", None), "tenant": ("tenant", 0), "pool": ("pool", None),
@@ -154,9 +156,13 @@ class Window:
         if end <= self.end:
             return 0
         lo, hi = self.loaded, end - self.base
-        g = slice(self.end, end)
-        for name, src in self._sources.items():
-            getattr(rq, name)[lo:hi] = src[g] if isinstance(src, np.ndarray) else src
+        if self.inputs.requests is not None:  # a trace read in batches (replay/fleet/streamed.py)
+            for name, values in self.inputs.requests.read(self.end, end).items():
+                getattr(rq, name)[lo:hi] = values
+        else:
+            g = slice(self.end, end)
+            for name, src in self._sources.items():
+                getattr(rq, name)[lo:hi] = src[g] if isinstance(src, np.ndarray) else src
         for name, (value, _) in PROGRESS_FIELDS.items():
             getattr(rq, name)[lo:hi] = value
         turns = rq.next_turn[lo:hi]  # global ids in the trace, slots here

@@ -112,3 +112,21 @@ def test_the_count_stops_at_the_trace_byte_bound(tmp_path):
     bomb.write_bytes(gzip.compress(b"0,1,1\n" * (4 << 20)))  # 24 MiB of lines once decompressed
     assert memory.count_rows(str(bomb), max_bytes=1 << 20) < 4 << 20  # one 16 MiB chunk read, not all 24
     assert memory.count_rows(str(bomb)) == 4 << 20
+
+
+def test_a_trace_read_in_batches_is_estimated_by_what_a_streamed_replay_holds(tmp_path):
+    from traces.canonical import write_canonical
+
+    canonical = load_trace("azure-conv-2023").frame.head(30)
+    write_canonical(canonical, tmp_path / "plain.parquet", None)
+    hashed = load_trace("mooncake-synthetic")
+    write_canonical(hashed.frame.head(30), tmp_path / "hashed.parquet", hashed.prefix_block_tokens)
+    plain = TraceConfig(path=str(tmp_path / "plain.parquet"))
+    streamed = memory.STREAMED_BASELINE_BYTES + 30 * memory.STREAMED_BYTES_PER_REQUEST
+    assert memory.estimate_run(plain, streamed=True) == memory.Estimate(30, streamed)
+    whole = memory.BASELINE_BYTES + 30 * memory.BYTES_PER_REQUEST
+    assert memory.estimate_run(plain) == memory.Estimate(30, whole)  # a replay that reads it whole
+    # what is read whole however it is replayed: prefix hashes, a sample of the rows
+    assert memory.estimate_run(TraceConfig(path=str(tmp_path / "hashed.parquet")), streamed=True).peak_bytes == whole
+    sampled = TraceConfig(path=plain.path, sample=SampleConfig(n=30))
+    assert memory.estimate_run(sampled, streamed=True).peak_bytes == whole

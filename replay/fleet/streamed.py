@@ -1,0 +1,242 @@
+"""A replay fed by a trace read in batches (traces/stream.py): the numba engine's request window
+(engine/window.py) loads its slots from `StreamedRequests`, which reads the trace's next batch
+when the window asks past what it holds, and the rows leaving the window (in id order) take their
+trace columns from the same batches, which are dropped once both are past them. So the trace is
+never whole in memory: what is held is the batches between the oldest request still in the window
+and the newest loaded, plus one byte a request of its pool (the events name requests by id).
+
+Every figure is as the whole frame's path computes it (replay/fleet/cluster.py `build_inputs`):
+tenant ids are dense ranks over the whole trace's tenants (known from the loader's pass), the
+engine arrivals' running maximum carries across batches, and the control plane counts each tick's
+arrivals from the batches read (`StreamedControl`; the window always holds every request that
+arrived by the tick). `streams` says which replays can take this path; the rest read the whole
+frame (LoadedTrace.whole) as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+import polars as pl
+
+from replay.config import FleetConfig
+from replay.engine.common import EngineInputs
+from replay.fleet.control import FleetControl
+from replay.model.serving import engine_arrivals
+from traces.stream import TraceBatches
+
+# What a batch is read with: the engine's fields, the split's and the rows' columns.
+READ = ("arrival_us", "prompt_tokens", "output_tokens", "workload", "tenant", "priority")
+ROW_COLUMNS = ("request_id", "workload", "arrival_us", "prompt_tokens", "output_tokens")
+
+
+def streams(trace, cfg: FleetConfig, plans: list, engine: str, jobs: int | None, on_tick=None) -> bool:
+    """Whether this replay reads `trace` batch by batch: one that `replays_in_batches` and a trace
+    read so (LoadedTrace.stream) that names no LoRA adapter where a pool serves them."""
+    return (trace.stream is not None and replays_in_batches(cfg, plans, engine, jobs, on_tick)
+            and not (trace.stream.adapters and any(p.terms.lora_slots for p in plans)))
+
+
+def replays_in_batches(cfg: FleetConfig, plans: list, engine: str, jobs: int | None, on_tick=None) -> bool:
+    """Whether a replay of this fleet can read its trace batch by batch: the numba engine handing
+    its rows over as they leave it (no live view, no vLLM V0 decode windows, which read the whole
+    run's columns), an open loop, a built-in split, and pools not for worker processes (`jobs`
+    None: as many as the machine gives, which may be more than one)."""
+    from replay.fleet.request_rows import windowed
+
+    return (engine in ("numba", "numba-eager") and on_tick is None
+            and not (cfg.trace is not None and cfg.trace.closed_loop) and not windowed(plans)
+            and cfg.split.policy in ("prefill-decode", "by-prompt-length", "by-workload")
+            and not (len(plans) > 1 and (jobs is None or jobs > 1)))
+
+
+class StreamedRequests:
+    """The trace fields of requests [lo, hi) for the window (`read`, in id order) and the trace
+    columns of the rows leaving it (`rows`, in id order), from batches read as they are needed."""
+
+    def __init__(self, batches: TraceBatches, cfg: FleetConfig, plans: list, source: str = "config"):
+        self.batches, self.cfg, self.plans, self.source = batches, cfg, plans, source
+        self.total = batches.rows
+        self.terms = [p.serving for p in plans]
+        self.tenants = pl.Series(batches.tenants, dtype=pl.String)
+        self.workload_pools = _workload_pools(batches, cfg, plans, source)
+        constant = len(plans) == 1 or cfg.split.policy == "prefill-decode"
+        # one byte a request (events name requests by id; metrics.event_frame reads their pools)
+        self.pool_index = np.broadcast_to(np.int8(self._pools(None)[0] if constant else 0), (self.total,)) \
+            if constant else np.zeros(self.total, np.int8 if len(plans) < 128 else np.int16)
+        self._constant = constant
+        self._it = None
+        self._carry = np.int64(np.iinfo(np.int64).min)
+        self._fields: deque[tuple[int, dict[str, np.ndarray]]] = deque()  # read, not all loaded yet
+        self._frames: deque[tuple[int, pl.DataFrame]] = deque()  # read, not all left yet
+        self.listeners: list = []  # called with (pools, arrivals, prompt, output) of each batch read
+        self.last_arrival_us = self._last_arrival()
+
+    def _pools(self, frame: pl.DataFrame | None) -> np.ndarray:
+        """The split's pool of each of the batch's requests (cluster.split_requests, per batch)."""
+        split = self.cfg.split
+        if split.policy == "prefill-decode":
+            _, decode = split.pd_pools([p.name for p in self.cfg.pools])
+            return np.full(1 if frame is None else frame.height, decode, np.int64)
+        if frame is None:
+            return np.zeros(1, np.int64)
+        if split.policy == "by-prompt-length":
+            thresholds = np.asarray(split.prompt_thresholds, np.int64)
+            return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
+        return frame["workload"].replace_strict(self.workload_pools, return_dtype=pl.Int64).to_numpy()
+
+    def _last_arrival(self) -> int:
+        """When the last request reaches its engine (a pass over three columns)."""
+        carry = np.iinfo(np.int64).min
+        for _, frame in self.batches.batches(("arrival_us", "prompt_tokens", "workload")):
+            out = engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(),
+                                  self._pools(frame), self.terms)
+            carry = max(carry, int(out[-1]))
+        return carry
+
+    def _next_batch(self) -> None:
+        if self._it is None:
+            self._it = self.batches.batches(READ)
+        lo, frame = next(self._it)
+        pools = self._pools(frame)
+        if not self._constant:
+            self.pool_index[lo:lo + frame.height] = pools
+        prompt = frame["prompt_tokens"].to_numpy().astype(np.int64)
+        output = frame["output_tokens"].to_numpy().astype(np.int64)
+        arrival = engine_arrivals(frame["arrival_us"].to_numpy(), prompt, pools, self.terms)
+        np.maximum(arrival, self._carry, out=arrival)
+        self._carry = arrival[-1]
+        n = frame.height
+        tenant = frame["tenant"].replace_strict(self.tenants, pl.Series(np.arange(len(self.tenants))),
+                                                return_dtype=pl.Int64).to_numpy()
+        self._fields.append((lo, {
+            "arrival": arrival, "prompt": prompt, "output": output, "pool": pools,
+            "priority": frame["priority"].to_numpy().astype(np.int64), "tenant": tenant,
+            "hash_off": np.zeros(n, np.int64), "hash_len": np.zeros(n, np.int64), "adapter": np.full(n, -1, np.int64),
+            "hash_tokens": prompt, "next_turn": np.full(n, -1, np.int64), "gap": np.full(n, -1, np.int64)}))
+        self._frames.append((lo, frame.select(ROW_COLUMNS)))
+        for listen in self.listeners:
+            listen(pools, arrival, prompt, output)
+
+    def read(self, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """The window's trace fields (engine/window.py TRACE_FIELDS) of requests [lo, hi)."""
+        while not self._fields or self._fields[-1][0] + len(self._fields[-1][1]["arrival"]) < hi:
+            self._next_batch()
+        parts = []
+        for start, fields in self._fields:
+            n = len(fields["arrival"])
+            if start + n > lo and start < hi:
+                parts.append({k: v[max(lo - start, 0):hi - start] for k, v in fields.items()})
+        while self._fields and self._fields[0][0] + len(self._fields[0][1]["arrival"]) <= hi:
+            self._fields.popleft()
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def slice(self, lo: int, n: int) -> pl.DataFrame:
+        """The trace columns of the rows of requests [lo, lo + n) (read, unless a replay that
+        ran out of time hands over rows it never loaded)."""
+        hi = lo + n
+        while not self._frames or self._frames[-1][0] + self._frames[-1][1].height < hi:
+            self._next_batch()
+        parts = [frame.slice(max(lo - start, 0), hi - max(lo, start))
+                 for start, frame in self._frames if start + frame.height > lo and start < hi]
+        while self._frames and self._frames[0][0] + self._frames[0][1].height <= hi:
+            self._frames.popleft()
+        return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
+def _workload_pools(batches: TraceBatches, cfg: FleetConfig, plans: list, source: str) -> dict[str, int]:
+    """A workload split's pool of each label; a label no pool takes fails as on the whole frame."""
+    from replay.fleet.cluster import assign_pools
+
+    if cfg.split.policy != "by-workload":
+        return {}
+    labels = pl.Series("workload", batches.workloads, dtype=pl.String)
+    return dict(zip(batches.workloads, assign_pools(labels, plans, source).tolist()))
+
+
+def streamed_inputs(inputs: EngineInputs, requests: StreamedRequests) -> EngineInputs:
+    """`inputs` (built for no request: every pool's columns) with the requests from `requests`."""
+    return dataclasses.replace(inputs, requests=requests, num_tenants=max(1, len(requests.tenants)), adapter=None)
+
+
+class StreamedControl(FleetControl):
+    """The control plane, counting each tick's arrivals per pool from the batches as they are
+    read (instead of from the whole trace's arrays): the same counts, since arrivals are sorted
+    and the window has read every request that arrived by the tick."""
+
+    def __init__(self, pools, num_replicas: int, tick_us: int, requests: StreamedRequests,
+                 sees_arrivals_of: dict[int, int] | None = None):
+        empty = np.zeros(0, np.int64)
+        super().__init__(pools, num_replicas, tick_us, empty, empty, empty, empty, sees_arrivals_of)
+        self._watch = {pc.index: (sees_arrivals_of or {}).get(pc.index, pc.index)
+                       for pc in pools if pc.decide is not None}  # only autoscalers read arrivals
+        self._queues: dict[int, deque] = {index: deque() for index in self._watch}
+        requests.listeners.append(self._feed)
+
+    def _feed(self, pools: np.ndarray, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
+        for index, seen in self._watch.items():
+            mine = pools == seen
+            self._queues[index].append((arrival, prompt, output) if mine.all()
+                                       else (arrival[mine], prompt[mine], output[mine]))
+
+    def _arrivals_since_last(self, pc, t: int) -> tuple[int, int, int]:
+        """(requests, their prompt tokens, their output tokens) that arrived in (last tick, t]."""
+        queue = self._queues[pc.index]
+        self._take(queue, self.last_t)  # (only the first tick's: arrivals at 0 are in no tick)
+        return self._take(queue, t)
+
+    @staticmethod
+    def _take(queue: deque, t: int) -> tuple[int, int, int]:
+        n = prompt = output = 0
+        while queue:
+            times, p, o = queue[0]
+            k = int(np.searchsorted(times, t, side="right"))
+            n, prompt, output = n + k, prompt + int(p[:k].sum(dtype=np.int64)), output + int(o[:k].sum(dtype=np.int64))
+            if k < len(times):
+                queue[0] = (times[k:], p[k:], o[k:])
+                break
+            queue.popleft()
+        return n, prompt, output
+
+
+def simulate_streamed(batches: TraceBatches, trace_block_tokens: int | None, cfg: FleetConfig, plans: list, *,
+                      engine: str = "numba", detailed_events: bool = False, progress=None,
+                      config_source: str = "config", jobs: int = 1, rows=None):
+    """cluster.simulate's serial replay, the trace read batch by batch (`streams` says when);
+    the request rows go to `rows` (RequestRows) as they leave the engine."""
+    from replay.engine.common import InvariantViolation
+    from replay.fleet import parallel
+    from replay.fleet.cluster import RawRun, build_inputs, make_control, make_engine, pd_inputs
+    from replay.fleet.request_rows import stream_rows
+    from replay.fleet.tickloop import TickLoop
+    from replay.fleet.ticks import check_tick_count
+    from traces.schema import cast_to_schema
+
+    check_tick_count(batches.ends(), cfg)
+    requests = StreamedRequests(batches, cfg, plans, config_source)
+    none = cast_to_schema(pl.DataFrame(schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int32,
+                                               "output_tokens": pl.Int32}), source="no requests")
+    inputs = build_inputs(none, trace_block_tokens, plans, np.zeros(0, np.int64), detailed_events, cfg.seed,
+                          cfg.slo.ttft_ms, pd_inputs(cfg, plans), config_source)
+    inputs = streamed_inputs(inputs, requests)
+    why = parallel.serial_reason(cfg, plans, inputs, engine, jobs, None)
+    eng = make_engine(engine, inputs)
+    tick_us = max(1, round(cfg.tick_s * 1e6))
+    sees = {inputs.pd_prefill_pool: inputs.pd_decode_pool} if inputs.pd_prefill_pool >= 0 else None
+    control = StreamedControl(make_control(plans, inputs, cfg, tick_us).pools, len(inputs.replica_pool), tick_us,
+                              requests, sees)
+    control.start(eng)
+    stream = stream_rows(eng, rows, requests, plans, requests.pool_index, inputs, cfg)
+    if stream is None:
+        raise InvariantViolation("a streamed replay hands its rows over as they leave the engine")
+    last = requests.last_arrival_us
+    loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last, last + round(cfg.max_drain_s * 1e6),
+                    progress=progress)
+    loop.run()
+    stream.flush(eng)
+    return RawRun(plans, requests.pool_index, loop.tick_arrays(), loop.engine_events(), control.events,
+                  inputs.pool_replicas, None, loop.t, tick_us, serial_reason=why)

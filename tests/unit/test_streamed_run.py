@@ -1,0 +1,128 @@
+"""A canonical Parquet trace replayed as it is read in batches (traces/stream.py,
+replay/fleet/streamed.py) against the same trace read whole: every file of the run directory has
+the same content digest (tests/golden.py's), with batches of a few rows and a window of a few
+slots, on fleets that exercise what crosses batches: tenant ranks, a workload split over two
+autoscaled pools, a prompt-length split, the engine arrivals' running maximum and the autoscaler's
+arrival counts. And the checks the loader makes of each batch name the rows the whole frame's
+checks name."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+import replay.fleet.cluster as cluster
+from common.errors import TraceError
+from replay.config import build_config
+from replay.engine.numba_engine import NumbaEngine
+from replay.outputs.write import write_run
+from replay.run import replay_trace
+from tests.golden import file_digest
+from traces import load_trace
+from traces.canonical import write_canonical
+
+TWO_POOLS = """
+model: llama-3.1-8b
+split: {policy: by-workload}
+pools:
+  - name: chat
+    workloads: [conv]
+    replicas: 0
+    autoscaler: {policy: kpa, min_replicas: 0, max_replicas: 3, params: {container_concurrency: 4}}
+    lifecycle: {pod_start_s: 5}
+    serving: {api_server_us: 900, tokenize_us_per_token: 0.7}
+  - name: code
+    replicas: 1
+    autoscaler: {policy: kpa, min_replicas: 1, max_replicas: 2, params: {container_concurrency: 8}}
+    lifecycle: {pod_start_s: 3}
+"""
+BY_LENGTH = """
+model: llama-3.1-8b
+split: {policy: by-prompt-length, prompt_thresholds: [800]}
+pools:
+  - name: short
+    replicas: 2
+    engine: {num_gpu_blocks_override: 600, max_model_len: 8192}
+    admission: {policy: token-bucket, params: {capacity_tokens: 4000, refill_tokens_per_s: 200}}
+  - {name: long, replicas: 1, engine: {scheduling_policy: priority}}
+"""
+
+
+def _canonical(tmp_path: Path, rows: int = 1200) -> Path:
+    frame = load_trace("azure-conv-2023").frame.head(rows)
+    i = np.arange(frame.height)
+    frame = frame.with_columns(
+        workload=pl.Series(np.where(i % 3 == 0, "code", "conv")),
+        # a tenant that most batches lack: its rank must be the whole trace's, not a batch's
+        tenant=pl.Series(np.where(i % 97 == 5, "a-rare", np.where(i % 2 == 0, "t-b", "t-c"))),
+        priority=pl.Series((i % 5).astype(np.int32)),
+    )
+    path = tmp_path / "trace.parquet"
+    write_canonical(frame, path, None)
+    return path
+
+
+def _run_files(monkeypatch, tmp_path: Path, name: str, trace, cfg, window) -> tuple[dict[str, str], NumbaEngine]:
+    engines = []
+
+    def make(engine, inputs):
+        engines.append(NumbaEngine(inputs, window=window))
+        return engines[-1]
+
+    monkeypatch.setattr(cluster, "make_engine", make)
+    out = tmp_path / name
+    write_run(out, replay_trace(trace, cfg))
+    return {p.name: file_digest(p) for p in sorted(out.iterdir()) if p.name != "timing.json"}, engines[0]
+
+
+@pytest.mark.parametrize("text", [TWO_POOLS, BY_LENGTH], ids=["by-workload-kpa", "by-prompt-length"])
+def test_a_trace_read_in_tiny_batches_replays_as_the_whole_frame(monkeypatch, tmp_path, text):
+    cfg = build_config(yaml.safe_load(text), "test", Path("."))
+    streamed = load_trace(_canonical(tmp_path), stream=True)
+    assert streamed.stream is not None and streamed.frame.height == 0
+    tiny = dataclasses.replace(streamed, stream=dataclasses.replace(streamed.stream, batch_rows=7))
+    whole = streamed.whole()
+    assert whole.frame.equals(load_trace(_canonical(tmp_path)).frame)
+    a, engine = _run_files(monkeypatch, tmp_path, "streamed", tiny, cfg, 16)
+    b, _ = _run_files(monkeypatch, tmp_path, "whole", whole, cfg, None)
+    requests = engine.inputs.requests
+    assert requests is not None and engine.window.base > 0, "read in batches, through a window that slides"
+    assert not requests._fields and len(requests._frames) <= 1, "no batch held once every row has left"
+    assert a == b and "requests.parquet" in a
+    if text is BY_LENGTH:  # the token buckets (per tenant) turned requests away
+        assert pl.read_parquet(tmp_path / "whole" / "requests.parquet")["reject_reason"].drop_nulls().len() > 0
+
+
+def test_the_batches_checks_name_the_rows_the_whole_frames_checks_name(tmp_path):
+    frame = load_trace("azure-conv-2023").frame.head(40)
+    for bad, expected in (
+        (frame.with_columns(arrival_us=pl.when(pl.col("request_id") == 21).then(0).otherwise("arrival_us")),
+         "row 21 (request_id 21): arrival_us is earlier than the previous row's"),
+        (frame.with_columns(prompt_tokens=pl.when(pl.col("request_id") == 33).then(0).otherwise("prompt_tokens")),
+         "row 33 (request_id 33): prompt_tokens < 1"),
+    ):
+        path = tmp_path / "bad.parquet"
+        write_canonical(bad, path, None)
+        for stream in (False, True):
+            with pytest.raises(TraceError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+                # batches of 7 rows: row 21 is the first of its batch, compared with the last of the one before
+                from traces.source import open_source
+                from traces.stream import open_batches
+
+                if stream:
+                    open_batches(open_source(path), None, batch_rows=7)
+                else:
+                    load_trace(path)
+
+
+def test_a_trace_with_prefix_hashes_is_read_whole(tmp_path):
+    trace = load_trace("mooncake-synthetic")
+    path = tmp_path / "hashed.parquet"
+    write_canonical(trace.frame.head(50), path, trace.prefix_block_tokens)
+    loaded = load_trace(path, stream=True)
+    assert loaded.stream is None and loaded.frame.height == 50

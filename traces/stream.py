@@ -1,0 +1,148 @@
+"""A canonical Parquet trace read in row batches, so that a replay holds a window of it, not all.
+
+`llm-replay synth` writes traces already in TRACE_SCHEMA (traces/canonical.py); such a file needs
+no sort, no renumbering beyond an offset and no other row's values to cast a row, so it can be
+read `BATCH_ROWS` rows at a time. `open_batches` reads it once to validate every batch as
+`cast_to_schema` validates the whole frame (the same messages, naming the same global rows; an
+arrival earlier than the last row of the batch before is unsorted too) and to learn what a
+replay needs up front: the row count, the first and last arrivals, and the distinct tenants and
+workloads (tenant ids are dense ranks over the whole trace; a workload split checks every label).
+A replay then reads the batches again as its request window fills (replay/fleet/streamed.py).
+
+What needs more than one batch keeps the whole frame (`open_batches` answers None): prefix hashes
+(the engine indexes one flat array of every request's hashes), a request log's observed columns
+and a session's think times, and files that are not canonical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from collections.abc import Iterator, Sequence
+
+import polars as pl
+
+from common.errors import TraceError
+from traces.schema import EXTRA_COLUMNS, TRACE_SCHEMA, cast_to_schema
+from traces.source import Source
+from traces.tables import parquet_columns
+
+BATCH_ROWS = 1 << 20  # rows read at a time
+# The columns a batch is read with (request_id is numbered, as the whole path numbers it).
+READ = tuple(name for name in TRACE_SCHEMA if name != "request_id")
+MARKERS = ("arrival_us", "prompt_tokens", "output_tokens")  # (traces/canonical.py's)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TraceBatches:
+    """A validated canonical Parquet trace, to be read `batch_rows` rows at a time."""
+
+    source: Source
+    rows: int
+    workload: str | None  # replaces every row's label (the trace's `workload` option)
+    first_arrival_us: int
+    last_arrival_us: int
+    tenants: tuple[str, ...]  # distinct, sorted (as polars sorts strings: by their bytes)
+    workloads: tuple[str, ...]  # distinct, sorted
+    adapters: bool  # whether any row names a LoRA adapter
+    stored: tuple[str, ...]  # the file's columns of TRACE_SCHEMA (the others take their defaults)
+    batch_rows: int = BATCH_ROWS
+
+    def batches(self, columns: Sequence[str] = READ) -> Iterator[tuple[int, pl.DataFrame]]:
+        """(first request id, the batch) from the first row to the last, each cast and validated
+        as `cast_to_schema` does the whole trace (its first arrival against the batch before's
+        last): request_id and `columns` of TRACE_SCHEMA (the three required ones always)."""
+        wanted = {"request_id", "arrival_us", "prompt_tokens", "output_tokens", *columns}
+        read = [c for c in READ if c in wanted and c in self.stored and not (c == "workload" and self.workload)]
+        lo, last = 0, None
+        for frame in _scan_batches(self.source, read, self.batch_rows):
+            if self.workload is not None:
+                frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
+            frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
+            yield lo, frame.select([name for name in TRACE_SCHEMA if name in wanted])
+            lo, last = lo + frame.height, int(frame["arrival_us"][-1])
+
+    def frame(self) -> pl.DataFrame:
+        """The whole trace, as traces/canonical.py reads it (for a replay that needs every row)."""
+        return pl.concat([batch for _, batch in self.batches()], rechunk=False)
+
+    def ends(self) -> pl.DataFrame:
+        """The first and last arrivals as a two-row frame (what span and tick checks read)."""
+        return pl.DataFrame({"arrival_us": [self.first_arrival_us, self.last_arrival_us]},
+                            schema={"arrival_us": pl.Int64})
+
+
+def readable_in_batches(path, lora: bool = False) -> bool:
+    """Whether `open_batches` would take this file (a canonical Parquet trace with no prefix
+    hashes, observed columns or think times; with `lora`, naming no adapter either), from its
+    footer and a pass over those two columns: what --max-memory's estimate asks before the load."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # a FIFO or a device is never opened here (the loader refuses it by its kind)
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"PAR1":
+                return False
+        names = pl.read_parquet_schema(path)
+        if not set(MARKERS) <= set(names) or set(names) & set(EXTRA_COLUMNS):
+            return False
+        nullable = [name for name in ("prefix_hashes", "adapter") if name in names and (name != "adapter" or lora)]
+        if not nullable:
+            return True
+        counts = pl.scan_parquet(path).select(pl.len(), *(pl.col(n).null_count() for n in nullable)).collect().row(0)
+    except (pl.exceptions.PolarsError, OSError):
+        return False
+    return all(count == counts[0] for count in counts[1:])
+
+
+def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS) -> TraceBatches | None:
+    """The file read once in batches and validated; None where a replay of it needs the whole
+    frame (module doc)."""
+    present = parquet_columns(src)
+    if set(present) & set(EXTRA_COLUMNS):
+        return None
+    stored = tuple(name for name in READ if name in present)
+    rows = pl.scan_parquet(src.parquet_source()).select(pl.len()).collect().item()
+    if rows == 0:
+        raise TraceError(f"{src.display}: no rows (expected at least one request)")
+    probe = TraceBatches(src, rows, workload, 0, 0, (), (), False, stored, batch_rows)
+    tenants: set[str] = set()
+    workloads: set[str] = set()
+    adapters = False
+    first = last = None
+    for _, batch in probe.batches():
+        if batch["prefix_hashes"].null_count() < batch.height:
+            return None  # the engine reads every request's hashes from one array
+        tenants.update(batch["tenant"].unique().to_list())
+        workloads.update(batch["workload"].unique().to_list())
+        adapters = adapters or batch["adapter"].null_count() < batch.height
+        first = int(batch["arrival_us"][0]) if first is None else first
+        last = int(batch["arrival_us"][-1])
+    return TraceBatches(src, rows, workload, first, last, tuple(_sorted(tenants)), tuple(_sorted(workloads)),
+                        adapters, stored, batch_rows)
+
+
+def _sorted(labels: set[str]) -> list[str]:
+    return sorted(labels, key=lambda s: s.encode())
+
+
+def _scan_batches(src: Source, columns: list[str], rows: int) -> Iterator[pl.DataFrame]:
+    """The file's `columns` in batches of about `rows`, in order, in one pass (polars' streaming
+    engine): cast to TRACE_SCHEMA's types as they are read while every value casts (no wide copy
+    of a column is held), else from that row on as stored (cast_to_schema then names what does not)."""
+    scan = pl.scan_parquet(src.parquet_source()).select(columns)
+    done = 0
+    try:
+        for frame in scan.cast({k: TRACE_SCHEMA[k] for k in columns}, strict=True).collect_batches(chunk_size=rows):
+            done += frame.height
+            yield frame
+        return
+    except pl.exceptions.PolarsError:
+        pass
+    try:
+        for frame in scan.collect_batches(chunk_size=rows):
+            skip, done = min(done, frame.height), max(0, done - frame.height)
+            if skip < frame.height:
+                yield frame.slice(skip)
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(f"{src.display}: not a readable Parquet file ({str(exc).strip().splitlines()[0]})") from None
