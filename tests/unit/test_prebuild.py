@@ -10,6 +10,7 @@ import pytest
 from numba import njit
 
 from replay.engine import prebuild
+from replay.engine.common import R_ACTIVE
 from replay.engine.loop import advance_nb
 from replay.engine.numba_engine import NumbaEngine
 from replay.engine.variants import specialise
@@ -35,7 +36,7 @@ def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
         assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
 
 
-_HOST_CALLED = ("snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
+_HOST_CALLED = ("reset_replica_nb", "snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
 
 
 @pytest.mark.parametrize("variant", ["plain", "full"])
@@ -60,6 +61,7 @@ def _tiny_plan(monkeypatch, helper_kernel="quiet_begin"):
     monkeypatch.setattr(prebuild, "HOST", (job,))
     monkeypatch.setattr(prebuild, "OWN", (("replay.engine.quiet", "quiet_begin", ("reps", "pools", "int64"), None),))
     monkeypatch.setattr(prebuild, "_STARTED", set())
+    monkeypatch.setattr(prebuild, "_SPAWNED", [])
     monkeypatch.setattr(prebuild, "helps", lambda: True)
     monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": False)
     monkeypatch.setattr("replay._numba_cache.HELPER_CPU_S", {})
@@ -86,6 +88,58 @@ def test_the_helper_compiles_its_part_and_is_gone_when_advance_nb_is_compiled(mo
         pass  # advance_nb's compile
     assert proc.returncode == 0 and "plain" not in prebuild._HELPERS
     assert _numba_cache.HELPER_CPU_S["plain"] >= 0.0
+
+
+def test_a_helper_spawned_ahead_imports_first_and_takes_the_jobs_start_hands_it(monkeypatch):
+    args = _tiny_plan(monkeypatch)
+    prebuild.spawn()  # as llm_replay/entry.py does before the command's imports
+    (spawned,) = prebuild._SPAWNED
+    prebuild.spawn()  # one is enough
+    assert len(prebuild._SPAWNED) == 1
+    proc = _start(args, monkeypatch)
+    assert proc is spawned and not prebuild._SPAWNED
+    with prebuild.compile_ahead("plain", args):
+        pass
+    assert proc.returncode == 0
+
+
+def test_a_spawned_helper_given_no_jobs_exits_when_its_stdin_closes(monkeypatch):
+    _tiny_plan(monkeypatch)
+    prebuild.spawn()
+    (proc,) = prebuild._SPAWNED
+    proc.stdin.close()  # as when this process exits without having needed it
+    assert proc.wait(timeout=120) == 0
+    proc.stdout.close()
+
+
+def test_no_helper_is_spawned_once_the_kernels_are_cached(monkeypatch):
+    _tiny_plan(monkeypatch)
+    monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": True)
+    monkeypatch.setattr(prebuild, "_start_helper", lambda: pytest.fail("spawned a helper on a warm cache"))
+    prebuild.spawn()
+    assert not prebuild._SPAWNED
+
+
+def test_a_run_spawns_the_helper_before_its_imports_and_other_commands_do_not(monkeypatch):
+    from llm_replay import entry
+
+    calls = []
+    monkeypatch.setattr(prebuild, "spawn", lambda: calls.append(True))
+    for argv, spawns in ((["run"], True), (["run", "t.csv", "--out", "o"], True), (["run", "--engine", "reference"], False),
+                         (["run", "--engine=reference"], False), (["run", "--tui"], False), (["run", "-h"], False),
+                         (["tui", "runs/x"], False), ([], False)):
+        calls.clear()
+        entry._start_compiling(argv)
+        assert calls == ([True] if spawns else []), argv
+
+
+def test_the_replicas_active_from_the_start_are_laid_out_before_a_kernel_runs():
+    engine = NumbaEngine(tiny_inputs(), variant="plain")
+    active = engine.reps.state == R_ACTIVE
+    assert active.any() and not engine.blocks.tgap[active].any()  # not yet: reset_replica_nb not run
+    engine.snapshot(0)  # the first kernel this engine runs
+    assert (engine.blocks.tgap[active] == engine.reps.nblocks[active]).all()
+    assert (engine.reps.free_head[active] == -1).all() and not len(engine._unlaid)
 
 
 def test_a_helper_that_fails_only_costs_time(monkeypatch):
