@@ -58,8 +58,11 @@ HOST = (
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
      None),
 )
-# This process's share, before advance_nb's compile.
+# This process's share, before advance_nb's compile; first, the callee that schedule's tree
+# types last (the helper then loads it from the cache): measured, the helper's share was ~0.8 s
+# CPU longer than this process's without it (bench/bench_compile.py --command).
 OWN = (
+    ("replay.engine.scheduling", "step_duration", ("rq", "reps", "pools", "int64", "int64", "int64"), None),
     ("replay.engine.routing", "arrive", _STEP, None),
     ("replay.engine.loop", "synced", _QUIET, None),
     ("replay.engine.scheduling", "finish_step", _STEP, None),

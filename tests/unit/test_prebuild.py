@@ -22,18 +22,31 @@ def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
     engine = NumbaEngine(tiny_inputs(), variant=variant)
     args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
     # advance_nb typed afresh (not loaded from the cache): it compiles, or loads, each callee for
-    # the types it calls it with, and each callee has no other caller.
-    own = specialise(advance_nb, variant)
-    py = own.py_func
-    fresh = njit(cache=False, **{k: v for k, v in own.targetoptions.items() if k != "nopython"})(
-        pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
-    fresh.compile(tuple(fresh.typeof_pyval(a) for a in (*args, engine.tbs)))
+    # the types it calls it with, and each callee has no other caller; and so for the callees of
+    # its callees in the plan, their caller typed afresh.
     jobs = prebuild._jobs(prebuild.HELPER + prebuild.OWN, variant, args)
+    _typed_afresh(specialise(advance_nb, variant), tuple(njit(lambda: 0).typeof_pyval(a) for a in (*args, engine.tbs)))
+    sigs = {job[1]: sig for job, sig in jobs}
+    for name, caller in _NESTED.items():
+        _typed_afresh(prebuild._kernel("replay.engine.scheduling", caller, variant), sigs[caller])
     callees = [(job, sig) for job, sig in jobs if job[1] not in _HOST_CALLED]
-    assert len(callees) >= 6
+    assert len(callees) >= 7 and set(_NESTED) <= {job[1] for job, _ in callees}
     for (module, name, _, _), sig in callees:
         kernel = prebuild._kernel(module, name, variant)
         assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
+
+
+# The plan's kernels that advance_nb does not call itself, and their caller (in scheduling.py).
+_NESTED = {"step_duration": "schedule"}
+
+
+def _typed_afresh(kernel, sig):
+    """A copy of the kernel, not cached, compiled for sig: its callees are compiled (or loaded)
+    for the types it calls them with."""
+    py = kernel.py_func
+    fresh = njit(cache=False, **{k: v for k, v in kernel.targetoptions.items() if k != "nopython"})(
+        pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
+    fresh.compile(sig)
 
 
 _HOST_CALLED = ("reset_replica_nb", "snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
