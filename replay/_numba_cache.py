@@ -92,13 +92,37 @@ def kernels_cached(variant: str = "plain") -> bool:
 
 
 def core_share() -> float:
-    """The share of one core a single-threaded compile gets now: all of one on an idle machine,
-    cores / (runnable tasks) on one whose load average says it is busy."""
+    """The share of one core each of the compile's processes (this one, and its helper on two
+    cores or more: engine/prebuild.py) gets now: all of one on an idle machine, cores / tasks on
+    a busy one. The tasks running now, not the load average, which still counts for a minute what
+    has stopped (the `pip install` just before a first run, or a previous compile)."""
+    from replay.engine.prebuild import helps
+
+    others = _running_elsewhere()
+    if others is None:  # not Linux: the last minute's load average
+        try:
+            others = os.getloadavg()[0]
+        except (OSError, AttributeError):  # no load average on this platform
+            return 1.0
+    return min(1.0, (os.cpu_count() or 1) / (others + (2 if helps() else 1)))
+
+
+def _running_elsewhere() -> float | None:
+    """Tasks running on the machine now besides this process and its helper: the median of a
+    few samples of the kernel's count of runnable tasks (/proc/loadavg), None without one."""
+    import time
+
+    from replay.engine.prebuild import running_helpers
+
+    samples = []
     try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # no load average on this platform
-        return 1.0
-    return min(1.0, (os.cpu_count() or 1) / (load + 1.0))
+        for _ in range(5):
+            with open("/proc/loadavg") as fh:
+                samples.append(int(fh.read().split()[3].split("/")[0]))
+            time.sleep(0.01)
+    except (OSError, ValueError, IndexError):
+        return None
+    return float(max(0, sorted(samples)[len(samples) // 2] - 1 - running_helpers()))
 
 
 def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:

@@ -159,6 +159,19 @@ def _reported(proc: subprocess.Popen) -> float:
         return 0.0
 
 
+def running_helpers() -> int:
+    """This process's helpers that are running now (importing or compiling, not waiting for
+    their jobs), as Linux's /proc says; 0 elsewhere."""
+    n = 0
+    for proc in _SPAWNED + [helper for helper, _, _ in _HELPERS.values()]:
+        try:
+            with open(f"/proc/{proc.pid}/stat") as fh:
+                n += fh.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):
+            continue
+    return n
+
+
 def helps() -> bool:
     """Whether a cold compile here gets a helper: on two cores or more."""
     return _cores() >= 2
