@@ -110,21 +110,35 @@ def core_share() -> float:
 
 
 def _running_elsewhere() -> float | None:
-    """Tasks running on the machine now besides this process and its helper: the median of a
-    few samples of the kernel's count of runnable tasks (/proc/loadavg), None without one."""
+    """Tasks running on the machine now besides this process's and its helper's (polars' pool
+    spins a while after work): the median of a few samples of the kernel's count of runnable
+    tasks (/proc/loadavg) less our own runnable threads, None without /proc."""
     import time
 
-    from replay.engine.prebuild import running_helpers
+    from replay.engine.prebuild import helper_pids
 
     samples = []
     try:
         for _ in range(5):
             with open("/proc/loadavg") as fh:
-                samples.append(int(fh.read().split()[3].split("/")[0]))
+                running = int(fh.read().split()[3].split("/")[0])
+            samples.append(running - _running_threads(["self", *helper_pids()]))
             time.sleep(0.01)
     except (OSError, ValueError, IndexError):
         return None
-    return float(max(0, sorted(samples)[len(samples) // 2] - 1 - running_helpers()))
+    return float(max(0, sorted(samples)[len(samples) // 2]))
+
+
+def _running_threads(pids: list) -> int:
+    """The threads of these processes that are runnable now (/proc/PID/task/*/stat)."""
+    n = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                n += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                continue
+    return n
 
 
 def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:

@@ -17,7 +17,8 @@ A first `llm-replay run` starts the helper before it imports anything heavy (`sp
 llm_replay/entry.py): the helper imports numba and the kernel modules (~1 s) while this process
 imports its own and loads the trace, then waits for its jobs, which `start` hands it.
 
-Measured: bench/bench_compile.py (--helper both compares it with one process).
+Measured: bench/bench_compile.py (--helper both compares it with one process; --command times
+the Quick start's first `llm-replay run` as a whole, with the CPU along its longest chain).
 """
 
 from __future__ import annotations
@@ -159,17 +160,9 @@ def _reported(proc: subprocess.Popen) -> float:
         return 0.0
 
 
-def running_helpers() -> int:
-    """This process's helpers that are running now (importing or compiling, not waiting for
-    their jobs), as Linux's /proc says; 0 elsewhere."""
-    n = 0
-    for proc in _SPAWNED + [helper for helper, _, _ in _HELPERS.values()]:
-        try:
-            with open(f"/proc/{proc.pid}/stat") as fh:
-                n += fh.read().rsplit(")", 1)[1].split()[0] == "R"
-        except (OSError, IndexError):
-            continue
-    return n
+def helper_pids() -> list[int]:
+    """This process's helpers (the spawned one waiting for its jobs, those compiling)."""
+    return [proc.pid for proc in _SPAWNED + [helper for helper, _, _ in _HELPERS.values()]]
 
 
 def helps() -> bool:

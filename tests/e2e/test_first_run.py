@@ -17,6 +17,7 @@ from tests.e2e.conftest import small_fleet
 def test_a_cold_cache_says_it_is_compiling_and_for_how_long(cli, write, monkeypatch):
     monkeypatch.setattr(_numba_cache, "kernels_cached", lambda variant="plain": False)
     monkeypatch.setattr(_numba_cache, "mark_compiled", lambda *seconds: None)
+    monkeypatch.setattr(_numba_cache, "HELPER_CPU_S", {})  # what a helper adds, which nothing marks here
     cfg = write("f.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}"))
     res = cli("run", "--config", cfg, "--out", "o")
     assert res.code == 0, res.err
@@ -101,20 +102,25 @@ def test_the_estimate_follows_the_machines_load(tmp_path, monkeypatch):
 
 
 def test_the_tasks_running_elsewhere_leave_out_this_process_and_its_helper(monkeypatch):
-    """The kernel's count of runnable tasks counts this process (it is running while it reads
-    it) and a helper that is importing or compiling: neither slows the compile down."""
+    """The kernel's count of runnable tasks counts this process's threads (the one reading it,
+    polars' pool that spins a while after work) and a helper's: none slows the compile down."""
     import io
 
-    from replay.engine import prebuild
-
-    text = ["0.90 1.10 1.30 4/812 12345\n"]
+    text = ["0.90 1.10 1.30 6/812 12345\n"]
     monkeypatch.setattr(_numba_cache, "open", lambda path: io.StringIO(text[0]), raising=False)
-    monkeypatch.setattr(prebuild, "running_helpers", lambda: 0)
+    ours = [1]
+    monkeypatch.setattr(_numba_cache, "_running_threads", lambda pids: ours[0] if pids[0] == "self" else 99)
+    assert _numba_cache._running_elsewhere() == 5.0
+    ours[0] = 3
     assert _numba_cache._running_elsewhere() == 3.0
-    monkeypatch.setattr(prebuild, "running_helpers", lambda: 1)
-    assert _numba_cache._running_elsewhere() == 2.0
     text[0] = "0.90 1.10 1.30\n"  # not the format Linux writes: the load average instead
     assert _numba_cache._running_elsewhere() is None
+
+
+def test_this_process_counts_its_own_running_thread():
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("no /proc here")
+    assert _numba_cache._running_threads(["self"]) >= 1  # the one reading
 
 
 def test_the_run_warms_up_the_variant_it_replays(cli, write, monkeypatch):
