@@ -81,6 +81,28 @@ wall time is these over the share of a core the compile got):
   against 594 MB in one process. Cached load and Quick start unchanged (0.4-0.8 s, 1.7-3.1 s at
   this load); the replay core 0.115/0.085 s against main's 0.126/0.122 s, 1M requests 7.10/6.67 s
   against 8.06/8.11 s, same summaries (bench_events.py --quick, --only-million numba).
+- the Quick start's first run as a whole command (--command; issue 15 item 3, a fresh cache each,
+  alternated with main's 9ab03d6, loads 2.7-7.9 from other sessions): where it went (numba's
+  compile events per process, load 3.4): the command's process ~1.9 s of imports and set-up, then
+  reset_replica_nb (0.9 s CPU: the replicas were laid out at the engine's construction, before
+  its share of the compile) and the step model's host call (0.6 s: a replica model that only
+  autoscalers read), then its share (11.1 s), then advance_nb (6.1 s), while the helper, started
+  at the engine's construction, imported (0.6 s), compiled schedule's tree (11.9 s) and the host
+  kernels (2.9 s); then the replay (0.26 s) and the outputs. Now the helper starts before the
+  command's imports (llm_replay/entry.py) and takes reset_replica_nb (the active replicas are laid
+  out once advance_nb is compiled), no fixed pool compiles the replica model, this process takes
+  step_duration (the callee schedule's tree types last: the helper was ~0.8 s CPU longer), and
+  the percentile kernel's count step compiles once (literal 1 and -1 compiled it twice). CPU
+  along the command's longest chain 20.5-22.9 s (median 21.9) against 21.5-23.6 s (22.6); of it
+  the compile 19.4-22.0 s (21.0) against 20.6-22.7 s (21.7). Wall followed the load: 22.6 s at
+  2.7 (main 38.1 s at 3.3), 40-87 s at 4-8 for both. On one core (--cores 1, loads 5-7) 36.6 and
+  40.4 s CPU against 35.2 and 40.6 s: no difference past the noise. An idle 2-core machine runs
+  the command in about its chain's CPU seconds, ~21 s: the serial part is advance_nb's own 6 s
+  (its module holds every kernel inlined, and its CPython wrapper unboxes the ~200 state arrays).
+  NUMBA_LOOP_VECTORIZE=0: 35.6/36.6 s against 36.9/36.5 s CPU in one process, no gain.
+  The notice's estimate read the last minute's load average, which still counts what ran before
+  (the previous compile, a pip install): 48-110 s for compiles of 21-83 s; it now counts the tasks
+  running as it is made, less this process's threads and its helper's.
 """
 
 from __future__ import annotations
