@@ -327,10 +327,8 @@ class NumbaEngine:
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
         # on a cold cache, a helper process starts compiling kernels now (engine/prebuild.py)
         prebuild.start(self.variant, (self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs))
-        # The replicas active from the start are laid out (`_entry`) when a kernel is first about
-        # to run on the state, after its compile: on a cold cache the helper compiles
-        # reset_replica_nb while this process compiles advance_nb (engine/prebuild.py).
-        self._unlaid = np.flatnonzero(self.reps.state == R_ACTIVE)
+        for r in np.flatnonzero(self.reps.state == R_ACTIVE):
+            reset_replica_nb(self.blocks, self.reps, r)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._entries: dict = {}
         self.now = 0
@@ -364,10 +362,6 @@ class NumbaEngine:
             # its first compile, on a cold cache: its callees compiled ahead on two cores
             with prebuild.compile_ahead(self.variant, args) if kernel is advance_nb else contextlib.nullcontext():
                 entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
-        if len(self._unlaid):  # before the first kernel runs on the state, once it is compiled
-            for r in self._unlaid:
-                reset_replica_nb(self.blocks, self.reps, r)
-            self._unlaid = self._unlaid[:0]
         return entry
 
     def _kernel(self, kernel, *args):

@@ -49,21 +49,16 @@ HELPER = (
     ("replay.engine.transfer", "finish_transfer", (*_STATE, "int64"), "pd"),
     ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
 )
-# ... and while advance_nb is compiled: the kernels a replay calls after it, the engine's (the
-# replicas active from the start are laid out before advance_nb first runs, after its compile:
-# numba_engine.py) and the run's metrics (fleet/metrics.py `_window_stats`).
+# ... and while advance_nb is compiled: the kernels a replay calls after it, the engine's and
+# the run's metrics (fleet/metrics.py `_window_stats`).
 HOST = (
-    ("replay.engine.loop", "reset_replica_nb", ("blocks", "reps", "int64"), None),
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
      None),
 )
-# This process's share, before advance_nb's compile; first, the callee that schedule's tree
-# types last (the helper then loads it from the cache): measured, the helper's share was ~0.8 s
-# CPU longer than this process's without it (bench/bench_compile.py --command).
+# This process's share, before advance_nb's compile.
 OWN = (
-    ("replay.engine.scheduling", "step_duration", ("rq", "reps", "pools", "int64", "int64", "int64"), None),
     ("replay.engine.routing", "arrive", _STEP, None),
     ("replay.engine.loop", "synced", _QUIET, None),
     ("replay.engine.scheduling", "finish_step", _STEP, None),

@@ -10,7 +10,6 @@ import pytest
 from numba import njit
 
 from replay.engine import prebuild
-from replay.engine.common import R_ACTIVE
 from replay.engine.loop import advance_nb
 from replay.engine.numba_engine import NumbaEngine
 from replay.engine.variants import specialise
@@ -22,22 +21,14 @@ def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
     engine = NumbaEngine(tiny_inputs(), variant=variant)
     args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
     # advance_nb typed afresh (not loaded from the cache): it compiles, or loads, each callee for
-    # the types it calls it with, and each callee has no other caller; and so for the callees of
-    # its callees in the plan, their caller typed afresh.
+    # the types it calls it with, and each callee has no other caller.
     jobs = prebuild._jobs(prebuild.HELPER + prebuild.OWN, variant, args)
     _typed_afresh(specialise(advance_nb, variant), tuple(njit(lambda: 0).typeof_pyval(a) for a in (*args, engine.tbs)))
-    sigs = {job[1]: sig for job, sig in jobs}
-    for name, caller in _NESTED.items():
-        _typed_afresh(prebuild._kernel("replay.engine.scheduling", caller, variant), sigs[caller])
     callees = [(job, sig) for job, sig in jobs if job[1] not in _HOST_CALLED]
-    assert len(callees) >= 7 and set(_NESTED) <= {job[1] for job, _ in callees}
+    assert len(callees) >= 6
     for (module, name, _, _), sig in callees:
         kernel = prebuild._kernel(module, name, variant)
         assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
-
-
-# The plan's kernels that advance_nb does not call itself, and their caller (in scheduling.py).
-_NESTED = {"step_duration": "schedule"}
 
 
 def _typed_afresh(kernel, sig):
@@ -49,7 +40,7 @@ def _typed_afresh(kernel, sig):
     fresh.compile(sig)
 
 
-_HOST_CALLED = ("reset_replica_nb", "snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
+_HOST_CALLED = ("snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
 
 
 @pytest.mark.parametrize("variant", ["plain", "full"])
@@ -144,15 +135,6 @@ def test_a_run_spawns_the_helper_before_its_imports_and_other_commands_do_not(mo
         calls.clear()
         entry._start_compiling(argv)
         assert calls == ([True] if spawns else []), argv
-
-
-def test_the_replicas_active_from_the_start_are_laid_out_before_a_kernel_runs():
-    engine = NumbaEngine(tiny_inputs(), variant="plain")
-    active = engine.reps.state == R_ACTIVE
-    assert active.any() and not engine.blocks.tgap[active].any()  # not yet: reset_replica_nb not run
-    engine.snapshot(0)  # the first kernel this engine runs
-    assert (engine.blocks.tgap[active] == engine.reps.nblocks[active]).all()
-    assert (engine.reps.free_head[active] == -1).all() and not len(engine._unlaid)
 
 
 def test_a_helper_that_fails_only_costs_time(monkeypatch):
