@@ -82,27 +82,27 @@ wall time is these over the share of a core the compile got):
   this load); the replay core 0.115/0.085 s against main's 0.126/0.122 s, 1M requests 7.10/6.67 s
   against 8.06/8.11 s, same summaries (bench_events.py --quick, --only-million numba).
 - the Quick start's first run as a whole command (--command; issue 15 item 3, a fresh cache each,
-  alternated with main's 9ab03d6, loads 2.7-7.9 from other sessions): where it went (numba's
-  compile events per process, load 3.4): the command's process ~1.9 s of imports and set-up, then
-  reset_replica_nb (0.9 s CPU: the replicas were laid out at the engine's construction, before
-  its share of the compile) and the step model's host call (0.6 s: a replica model that only
-  autoscalers read), then its share (11.1 s), then advance_nb (6.1 s), while the helper, started
-  at the engine's construction, imported (0.6 s), compiled schedule's tree (11.9 s) and the host
-  kernels (2.9 s); then the replay (0.26 s) and the outputs. Now the helper starts before the
-  command's imports (llm_replay/entry.py) and takes reset_replica_nb (the active replicas are laid
-  out once advance_nb is compiled), no fixed pool compiles the replica model, this process takes
-  step_duration (the callee schedule's tree types last: the helper was ~0.8 s CPU longer), and
-  the percentile kernel's count step compiles once (literal 1 and -1 compiled it twice). CPU
-  along the command's longest chain 20.5-22.9 s (median 21.9) against 21.5-23.6 s (22.6); of it
-  the compile 19.4-22.0 s (21.0) against 20.6-22.7 s (21.7). Wall followed the load: 22.6 s at
-  2.7 (main 38.1 s at 3.3), 40-87 s at 4-8 for both. On one core (--cores 1, loads 5-7) 36.6 and
-  40.4 s CPU against 35.2 and 40.6 s: no difference past the noise. An idle 2-core machine runs
-  the command in about its chain's CPU seconds, ~21 s: the serial part is advance_nb's own 6 s
-  (its module holds every kernel inlined, and its CPython wrapper unboxes the ~200 state arrays).
-  NUMBA_LOOP_VECTORIZE=0: 35.6/36.6 s against 36.9/36.5 s CPU in one process, no gain.
+  alternated with main's 9ab03d6): where it went (numba's compile events per process, load 3.4):
+  the command's process ~1.9 s of imports and set-up, reset_replica_nb (0.9 s CPU, at the
+  engine's construction) and the step model's host call (0.6 s: a replica model only autoscalers
+  read), its share (11.1 s), advance_nb (6.1 s); the helper, started at the engine's
+  construction, imported (0.6 s), compiled schedule's tree (11.9 s), then the host kernels (2.9
+  s) while advance_nb compiled; then the replay (0.26 s) and the outputs. Now the helper starts
+  before the command's imports (llm_replay/entry.py), no fixed pool compiles the replica model,
+  and the percentile kernel's count step compiles once (the literals 1 and -1 compiled it twice).
+  Tried and left out: laying out the replicas after advance_nb's compile, so that the helper
+  compiles reset_replica_nb (tests and code read a new engine's blocks), and step_duration in
+  this process's share (it balanced only with that). At loads 1.9-2.5: 21.1 and 20.2 s wall
+  (CPU along the chain 20.4 and 19.7 s; the compile 19.4 and 18.7 s) against 20.7 and 21.0 s
+  (20.3, 20.5; 19.3, 19.6): the same past the noise; at loads 2.7-7.9, 6 runs each, 21.9 s
+  against 22.6 s CPU (medians). One core (--cores 1, loads 5-7): 36.6 and 40.4 s CPU against 35.2
+  and 40.6 s. The serial part is advance_nb's own ~6 s (its module holds every kernel inlined,
+  and its CPython wrapper unboxes the ~200 state arrays); the two shares before it are ~11.5 s
+  each. NUMBA_LOOP_VECTORIZE=0: 35.6/36.6 s against 36.9/36.5 s CPU in one process, no gain.
   The notice's estimate read the last minute's load average, which still counts what ran before
-  (the previous compile, a pip install): 48-110 s for compiles of 21-83 s; it now counts the tasks
-  running as it is made, less this process's threads and its helper's.
+  (a previous compile, a pip install): about 37-42 s for compiles of 19-20 s at load ~2; it now
+  counts the tasks running as it is made, less this process's threads and its helper's: about
+  22 s for compiles of 19-20 s.
 """
 
 from __future__ import annotations

@@ -70,11 +70,10 @@ _key_numba_cache()
 # CPU seconds of one cold compile of every kernel a replay in each variant uses (engine/variants.py;
 # bench/bench_compile.py on this project's 2-core machine, issue 15), along its longest chain: the
 # estimate's basis until a compile was timed here, rounded up so that it errs long. On 2 cores
-# a helper process compiles part of it (engine/prebuild.py): the plain variant 19.4-21.6 s
-# (`--command`, loads 2.7-4.3; 20.6-21.8 s before the helper started ahead and the kernels
-# outside its plan joined it), the full one 34.2-34.3 s at a load of 5-7 (a busy machine
-# slows its cores too); in one process the plain variant 34-36 s at loads of 5-7 (32.5-34 s
-# before, at 4-6), the full one 49-53 s (every kernel took 63-66 s before the variants). numba
+# a helper process compiles part of it (engine/prebuild.py): the plain variant 18.7-19.4 s at a
+# load of ~2 (`--command`; 19.4-22.0 s at 2.7-7.9), the full one 34.2-34.3 s at a load of 5-7 (a
+# busy machine slows its cores too); in one process the plain variant 34-36 s at loads of 5-7
+# (32.5-34 s at 4-6), the full one 49-53 s (every kernel took 63-66 s before the variants). numba
 # compiles on one thread, so its wall time is this over the share of a core it gets
 # (`core_share`), which the estimate says.
 COLD_COMPILE_CPU_S = {"plain": 22.0, "full": 40.0}
