@@ -4,6 +4,14 @@
     python bench/bench_compile.py --cold 3 --profile   # and where the compile's CPU time goes
     python bench/bench_compile.py --variant full  # the kernels with every feature (replay/engine/variants.py)
     python bench/bench_compile.py --cold 2 --helper both  # with the helper process and without, alternated
+    python bench/bench_compile.py --command 3 [--cores 1] [--baseline DIR]  # the Quick start's first run
+
+With --command N the cold figure is the README's Quick start as a fresh install first runs it:
+`llm-replay run --out DIR` (the bundled trace, the default fleet, no terminal) on an empty cache,
+N times, each followed by the same command on the cache it filled; with the notice's estimate
+beside what the compile and the whole command then took, and the CPU seconds along the command's
+longest chain (this process's, and the helper's beyond it). --cores 1 runs it on one core
+(`taskset`: no helper process); --baseline DIR alternates each run with the checkout in DIR.
 
 Each cold run is a fresh interpreter with an empty NUMBA_CACHE_DIR that calls `replay.run.warm_up`
 (what the first `llm-replay run` of an install does before replaying); the cached run is a second
@@ -73,6 +81,28 @@ wall time is these over the share of a core the compile got):
   against 594 MB in one process. Cached load and Quick start unchanged (0.4-0.8 s, 1.7-3.1 s at
   this load); the replay core 0.115/0.085 s against main's 0.126/0.122 s, 1M requests 7.10/6.67 s
   against 8.06/8.11 s, same summaries (bench_events.py --quick, --only-million numba).
+- the Quick start's first run as a whole command (--command; issue 15 item 3, a fresh cache each,
+  alternated with main's 9ab03d6): where it went (numba's compile events per process, load 3.4):
+  the command's process ~1.9 s of imports and set-up, reset_replica_nb (0.9 s CPU, at the
+  engine's construction) and the step model's host call (0.6 s: a replica model only autoscalers
+  read), its share (11.1 s), advance_nb (6.1 s); the helper, started at the engine's
+  construction, imported (0.6 s), compiled schedule's tree (11.9 s), then the host kernels (2.9
+  s) while advance_nb compiled; then the replay (0.26 s) and the outputs. Now the helper starts
+  before the command's imports (llm_replay/entry.py), no fixed pool compiles the replica model,
+  and the percentile kernel's count step compiles once (the literals 1 and -1 compiled it twice).
+  Tried and left out: laying out the replicas after advance_nb's compile, so that the helper
+  compiles reset_replica_nb (tests and code read a new engine's blocks), and step_duration in
+  this process's share (it balanced only with that). At loads 1.9-2.5: 21.1 and 20.2 s wall
+  (CPU along the chain 20.4 and 19.7 s; the compile 19.4 and 18.7 s) against 20.7 and 21.0 s
+  (20.3, 20.5; 19.3, 19.6): the same past the noise; at loads 2.7-7.9, 6 runs each, 21.9 s
+  against 22.6 s CPU (medians). One core (--cores 1, loads 5-7): 36.6 and 40.4 s CPU against 35.2
+  and 40.6 s. The serial part is advance_nb's own ~6 s (its module holds every kernel inlined,
+  and its CPython wrapper unboxes the ~200 state arrays); the two shares before it are ~11.5 s
+  each. NUMBA_LOOP_VECTORIZE=0: 35.6/36.6 s against 36.9/36.5 s CPU in one process, no gain.
+  The notice's estimate read the last minute's load average, which still counts what ran before
+  (a previous compile, a pip install): about 37-42 s for compiles of 19-20 s at load ~2; it now
+  counts the tasks running as it is made, less this process's threads and its helper's: about
+  22 s for compiles of 19-20 s.
 """
 
 from __future__ import annotations
@@ -183,6 +213,77 @@ def quick_start(cache: str) -> tuple[float, float]:
         return time.perf_counter() - started, float(done.stderr.strip().splitlines()[-1])
 
 
+# The command, and its CPU seconds: its own, and a helper's beyond them (engine/prebuild.py; the
+# figure the compile's marker adds to this process's, replay/_numba_cache.py `mark_compiled`).
+_TIMED_COMMAND = """
+import resource, sys
+from replay import _numba_cache
+from llm_replay.entry import main
+
+def mark_compiled(seconds, cpu_seconds=None, variant="plain", _mark=_numba_cache.mark_compiled):
+    print("helper", _numba_cache.HELPER_CPU_S.get(variant, 0.0), file=sys.stderr)
+    return _mark(seconds, cpu_seconds, variant)
+
+_numba_cache.mark_compiled = mark_compiled
+try:
+    code = main()
+finally:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    print("cpu", use.ru_utime + use.ru_stime, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def first_run(checkout: str | None, cores: int | None) -> dict:
+    """The Quick start's command on an empty cache, then on the cache it filled."""
+    import re
+
+    out = {}
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as runs:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}  # stderr is a pipe: the notice as in a log
+        if checkout:  # its packages before this checkout's (an editable install's finder comes last)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (checkout, env.get("PYTHONPATH"))))
+        pin = ["taskset", "-c", "0"] if cores == 1 else []
+        for name in ("cold", "cached"):
+            started = time.perf_counter()
+            done = subprocess.run([*pin, sys.executable, "-c", _TIMED_COMMAND, "run", "--out", os.path.join(runs, name)],
+                                  env=env, cwd=checkout or None, capture_output=True, text=True, check=True)
+            wall = time.perf_counter() - started
+            err = done.stderr
+            out[name] = wall
+            if name == "cold":
+                notice = re.search(r"about (\d+) s", err)
+                took = re.search(r"compiled the engine in (\d+) s", err)
+                cpu = float(re.findall(r"^cpu (\S+)$", err, re.M)[-1])
+                helper = float(re.findall(r"^helper (\S+)$", err, re.M)[-1])
+                marker = [os.path.join(d, "compiled-plain.json") for d in os.listdir(cache) if d.startswith("kernels-")]
+                out.update(estimate=float(notice.group(1)) if notice else float("nan"),
+                           compile=float(took.group(1)) if took else float("nan"),
+                           compile_chain=json.loads(open(os.path.join(cache, marker[0])).read())["compile_cpu_s"],
+                           chain=cpu + helper, cpu=cpu, load=os.getloadavg()[0])
+    return out
+
+
+def commands(n: int, cores: int | None, baseline: str | None) -> None:
+    """--command: the cold Quick start, n times (alternated with --baseline's checkout)."""
+    checkouts = [None] + ([os.path.abspath(baseline)] if baseline else [])
+    rows: dict = {c: [] for c in checkouts}
+    for _ in range(n):
+        for checkout in checkouts:
+            got = first_run(checkout, cores)
+            rows[checkout].append(got)
+            print(f"{checkout or 'this checkout'}: first `llm-replay run` {got['cold']:.1f} s wall (notice: about "
+                  f"{got['estimate']:.0f} s; compiled in {got['compile']:.0f} s, {got['compile_chain']:.1f} s CPU along "
+                  f"its chain), {got['chain']:.1f} s CPU along the command's longest chain ({got['cpu']:.1f} s in its "
+                  f"own process) | cached {got['cached']:.2f} s | "
+                  f"load {got['load']:.1f}", flush=True)
+    for checkout, got in rows.items():
+        med = {k: statistics.median(r[k] for r in got) for k in got[0]}
+        print(f"{checkout or 'this checkout'}, median of {len(got)}{' on one core' if cores == 1 else ''}: first run "
+              f"{med['cold']:.1f} s wall, {med['chain']:.1f} s CPU along the chain, notice about {med['estimate']:.0f} s "
+              f"for a compile of {med['compile']:.0f} s; cached {med['cached']:.2f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cold", type=int, default=2, help="cold compiles to time (each in its own empty cache)")
@@ -192,6 +293,10 @@ def main() -> int:
     ap.add_argument("--helper", choices=("on", "off", "both"), default="on",
                     help="compile advance_nb's callees in a second process (engine/prebuild.py); both: "
                          "alternate cold compiles with and without")
+    ap.add_argument("--command", type=int, default=0, metavar="N",
+                    help="time the Quick start's first `llm-replay run` (an empty cache) N times instead")
+    ap.add_argument("--cores", type=int, choices=(1,), help="with --command: on one core (taskset)")
+    ap.add_argument("--baseline", metavar="DIR", help="with --command: alternate with the checkout in DIR")
     ap.add_argument("--no-helper", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -199,6 +304,10 @@ def main() -> int:
         child(args.profile, args.variant, not args.no_helper)
         return 0
     print(f"variant {args.variant}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    if args.command:
+        commands(args.command, args.cores, args.baseline)
+        print(f"load average now {os.getloadavg()[0]:.1f}")
+        return 0
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.helper]
     rows: dict[bool, list] = {mode: [] for mode in modes}
     for i in range(args.cold * len(modes)):

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     # initialisation (numpy's) can surface as an ImportError that no longer carries it.
     previous = {s: signal.signal(s, _interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        _start_compiling(sys.argv[1:] if argv is None else argv)
         from llm_replay.app import main as cli_main
     except (KeyboardInterrupt, ImportError) as exc:
         if isinstance(exc, ImportError) and not _received:
@@ -41,6 +42,20 @@ def main(argv: list[str] | None = None) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return cli_main(argv)
+
+
+def _start_compiling(argv: list[str]) -> None:
+    """A `run` that may be the first of a fresh install starts the kernels' compile helper now
+    (replay/engine/prebuild.py `spawn`: nothing once they are cached, or on one core), so that
+    its imports overlap this process's. Not for the reference engine, which compiles nothing,
+    nor `--tui`, whose replay runs in a child process of its own."""
+    if argv[:1] != ["run"] or {"-h", "--help", "--tui", "--engine=reference"} & set(argv):
+        return
+    if any(a == "--engine" and b == "reference" for a, b in zip(argv, argv[1:])):
+        return
+    from replay.engine import prebuild
+
+    prebuild.spawn()
 
 
 if __name__ == "__main__":

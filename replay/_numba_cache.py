@@ -70,13 +70,14 @@ _key_numba_cache()
 # CPU seconds of one cold compile of every kernel a replay in each variant uses (engine/variants.py;
 # bench/bench_compile.py on this project's 2-core machine, issue 15), along its longest chain: the
 # estimate's basis until a compile was timed here, rounded up so that it errs long. On 2 cores
-# a helper process compiles part of it (engine/prebuild.py): the plain variant 18.9-23.0 s, the
-# full one 34.2-34.3 s at a load of 5-7 (a busy machine slows its cores too); in one process
-# the plain variant 32.5-34 s, the full one 49-53 s (every kernel took 63-66 s before the
-# variants). numba compiles on one thread, so its wall time is this over the share of a core it
-# gets (`core_share`), which the estimate says.
-COLD_COMPILE_CPU_S = {"plain": 25.0, "full": 40.0}
-ONE_CORE_COMPILE_CPU_S = {"plain": 40.0, "full": 60.0}
+# a helper process compiles part of it (engine/prebuild.py): the plain variant 18.7-19.4 s at a
+# load of ~2 (`--command`; 19.4-22.0 s at 2.7-7.9), the full one 34.2-34.3 s at a load of 5-7 (a
+# busy machine slows its cores too); in one process the plain variant 34-36 s at loads of 5-7
+# (32.5-34 s at 4-6), the full one 49-53 s (every kernel took 63-66 s before the variants). numba
+# compiles on one thread, so its wall time is this over the share of a core it gets
+# (`core_share`), which the estimate says.
+COLD_COMPILE_CPU_S = {"plain": 22.0, "full": 40.0}
+ONE_CORE_COMPILE_CPU_S = {"plain": 36.0, "full": 60.0}
 
 
 def _marker(variant: str) -> str:
@@ -92,13 +93,51 @@ def kernels_cached(variant: str = "plain") -> bool:
 
 
 def core_share() -> float:
-    """The share of one core a single-threaded compile gets now: all of one on an idle machine,
-    cores / (runnable tasks) on one whose load average says it is busy."""
+    """The share of one core each of the compile's processes (this one, and its helper on two
+    cores or more: engine/prebuild.py) gets now: all of one on an idle machine, cores / tasks on
+    a busy one. The tasks running now, not the load average, which still counts for a minute what
+    has stopped (the `pip install` just before a first run, or a previous compile)."""
+    from replay.engine.prebuild import helps
+
+    others = _running_elsewhere()
+    if others is None:  # not Linux: the last minute's load average
+        try:
+            others = os.getloadavg()[0]
+        except (OSError, AttributeError):  # no load average on this platform
+            return 1.0
+    return min(1.0, (os.cpu_count() or 1) / (others + (2 if helps() else 1)))
+
+
+def _running_elsewhere() -> float | None:
+    """Tasks running on the machine now besides this process's and its helper's (polars' pool
+    spins a while after work): the median of a few samples of the kernel's count of runnable
+    tasks (/proc/loadavg) less our own runnable threads, None without /proc."""
+    import time
+
+    from replay.engine.prebuild import helper_pids
+
+    samples = []
     try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):  # no load average on this platform
-        return 1.0
-    return min(1.0, (os.cpu_count() or 1) / (load + 1.0))
+        for _ in range(5):
+            with open("/proc/loadavg") as fh:
+                running = int(fh.read().split()[3].split("/")[0])
+            samples.append(running - _running_threads(["self", *helper_pids()]))
+            time.sleep(0.01)
+    except (OSError, ValueError, IndexError):
+        return None
+    return float(max(0, sorted(samples)[len(samples) // 2]))
+
+
+def _running_threads(pids: list) -> int:
+    """The threads of these processes that are runnable now (/proc/PID/task/*/stat)."""
+    n = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                n += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                continue
+    return n
 
 
 def compile_estimate_s(variant: str = "plain") -> tuple[float, str]:

@@ -13,7 +13,12 @@ compiles `HOST`, the kernels the replay calls next. Same code, same cache keys
 (replay/_numba_cache.py), same kernels as a compile in one process; a helper that fails or
 cannot start only costs time, as whatever is not cached is compiled where it is needed.
 
-Measured: bench/bench_compile.py (--helper both compares it with one process).
+A first `llm-replay run` starts the helper before it imports anything heavy (`spawn`, from
+llm_replay/entry.py): the helper imports numba and the kernel modules (~1 s) while this process
+imports its own and loads the trace, then waits for its jobs, which `start` hands it.
+
+Measured: bench/bench_compile.py (--helper both compares it with one process; --command times
+the Quick start's first `llm-replay run` as a whole, with the CPU along its longest chain).
 """
 
 from __future__ import annotations
@@ -65,12 +70,28 @@ OWN = (
 _STARTED: set[str] = set()  # the variants whose kernels this process compiled ahead
 # variant -> its helper, and when it started (monotonic, and this process's CPU time then)
 _HELPERS: dict[str, tuple[subprocess.Popen, float, float]] = {}
+_SPAWNED: list[subprocess.Popen] = []  # a helper started by `spawn`, waiting for its jobs
+
+
+def spawn() -> None:
+    """Start the helper interpreter now, before this process imports the engine, when a replay
+    is about to compile the kernels of a fresh install (the plain variant not cached) on two
+    cores or more: its imports then overlap this process's, and `start` hands it its jobs. A
+    helper nothing hands jobs to exits when this process does (its stdin closes)."""
+    from replay import _numba_cache
+
+    if _SPAWNED or not helps() or _numba_cache.kernels_cached("plain"):
+        return
+    proc = _start_helper()
+    if proc is not None:
+        _SPAWNED.append(proc)
 
 
 def start(variant: str, args: tuple) -> None:
     """On a cold cache, when an engine in `variant` has its state tuples `args` (advance_nb's):
-    start the helper on `HELPER` then `HOST`. Nothing on one core, where a helper only adds its
-    start-up, nor once the variant is cached or was started in this process."""
+    start the helper on `HELPER` then `HOST` (or hand them to the one `spawn` started). Nothing
+    on one core, where a helper only adds its start-up, nor once the variant is cached or was
+    started in this process."""
     from replay import _numba_cache
 
     if variant in _STARTED or _numba_cache.kernels_cached(variant) or not helps():
@@ -80,8 +101,10 @@ def start(variant: str, args: tuple) -> None:
     if not hasattr(advance, "overloads") or advance.overloads:  # no JIT, or compiled in this process
         return
     jobs = [[job[:2] + (sig,) for job, sig in _jobs(plan, variant, args)] for plan in (HELPER, HOST)]
-    proc = _start_helper(variant, jobs)
-    if proc is not None:
+    # A helper spawned ahead imported while this process did: its CPU counts from its jobs on.
+    ahead = bool(_SPAWNED)
+    proc = _SPAWNED.pop() if ahead else _start_helper()
+    if proc is not None and _send(proc, (variant, jobs, not ahead)):
         _HELPERS[variant] = proc, time.monotonic(), time.process_time()
 
 
@@ -132,6 +155,11 @@ def _reported(proc: subprocess.Popen) -> float:
         return 0.0
 
 
+def helper_pids() -> list[int]:
+    """This process's helpers (the spawned one waiting for its jobs, those compiling)."""
+    return [proc.pid for proc in _SPAWNED + [helper for helper, _, _ in _HELPERS.values()]]
+
+
 def helps() -> bool:
     """Whether a cold compile here gets a helper: on two cores or more."""
     return _cores() >= 2
@@ -166,41 +194,54 @@ def _kernel(module: str, name: str, variant: str) -> Any:
     return specialise(getattr(importlib.import_module(module), name), variant)
 
 
-def _start_helper(variant: str, jobs: list) -> subprocess.Popen | None:
+def _start_helper() -> subprocess.Popen | None:
+    """The helper interpreter, keyed to this process's cache directory; it waits for its jobs."""
     import numba
 
     try:
-        payload = pickle.dumps((numba.config.CACHE_DIR, variant, jobs))
         # the same replay package as this process's, whatever put it on sys.path
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        proc = subprocess.Popen([sys.executable, "-m", "replay.engine.prebuild"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    except (OSError, pickle.PicklingError):
+        return subprocess.Popen([sys.executable, "-m", "replay.engine.prebuild", numba.config.CACHE_DIR],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    except OSError:
         return None  # compiled here instead, when advance_nb is typed
+
+
+def _send(proc: subprocess.Popen, jobs: tuple) -> bool:
+    """Hand the helper its jobs; False (and the helper ended) if it cannot take them."""
     try:
+        payload = pickle.dumps(jobs)
         with proc.stdin:
             proc.stdin.write(payload)
-    except OSError:  # it died at once
+        return True
+    except (OSError, pickle.PicklingError):  # it died, or the types do not pickle
         proc.kill()
         proc.wait()
         proc.stdout.close()
-        return None
-    return proc
+        return False
 
 
 def _helper_main() -> None:
-    """The helper: compile each list of jobs on stdin into the parent's cache, and after each
-    print its CPU seconds so far (its start-up's too)."""
-    cache_dir, variant, parts = pickle.load(sys.stdin.buffer)
+    """The helper: import the kernel modules, then compile each list of jobs on stdin into the
+    parent's cache (argv[1]), and after each print its CPU seconds so far (from its start, or
+    from when its jobs came if it imported ahead of them). Nothing on stdin: nothing to do."""
     from replay import _numba_cache  # noqa: F401 - keys the cache; the parent's directory wins
     import numba
 
-    numba.config.CACHE_DIR = cache_dir
+    numba.config.CACHE_DIR = sys.argv[1]  # before any kernel is defined, the policies' included
+    import replay.engine.loop  # noqa: F401 - the engine's kernels and the policies', while the parent imports
+    import replay.fleet.metrics  # noqa: F401
+
+    payload = sys.stdin.buffer.read()
+    if not payload:
+        return
+    variant, parts, from_start = pickle.loads(payload)
+    base = 0.0 if from_start else time.process_time()
     for jobs in parts:
         for module, name, sig in jobs:
             _kernel(module, name, variant).compile(sig)
-        print(f"{time.process_time():.3f}", flush=True)
+        print(f"{time.process_time() - base:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -585,9 +585,11 @@ def make_control(plans: list[PoolPlan], inputs: EngineInputs, cfg: FleetConfig, 
         weights = plan.capacity.weights_bytes_per_gpu * plan.gpus_per_replica
         startup_s = pool.lifecycle.pod_start_s + weights / pool.lifecycle.load_bytes_per_s
         pc = PoolControl(plan.index, plan.name, slots, plan.gpus_per_replica, round(startup_s * 1e6),
-                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms,
-                         replica=replica_model(plan))
+                         slo_ttft_ms=cfg.slo.ttft_ms, slo_tpot_ms=cfg.slo.tpot_ms)
         if pool.autoscaler is not None:
+            # only an autoscaler reads it (its ScalingContext): a fixed pool's first run does not
+            # compile the step model's host call
+            pc.replica = replica_model(plan)
             scaler = pool.autoscaler
             pc.decide, pc.scrape_delay_ticks = make_decider(scaler, tick_us, f"pools[{plan.index}].autoscaler")
             pc.policy, pc.min_replicas, pc.max_replicas = scaler.policy, scaler.min_replicas, scaler.max_replicas

@@ -79,6 +79,8 @@ def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
     counts = (np.zeros(size + 1, np.int8), np.zeros((size >> 6) + 1, np.int32),
               np.zeros((size >> 12) + 1, np.int32), np.zeros((size >> 18) + 1, np.int32))
     a = b = 0  # the counts hold the values at positions [a, b)
+    # typed, not literal: a literal 1 and -1 would compile _count once for each
+    add, remove = np.int64(1), np.int64(-1)
     for i in range(len(lo)):
         # Positions outside [0, size] are clamped to it: numba does not check bounds, and a
         # negative one would wrap (past -size, to memory outside the arrays).
@@ -87,17 +89,17 @@ def percentiles_in_spans(values, order, lo, hi, qs, as_numpy):
         # To the union of the two windows first, so that a <= b throughout; then down to the new
         # one. Ticks in time order move each value in once and out once.
         while b < end:
-            _count(counts, rank[b], 1)
+            _count(counts, rank[b], add)
             b += 1
         while a > first:
             a -= 1
-            _count(counts, rank[a], 1)
+            _count(counts, rank[a], add)
         while a < first:
-            _count(counts, rank[a], -1)
+            _count(counts, rank[a], remove)
             a += 1
         while b > end:
             b -= 1
-            _count(counts, rank[b], -1)
+            _count(counts, rank[b], remove)
         n = end - first
         if n == 0:
             continue

@@ -17,6 +17,7 @@ from tests.e2e.conftest import small_fleet
 def test_a_cold_cache_says_it_is_compiling_and_for_how_long(cli, write, monkeypatch):
     monkeypatch.setattr(_numba_cache, "kernels_cached", lambda variant="plain": False)
     monkeypatch.setattr(_numba_cache, "mark_compiled", lambda *seconds: None)
+    monkeypatch.setattr(_numba_cache, "HELPER_CPU_S", {})  # what a helper adds, which nothing marks here
     cfg = write("f.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 10}}"))
     res = cli("run", "--config", cfg, "--out", "o")
     assert res.code == 0, res.err
@@ -79,18 +80,47 @@ def test_each_variant_has_its_own_estimate(tmp_path, monkeypatch):
 
 
 def test_the_estimate_follows_the_machines_load(tmp_path, monkeypatch):
-    """numba compiles on one thread: on a 2-core machine with 5 tasks running it gets a third of
-    a core, and the estimate says three times the CPU seconds, and why."""
+    """numba compiles on one thread: on a 2-core machine with 4 other tasks running, the compile's
+    two processes get a third of a core each, and the estimate says three times the CPU
+    seconds, and why."""
+    from replay.engine import prebuild
+
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "kernels-new"))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    monkeypatch.setattr(prebuild, "_cores", lambda: 2)
+    monkeypatch.setattr(_numba_cache, "_running_elsewhere", lambda: 4.0)
     assert _numba_cache.core_share() == 2 / 6
     estimate, basis = _numba_cache.compile_estimate_s()
     assert estimate == pytest.approx(_numba_cache.COLD_COMPILE_CPU_S["plain"] * 3)
     assert basis == "on a 2-core machine, at this machine's load (33% of a core)"
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.3, 0.2))
+    monkeypatch.setattr(_numba_cache, "_running_elsewhere", lambda: 0.0)
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))  # the last minute's: not now
     assert _numba_cache.core_share() == 1.0
     assert _numba_cache.compile_estimate_s() == (_numba_cache.COLD_COMPILE_CPU_S["plain"], "on a 2-core machine")
+    monkeypatch.setattr(_numba_cache, "_running_elsewhere", lambda: None)  # no /proc: the load average
+    assert _numba_cache.core_share() == 2 / 7
+
+
+def test_the_tasks_running_elsewhere_leave_out_this_process_and_its_helper(monkeypatch):
+    """The kernel's count of runnable tasks counts this process's threads (the one reading it,
+    polars' pool that spins a while after work) and a helper's: none slows the compile down."""
+    import io
+
+    text = ["0.90 1.10 1.30 6/812 12345\n"]
+    monkeypatch.setattr(_numba_cache, "open", lambda path: io.StringIO(text[0]), raising=False)
+    ours = [1]
+    monkeypatch.setattr(_numba_cache, "_running_threads", lambda pids: ours[0] if pids[0] == "self" else 99)
+    assert _numba_cache._running_elsewhere() == 5.0
+    ours[0] = 3
+    assert _numba_cache._running_elsewhere() == 3.0
+    text[0] = "0.90 1.10 1.30\n"  # not the format Linux writes: the load average instead
+    assert _numba_cache._running_elsewhere() is None
+
+
+def test_this_process_counts_its_own_running_thread():
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("no /proc here")
+    assert _numba_cache._running_threads(["self"]) >= 1  # the one reading
 
 
 def test_the_run_warms_up_the_variant_it_replays(cli, write, monkeypatch):

@@ -22,17 +22,22 @@ def test_the_plan_has_the_types_advance_nb_calls_its_callees_with(variant):
     args = (engine.rq, engine.blocks, engine.reps, engine.pools, engine.ev, engine.th, engine.tbs)
     # advance_nb typed afresh (not loaded from the cache): it compiles, or loads, each callee for
     # the types it calls it with, and each callee has no other caller.
-    own = specialise(advance_nb, variant)
-    py = own.py_func
-    fresh = njit(cache=False, **{k: v for k, v in own.targetoptions.items() if k != "nopython"})(
-        pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
-    fresh.compile(tuple(fresh.typeof_pyval(a) for a in (*args, engine.tbs)))
     jobs = prebuild._jobs(prebuild.HELPER + prebuild.OWN, variant, args)
+    _typed_afresh(specialise(advance_nb, variant), tuple(njit(lambda: 0).typeof_pyval(a) for a in (*args, engine.tbs)))
     callees = [(job, sig) for job, sig in jobs if job[1] not in _HOST_CALLED]
     assert len(callees) >= 6
     for (module, name, _, _), sig in callees:
         kernel = prebuild._kernel(module, name, variant)
         assert set(kernel.overloads) == {sig}, f"{module}.{name}: advance_nb calls it with {list(kernel.overloads)}"
+
+
+def _typed_afresh(kernel, sig):
+    """A copy of the kernel, not cached, compiled for sig: its callees are compiled (or loaded)
+    for the types it calls them with."""
+    py = kernel.py_func
+    fresh = njit(cache=False, **{k: v for k, v in kernel.targetoptions.items() if k != "nopython"})(
+        pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__))
+    fresh.compile(sig)
 
 
 _HOST_CALLED = ("snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
@@ -60,6 +65,7 @@ def _tiny_plan(monkeypatch, helper_kernel="quiet_begin"):
     monkeypatch.setattr(prebuild, "HOST", (job,))
     monkeypatch.setattr(prebuild, "OWN", (("replay.engine.quiet", "quiet_begin", ("reps", "pools", "int64"), None),))
     monkeypatch.setattr(prebuild, "_STARTED", set())
+    monkeypatch.setattr(prebuild, "_SPAWNED", [])
     monkeypatch.setattr(prebuild, "helps", lambda: True)
     monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": False)
     monkeypatch.setattr("replay._numba_cache.HELPER_CPU_S", {})
@@ -86,6 +92,49 @@ def test_the_helper_compiles_its_part_and_is_gone_when_advance_nb_is_compiled(mo
         pass  # advance_nb's compile
     assert proc.returncode == 0 and "plain" not in prebuild._HELPERS
     assert _numba_cache.HELPER_CPU_S["plain"] >= 0.0
+
+
+def test_a_helper_spawned_ahead_imports_first_and_takes_the_jobs_start_hands_it(monkeypatch):
+    args = _tiny_plan(monkeypatch)
+    prebuild.spawn()  # as llm_replay/entry.py does before the command's imports
+    (spawned,) = prebuild._SPAWNED
+    prebuild.spawn()  # one is enough
+    assert len(prebuild._SPAWNED) == 1
+    proc = _start(args, monkeypatch)
+    assert proc is spawned and not prebuild._SPAWNED
+    with prebuild.compile_ahead("plain", args):
+        pass
+    assert proc.returncode == 0
+
+
+def test_a_spawned_helper_given_no_jobs_exits_when_its_stdin_closes(monkeypatch):
+    _tiny_plan(monkeypatch)
+    prebuild.spawn()
+    (proc,) = prebuild._SPAWNED
+    proc.stdin.close()  # as when this process exits without having needed it
+    assert proc.wait(timeout=120) == 0
+    proc.stdout.close()
+
+
+def test_no_helper_is_spawned_once_the_kernels_are_cached(monkeypatch):
+    _tiny_plan(monkeypatch)
+    monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": True)
+    monkeypatch.setattr(prebuild, "_start_helper", lambda: pytest.fail("spawned a helper on a warm cache"))
+    prebuild.spawn()
+    assert not prebuild._SPAWNED
+
+
+def test_a_run_spawns_the_helper_before_its_imports_and_other_commands_do_not(monkeypatch):
+    from llm_replay import entry
+
+    calls = []
+    monkeypatch.setattr(prebuild, "spawn", lambda: calls.append(True))
+    for argv, spawns in ((["run"], True), (["run", "t.csv", "--out", "o"], True), (["run", "--engine", "reference"], False),
+                         (["run", "--engine=reference"], False), (["run", "--tui"], False), (["run", "-h"], False),
+                         (["tui", "runs/x"], False), ([], False)):
+        calls.clear()
+        entry._start_compiling(argv)
+        assert calls == ([True] if spawns else []), argv
 
 
 def test_a_helper_that_fails_only_costs_time(monkeypatch):
