@@ -24,7 +24,7 @@ from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
-from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
+from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_extend, quiet_land
 from replay.engine.kvblocks import clear_table
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
@@ -104,8 +104,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return synced(rq, blocks, reps, pools, th, tbs, until)
         r = best_r
         if best_kind == 0:
-            quiet_land(rq, blocks, reps, pools, th, tbs, r)
-            finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+            if not quiet_extend(reps, pools, r):  # else r's quiet run goes on, its next steps priced
+                quiet_land(rq, blocks, reps, pools, th, tbs, r)
+                finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
             continue
         reps.wake[r] = NO_EVENT
         dur, preempted = schedule(rq, blocks, reps, pools, ev, th, tbs, r, best_t)

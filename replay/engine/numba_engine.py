@@ -186,7 +186,7 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         qr_end=full(nrep, -1),
         qr_steps=full(nrep, 0),
         qr_from=full(nrep, 0),
-        qr_dur=np.zeros((nrep, QUIET_DURS), i64),
+        qr_dur=np.zeros((nrep, QUIET_DURS + 2), i64),
     )
 
 
