@@ -45,7 +45,7 @@ class Blocks(NamedTuple):
     fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
     fnext: np.ndarray  # fnext also links the stack of uncached free blocks
     gap: np.ndarray  # int64[B] uncached free blocks queued just before a cached free block
-    cprev: np.ndarray  # int64[B] previous block of the owning request's own (non-hit) blocks
+    cprev: np.ndarray  # int32[B] previous block of the owning request's own (non-hit) blocks
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
     htab_val: np.ndarray  # int64[H] global block id
     utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
