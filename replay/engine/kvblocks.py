@@ -40,14 +40,14 @@ class Blocks(NamedTuple):
     """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
     (and its free queue's head, tail and count: see "free queue" below)."""
 
-    ref: np.ndarray  # int64[B] requests holding the block; -n: a stacked chain of n (release_chain)
+    ref: np.ndarray  # int32[B] requests holding the block; -n: a stacked chain of n (release_chain)
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
-    fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
+    fprev: np.ndarray  # int32[B] free-queue links of a cached free block (global ids, -1 = none);
     fnext: np.ndarray  # fnext also links the stack of uncached free blocks
-    gap: np.ndarray  # int64[B] uncached free blocks queued just before a cached free block
+    gap: np.ndarray  # int32[B] uncached free blocks queued just before a cached free block
     cprev: np.ndarray  # int32[B] previous block of the owning request's own (non-hit) blocks
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
-    htab_val: np.ndarray  # int64[H] global block id
+    htab_val: np.ndarray  # int32[H] global block id
     utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
     fresh: np.ndarray  # int64[R] its first block never taken since it was laid out (the rest follow)
     tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
