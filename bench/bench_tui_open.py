@@ -1,18 +1,25 @@
-"""Opening a big run in the dashboard: wall time and peak RSS, this checkout against another.
+"""Opening a big run in the dashboard, and showing its requests: wall time and peak RSS, this
+checkout against another.
 
     python bench/bench_tui_open.py                                   # 5M requests, this checkout
     python bench/bench_tui_open.py --requests 20000000 --pools 1     # a day's 20M on one pool
     python bench/bench_tui_open.py --baseline /tmp/base              # and another checkout, same run
     git archive BASE | tar -x -C /tmp/base                           # (how to make one)
+    python bench/bench_tui_open.py --what worst,life                 # only the request views
 
 The run is bench/bench_tui.py's synthetic day (86,400 ticks x `--pools` pools) with `--requests`
-requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Two figures, each a median over
-`--repeat` fresh processes (so each peak is that process's own):
+requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Each figure
+(`--what`, all four by default) is a median over `--repeat` fresh processes (so each peak is that
+process's own):
 
 - load: `tui.data.load_run` in a process that imported the dashboard first (peak = its high-water
   mark, VmHWM; over = peak - RSS after the imports);
 - screenshot: `llm-replay tui RUN --screenshot` (imports, load, mount, first frame and SVG), its
-  peak from getrusage of that one child.
+  peak from getrusage of that one child;
+- worst: in a process that loaded the run, the worst-requests table at mid-day (`d`: the fleet's
+  200 worst by TTFT in the window ending there, as cells), its time and the peak over the RSS
+  after loading (over);
+- life: likewise, one request's life (enter on a row: the request in the middle of the run).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = Path("/tmp/llm-replay-bench-tui-open")
+WHAT = ("load", "screenshot", "worst", "life")
+OVER = {"load": "imports", "worst": "loaded", "life": "loaded"}  # what a peak is counted over
 
 
 def _status_mb(field: str) -> float:
@@ -46,6 +55,23 @@ def load_one(run: str) -> dict:
     wall = time.perf_counter() - began
     return {"wall_s": wall, "peak_mb": _status_mb("VmHWM"), "over_mb": _status_mb("VmHWM") - base,
             "ticks": len(data.t_us)}
+
+
+def shown_one(run: str, what: str) -> dict:
+    """After loading: the worst-requests table at mid-day, or one request's life."""
+    from tui.data import FLEET, load_run
+    from tui.requests import columns_of, request_life, request_rows, worst_requests
+
+    data = load_run(run)
+    base = _status_mb("VmRSS")
+    began = time.perf_counter()
+    if what == "worst":
+        cells = request_rows(worst_requests(data, data.end_us // 2, FLEET), columns_of(data))
+        shown = len(cells)
+    else:
+        shown = len(request_life(data, data.table.height // 2).plain)
+    wall = time.perf_counter() - began
+    return {"wall_s": wall, "peak_mb": _status_mb("VmHWM"), "over_mb": _status_mb("VmHWM") - base, "shown": shown}
 
 
 def screenshot_one(run: str, root: str) -> dict:
@@ -74,13 +100,17 @@ def main() -> int:
                     "several reads first tokens for its TTFT percentiles)")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with, on the same run")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--one", choices=["load", "screenshot"], help=argparse.SUPPRESS)
+    ap.add_argument("--what", default="load,screenshot,worst,life", help="which figures, comma separated")
+    ap.add_argument("--one", choices=WHAT, help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not set(args.what.split(",")) <= set(WHAT):
+        ap.error(f"--what {args.what}: expected some of {', '.join(WHAT)}, comma separated")
     if args.one:
         sys.path.insert(0, args.root)
-        result = load_one(args.run) if args.one == "load" else screenshot_one(args.run, args.root)
+        result = (load_one(args.run) if args.one == "load" else screenshot_one(args.run, args.root)
+                  if args.one == "screenshot" else shown_one(args.run, args.one))
         print(json.dumps(result))
         return 0
     FOLDER.mkdir(exist_ok=True)
@@ -92,16 +122,16 @@ def main() -> int:
         synthetic_run(run, 86_400, args.pools, args.requests)
     size = sum(f.stat().st_size for f in run.iterdir()) / (1 << 20)
     print(f"run: 86,400 ticks x {args.pools} pools, {args.requests:,} requests ({size:.0f} MB of files); medians of {args.repeat}")
-    for what in ("load", "screenshot"):
+    for what in args.what.split(","):
         new = measure(run, ROOT, what, args.repeat)
         line = f"{what:<10} new {new['wall_s']:6.2f} s peak {new['peak_mb']:6.0f} MB"
         if "over_mb" in new:
-            line += f" (over imports {new['over_mb']:6.0f} MB)"
+            line += f" (over {OVER[what]} {new['over_mb']:6.0f} MB)"
         if args.baseline:
             old = measure(run, args.baseline, what, args.repeat)
             line += f" | old {old['wall_s']:6.2f} s peak {old['peak_mb']:6.0f} MB"
             if "over_mb" in old:
-                line += f" (over imports {old['over_mb']:6.0f} MB)"
+                line += f" (over {OVER[what]} {old['over_mb']:6.0f} MB)"
             line += f" | new/old time {new['wall_s'] / old['wall_s']:.2f} peak {new['peak_mb'] / old['peak_mb']:.2f}"
         print(line, flush=True)
     return 0

@@ -27,7 +27,7 @@ from common.yamlfile import read_yaml
 from replay.outputs import schema as run_schema
 from replay.outputs.schema import CHUNK_FILES, CONFIG_FILE, LIVE_DIR, STATUS_FILE, SUMMARY_FILE, chunk_name, inflight_name
 from tui.arrays import EndedCounts, Grow, SortedTimes, ended_counts
-from tui.percentiles import window_percentiles
+from tui.percentiles import percentiles_by_pass, window_percentiles
 from tui.request_table import RequestTable, columns_in as _columns_in, open_requests, rows_in as _rows_in
 from tui.validate import (EVENTS, FIRSTS, REQUESTS, TICKS, Reads, check_config, check_frame,
                           check_summary, check_version, summary_saturation)
@@ -53,6 +53,10 @@ REQUEST_KINDS = run_schema.REQUEST_EVENT_KINDS
 SUMMED = ("waiting", "running", "replicas_active", "replicas_loading", "replicas_draining", "gpus",
           "arrivals", "rejected", "preemptions", "prompt_tokens_per_s", "output_tokens_per_s", "cost_usd")
 FLEET = "fleet"
+# A fleet's TTFT percentiles (RunData.fleet_ttft) from first tokens kept, up to so many requests;
+# past it from those of each query's windows, read about FIRSTS_PER_PASS at a time.
+KEEP_FIRSTS = 2_000_000
+FIRSTS_PER_PASS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -162,11 +166,29 @@ class RunData:
     def fleet_ttft(self, lo_us: np.ndarray, hi_us: np.ndarray, qs=(0.5, 0.99)) -> np.ndarray:
         """TTFT percentiles (ms) over first tokens in (lo - window, hi], per (lo, hi): the
         trailing-window definition of the tick columns when lo == hi, and the window covering a
-        chart column otherwise. For a fleet of several pools, whose percentiles do not add up."""
+        chart column otherwise. For a fleet of several pools, whose percentiles do not add up.
+        A finished run of more than KEEP_FIRSTS requests keeps no first token: each query reads
+        those of its windows (the cursor's: one window; a chart's: a span of time at a time)."""
+        if self._firsts is None and self.table.height > KEEP_FIRSTS:
+            lo, hi = np.asarray(lo_us, np.int64), np.asarray(hi_us, np.int64)
+            percents = tuple(q * 100 for q in qs)
+            key = ("ttft", percents, lo.tobytes(), hi.tobytes())
+            if key not in self._memo:
+                self._memo[key] = self._ttft_read(lo, hi, percents)
+            return self._memo[key]
         times, values = self.firsts()
         a = np.searchsorted(times, np.asarray(lo_us) - self.window_us, side="right")
         b = np.searchsorted(times, np.asarray(hi_us), side="right")
         return window_percentiles(values, a, b, [q * 100 for q in qs], lambda: self.order_of("ttft", values))
+
+    def _ttft_read(self, lo: np.ndarray, hi: np.ndarray, percents: tuple[float, ...]) -> np.ndarray:
+        def read(t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+            got = self.table.query(lambda req: req.select("first_token_us", "ttft_us").filter(
+                (pl.col("first_token_us") > t0) & (pl.col("first_token_us") <= t1)).sort("first_token_us"))
+            return got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0
+
+        span = max(self.end_us, 1) * FIRSTS_PER_PASS // max(self.table.height, 1)  # about so many a pass
+        return percentiles_by_pass(read, lo, hi, self.window_us, percents, span)
 
     def order_of(self, name: str, values: np.ndarray) -> np.ndarray:
         """np.argsort(values), kept while `values` (a signal named `name`) is the same array."""

@@ -34,3 +34,25 @@ def window_percentiles(values: np.ndarray, a: np.ndarray, b: np.ndarray, percent
     for i in np.flatnonzero(b > a):
         out[i] = np.percentile(values[a[i]:b[i]], percents)
     return out
+
+
+def percentiles_by_pass(read: Callable[[int, int], tuple[np.ndarray, np.ndarray]], lo_us: np.ndarray,
+                        hi_us: np.ndarray, window_us: int, percents: Sequence[float], span_us: int) -> np.ndarray:
+    """window_percentiles of a series too large to keep, per window (lo - window, hi], each pass
+    over the windows ending in one `span_us` of time: `read(t0, t1)` gives the values timed in
+    (t0, t1] by time (a query of the file that skips what is outside). What it holds at once is
+    one pass's values; the figures are those of the whole series held."""
+    lo, hi = np.asarray(lo_us, np.int64), np.asarray(hi_us, np.int64)
+    out = np.full((len(lo), len(percents)), np.nan)
+    if not len(lo):
+        return out
+    by_end = np.argsort(hi, kind="stable")
+    passes = (hi[by_end] - hi[by_end[0]]) // max(span_us, 1)
+    for k in np.unique(passes):
+        mine = by_end[passes == k]
+        a, b = lo[mine] - window_us, hi[mine]
+        t0 = int(a.min())
+        times, values = read(t0, int(b.max()))
+        at, to = np.searchsorted(times, a, side="right"), np.searchsorted(times, b, side="right")
+        out[mine] = window_percentiles(values, at, to, percents, lambda: np.argsort(values))
+    return out

@@ -1,5 +1,6 @@
 """requests.parquet as the dashboard's views read it: one column at a time, when a view first
-asks for it, never the whole table to open a run.
+asks for it, or a query of a few rows (`query`: the worst requests at the cursor, one request's
+life), never the whole table to open a run.
 
 A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
 rows at a time, that holds no column), then each column is read from the file the first time it is asked for and
@@ -55,6 +56,24 @@ class RequestTable:
                     return pl.DataFrame([self._held[name] if name in self._held else read[name] for name in names])
                 self._held.update({name: read[name] for name in missing})
             return pl.DataFrame([self._held[name] for name in names])
+
+    def query(self, plan: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
+        """What `plan` makes of the table as a lazy frame, collected by polars' streaming engine:
+        of a finished run's file, it reads only the columns the plan names, skips the row groups
+        its filters rule out by their statistics, and holds only the rows it keeps (a batch at a
+        time). The file as it was opened, as `select` reads it."""
+        if self.path is None:  # a live run's frames, or a file read whole
+            with self._lock:
+                frame = pl.DataFrame([self._held[name] for name in self.columns])
+            return plan(frame.lazy()).collect()
+        if self._same_file():
+            got = plan(pl.scan_parquet(self.path, glob=False)).collect(engine="streaming")
+            if self._same_file():
+                return got
+        with self._lock:  # replaced since it was opened: the handle's bytes (the table's only copy)
+            self._handle.seek(0)
+            whole = io.BytesIO(self._handle.read())
+        return plan(pl.scan_parquet(whole)).collect(engine="streaming")
 
     def __getitem__(self, name: str) -> pl.Series:
         return self.select(name)[name]

@@ -1,5 +1,9 @@
-"""Drill-down as pure functions: the worst requests around the cursor (a polars query, never the
-whole frame into widgets) and one request's life. Times are int64 microseconds."""
+"""Drill-down as pure functions: the worst requests around the cursor and one request's life.
+Times are int64 microseconds.
+
+Each reads only what it shows (RequestTable.query): the worst requests are a top-k over the
+columns that choose them (the scope, the window, the sort column), then the other columns of
+those rows alone; a request's life is its row, by its id. Neither reads a column whole."""
 
 from __future__ import annotations
 
@@ -35,8 +39,7 @@ PD_COLUMNS = ("id", "prefill", "pool", "replica", "workload", "arrival", "TTFT",
 
 def disaggregated(run: RunData) -> bool:
     """A prefill/decode run: some request was prefilled on another pool's replica."""
-    req = run.table
-    return "prefill_replica" in req.columns and req["prefill_replica"].null_count() < req.height
+    return "prefill_replica" in run.table.columns and _any(run, pl.col("prefill_replica").is_not_null())
 
 
 # a run from a request log that recorded each request's TTFT and E2E (traces/records.py;
@@ -45,8 +48,16 @@ OBSERVED = {"obs TTFT": "observed_ttft_us", "obs E2E": "observed_e2e_us"}
 
 
 def has_observed(run: RunData) -> bool:
-    req = run.table
-    return all(c in req.columns for c in OBSERVED.values()) and req["observed_ttft_us"].null_count() < req.height
+    return (all(c in run.table.columns for c in OBSERVED.values())
+            and _any(run, pl.col("observed_ttft_us").is_not_null()))
+
+
+def _any(run: RunData, expr: pl.Expr) -> bool:
+    """Whether some request holds `expr` (asked of the file once, a column a batch at a time)."""
+    key = ("any", str(expr), run.table.height)
+    if key not in run._memo:
+        run._memo[key] = bool(run.table.query(lambda req: req.select(expr.any())).item())
+    return run._memo[key]
 
 
 def columns_of(run: RunData) -> tuple[str, ...]:
@@ -64,26 +75,47 @@ def sorts_of(run: RunData) -> tuple[str, ...]:
 
 
 def worst_requests(run: RunData, cursor_us: int, scope: str, sort: str = "TTFT", reverse: bool = False,
-                   limit: int = LIMIT) -> pl.DataFrame:
+                   limit: int = LIMIT, offset: int = 0) -> pl.DataFrame:
     """Requests that were in the system during the metrics window ending at the cursor (arrived by
-    then, not ended before it began), in the scope, worst first by `sort` (nulls last)."""
-    req = run.requests
+    then, not ended before it began), in the scope, worst first by `sort` (nulls last, then by
+    id): the `limit` from the `offset`-th on, every column, with queue_us and e2e_us."""
+    expr, descending = SORTS[sort] if sort in SORTS else PD_SORTS[sort]
+    order = dict(by=[expr, pl.col("request_id")], descending=[descending != reverse, False], nulls_last=True)
+    chosen = _in_view(run, cursor_us, scope)
+    # the rows: a top-k over the few columns that choose them (the filter's row groups skipped
+    # by their statistics), then only those rows' other columns, by their ids
+    ids = run.table.query(lambda req: _with_spans(req.filter(chosen)).sort(**order).slice(offset, limit)
+                          .select("request_id"))["request_id"]
+    if not len(ids):
+        return _with_spans(run.table.query(lambda req: req.head(0)).lazy()).collect()
+    lo, hi = ids.min(), ids.max()
+    rows = run.table.query(lambda req: req.filter(pl.col("request_id").is_between(lo, hi)
+                                                  & pl.col("request_id").is_in(ids.implode())))
+    return _with_spans(rows.lazy()).sort(**order).collect()
+
+
+def _in_view(run: RunData, cursor_us: int, scope: str) -> pl.Expr:
+    """The requests of the table's view: in the scope, in the system during the window ending at the cursor."""
     if scope.startswith("workload:"):  # the per-workload view (tui/views.py): that label's requests
-        req = req.filter(pl.col("workload") == scope[len("workload:"):])
+        mine = pl.col("workload") == scope[len("workload:"):]
     elif scope != FLEET:  # a pool's requests: those it decoded, and those it prefilled for another
         mine = pl.col("pool") == scope
-        if "prefill_pool" in req.columns:
+        if "prefill_pool" in run.table.columns:
             mine = mine | (pl.col("prefill_pool") == scope).fill_null(False)
-        req = req.filter(mine)
+    else:
+        mine = pl.lit(True)
+    start = cursor_us - run.window_us
     never = pl.lit(2**62, pl.Int64)
-    ended = pl.when(pl.col("status") == "rejected").then(pl.col("arrival_us")).otherwise(
-        pl.coalesce("finished_us", never))
-    req = req.filter((pl.col("arrival_us") <= cursor_us) & (ended > cursor_us - run.window_us))
-    req = req.with_columns(queue_us=pl.col("first_scheduled_us") - pl.col("arrival_us"),
-                           e2e_us=pl.col("finished_us") - pl.col("arrival_us"))
-    expr, descending = SORTS[sort] if sort in SORTS else PD_SORTS[sort]
-    descending = descending != reverse
-    return req.sort([expr, pl.col("request_id")], descending=[descending, False], nulls_last=True).head(limit)
+    rejected = pl.col("status") == "rejected"
+    ended = pl.when(rejected).then(pl.col("arrival_us")).otherwise(pl.coalesce("finished_us", never))
+    # (ended > start implies the term before it, which a row group's statistics can rule out)
+    maybe = (pl.col("finished_us") > start) | pl.col("finished_us").is_null() | rejected
+    return mine & (pl.col("arrival_us") <= cursor_us) & maybe & (ended > start)
+
+
+def _with_spans(req: pl.LazyFrame) -> pl.LazyFrame:
+    return req.with_columns(queue_us=pl.col("first_scheduled_us") - pl.col("arrival_us"),
+                            e2e_us=pl.col("finished_us") - pl.col("arrival_us"))
 
 
 def request_rows(frame: pl.DataFrame, columns: tuple[str, ...] = COLUMNS) -> list[tuple]:
@@ -136,7 +168,7 @@ def _targets(run: RunData, workload: str | None) -> tuple[float, float]:
 def request_life(run: RunData, request_id: int, width: int = 80) -> Text:
     """Arrival, admission, preemptions, first token, finish (or rejection), each at its time with
     what it cost, then a bar: queue, prefill, decode, preemptions marked x."""
-    rows = run.requests.filter(pl.col("request_id") == request_id)
+    rows = run.table.query(lambda req: req.filter(pl.col("request_id") == request_id))
     if rows.height == 0:
         return Text(f"request {request_id}: not in {run.name}", "red")
     r = rows.row(0, named=True)

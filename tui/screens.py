@@ -3,6 +3,7 @@ life of one request."""
 
 from __future__ import annotations
 
+import polars as pl
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,7 +13,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Input, Static
 
 from common.errors import UserError
-from tui.requests import columns_of, request_life, request_rows, sorts_of, worst_requests
+from tui.requests import LIMIT, columns_of, request_life, request_rows, sorts_of, worst_requests
 from tui.timefmt import fmt_time, parse_time
 
 MOUSE_HELP = (
@@ -155,7 +156,8 @@ class GotoScreen(ModalScreen):
 
 
 class RequestsScreen(Screen):
-    """The worst requests in the metrics window ending at the cursor, in the scope."""
+    """The worst requests in the metrics window ending at the cursor, in the scope: LIMIT of them,
+    and LIMIT more each time the cursor reaches the last (each page read alone, tui/requests.py)."""
 
     BINDINGS = [
         Binding("escape,d", "app.pop_screen", "back to the dashboard"),
@@ -174,6 +176,7 @@ class RequestsScreen(Screen):
         self.run_index = run_index
         self.sort = "TTFT"
         self.reverse = False
+        self.more = False  # whether requests follow the rows shown
         self.ids: list[int] = []
 
     def compose(self) -> ComposeResult:
@@ -190,8 +193,8 @@ class RequestsScreen(Screen):
         run = model.runs[self.run_index]
         if self.sort not in sorts_of(run):  # compare mode: the other run has no P/D columns
             self.sort, self.reverse = "TTFT", False
-        frame = worst_requests(run, model.view.cursor_us, model.view.scope, self.sort, self.reverse)
-        self.ids = frame["request_id"].to_list()
+        self.ids = []
+        frame = self._page(run)
         table = self.query_one(DataTable)
         columns = columns_of(run)
         if tuple(str(c.value) for c in table.columns) != columns:  # compare mode: the runs may differ
@@ -201,13 +204,34 @@ class RequestsScreen(Screen):
         table.clear()
         for row in request_rows(frame, columns):
             table.add_row(*row)
+        self._title(run)
+
+    def _page(self, run) -> pl.DataFrame:
+        """The next LIMIT requests after those shown (their ids now among `ids`)."""
+        view = self.app.model.view
+        frame = worst_requests(run, view.cursor_us, view.scope, self.sort, self.reverse, LIMIT + 1, len(self.ids))
+        self.more = frame.height > LIMIT
+        frame = frame.head(LIMIT)
+        self.ids += frame["request_id"].to_list()
+        return frame
+
+    def _title(self, run) -> None:
+        view = self.app.model.view
         order = "best" if self.reverse else "worst"
         self.query_one("#req-title", Static).update(Text.assemble(
             (f" {run.name} ", "bold reverse"),
-            f" {model.view.scope}: {len(self.ids)} {order} by {self.sort}, in the window ending "
-            f"{fmt_time(model.view.cursor_us)}  ",
+            f" {view.scope}: {len(self.ids)} {order} by {self.sort}, in the window ending {fmt_time(view.cursor_us)}  ",
             ("enter", "bold"), " life  ", ("s", "bold"), " sort  ", ("r", "bold"), " reverse  ", ("esc", "bold"),
             " back"))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """At the last row shown: the next LIMIT below it."""
+        if self.more and event.cursor_row == len(self.ids) - 1:
+            run = self.app.model.runs[self.run_index]
+            table = self.query_one(DataTable)
+            for row in request_rows(self._page(run), columns_of(run)):
+                table.add_row(*row)
+            self._title(run)
 
     def action_open(self) -> None:
         table = self.query_one(DataTable)

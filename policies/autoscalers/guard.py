@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numbers
 import reprlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from common.errors import UserError
@@ -86,7 +86,9 @@ def guard_step(
     if state.held is not None and between and not from_zero(ctx):
         inner = observe(ctx, params, state.inner) if observe is not None else state.inner
         held = clamp(state.held, ctx)
-        return Decision(held, replace(state, inner=inner), {"held": True, "replicas": held})
+        # the state's other fields as they were (a constructor call: dataclasses.replace costs ~5 us a tick)
+        kept = GuardState(inner, state.held, state.last_decision_us, state.last_scale_up_us, state.last_scale_down_us)
+        return Decision(held, kept, {"held": True, "replicas": held})
 
     decision = _checked(fn, fn(ctx, params, state.inner))
     proposed = clamp(decision.replicas, ctx)

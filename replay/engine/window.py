@@ -179,6 +179,8 @@ class Window:
 
     def ended_prefix(self, rq: Requests) -> int:
         """Slots [0, k) all ended: nothing in the engine refers to them any more."""
+        if self.ended < self.loaded and rq.state[self.ended] != FINISHED and rq.state[self.ended] != REJECTED:
+            return self.ended  # the oldest live request still is (most calls: one read, not a block's)
         while self.ended < self.loaded:  # in blocks: the oldest live request is mostly near
             state = rq.state[self.ended:self.ended + SCAN]
             live = np.flatnonzero((state != FINISHED) & (state != REJECTED))

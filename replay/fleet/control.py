@@ -74,6 +74,7 @@ class FleetControl:
         self.events = ControlEvents()
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
         self.prev_snap: np.ndarray | None = None
+        self.prev_sums: np.ndarray | None = None  # prev_snap summed per pool
         # Per pool, its arrivals' times and prompt and output tokens, to report mean request sizes
         # (each tick sums its own; a pool that sees every request reads the inputs' arrays, not
         # copies: a day's would be 24 bytes a request). A prefill pool sees the arrivals of its
@@ -91,6 +92,17 @@ class FleetControl:
         self.closed_loop = closed_loop
         self._sees = {pc.index: (sees_arrivals_of or {}).get(pc.index, pc.index) for pc in pools}
         self._arrived = self._arrived_prev = np.zeros((len(pools), 3), np.int64)
+        # Each pool's replicas as a slice where they are contiguous (every fleet's are: one view,
+        # not a gather, per read); replicas by (pool, state) in one bincount over `_code`.
+        self._sel = [_as_slice(pc.slots) for pc in pools]
+        self._all = np.concatenate([pc.slots for pc in pools]) if pools else np.zeros(0, np.int64)
+        self._code = np.repeat(np.arange(len(pools), dtype=np.int64) * 4, [len(pc.slots) for pc in pools])
+        self._sizes = np.array([len(pc.slots) for pc in pools], np.int64)
+        self._gpus = np.array([pc.gpus_per_replica for pc in pools], np.int64)
+        # Per pool, where its arrivals up to `last_t` end (times[:cursor] <= last_t): each tick
+        # searches only for its own end.
+        self._cursor = {pc.index: (0, int(np.searchsorted(self._seen[pc.index][0], 0, side="right")))
+                        for pc in pools}
 
     def start(self, eng: Engine) -> None:
         """Log the replicas that are active from t=0."""
@@ -101,70 +113,89 @@ class FleetControl:
             pc.desired = int((states[pc.slots] != R_OFF).sum())
         self.prev_state = states
 
-    def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None,
+             sums: np.ndarray | None = None) -> np.ndarray:
         """Run the control plane at t; returns replicas by state per pool [pool, 4 states] as
         they were at t, before this tick's decisions (what a dashboard scraped at t shows).
         `counters`: the engine's pool counters at t (`Engine.pool_counters`; read here if not given):
-        requests held at each pool on no replica yet, and in closed loop the arrivals so far."""
+        requests held at each pool on no replica yet, and in closed loop the arrivals so far.
+        `sums`: the snapshot summed over each pool's replicas [pool, column] (the tick loop's row;
+        summed here if not given)."""
         c = eng.pool_counters() if counters is None else counters
+        if sums is None:
+            sums = np.array([snap[sel].sum(axis=0) for sel in self._sel], np.int64)
+            sums = sums.reshape(len(self.pools), snap.shape[1])
         held = c["held"]
         if self.closed_loop:
             self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
         states, active_at = eng.replica_lifecycle()
+        logged = len(self.events.t_us)
+        woke = (states == R_ACTIVE) & (self.prev_state == R_STARTING)
+        if woke.any():
+            for pc in self.pools:
+                for r in pc.slots[woke[pc.slots]]:
+                    self.events.add(active_at[r], pc.name, r, "replica_active", "weights loaded; taking requests")
+        counts = self.by_state(states)
+        draining = bool((states == R_DRAINING).any())
         for pc in self.pools:
-            for r in pc.slots[(states[pc.slots] == R_ACTIVE) & (self.prev_state[pc.slots] == R_STARTING)]:
-                self.events.add(active_at[r], pc.name, r, "replica_active", "weights loaded; taking requests")
-        counts = np.zeros((len(self.pools), 4), np.int64)
-        for pc in self.pools:
-            counts[pc.index] = np.bincount(states[pc.slots], minlength=4)[:4]
-        for pc in self.pools:
-            draining = pc.slots[states[pc.slots] == R_DRAINING]
-            for r in draining:
+            for r in pc.slots[states[pc.slots] == R_DRAINING] if draining else ():
                 if eng.idle(int(r)):
                     eng.retire_replica(int(r))
                     self.events.add(t, pc.name, r, "replica_gone", "drained")
             if pc.decide is not None:
-                self._scale(pc, t, eng, states, snap, int(held[pc.index]))
-        self.prev_state, _ = eng.replica_lifecycle()
-        self.prev_snap = snap
+                self._scale(pc, t, eng, states, snap, int(held[pc.index]), counts[pc.index], sums)
+        # Only the control plane's own calls (each logged) change replica states after the first read.
+        self.prev_state = states if len(self.events.t_us) == logged else eng.replica_lifecycle()[0]
+        self.prev_snap, self.prev_sums = snap, sums
         self._arrived_prev = self._arrived
         self.last_t = t
         return counts
 
+    def by_state(self, states: np.ndarray) -> np.ndarray:
+        """Replicas by state per pool [pool, 4 states]."""
+        return np.bincount(self._code + states[self._all], minlength=4 * len(self.pools)).reshape(-1, 4)
+
     def billed_gpus(self) -> np.ndarray:
         """GPUs per pool that cost money from now until the next tick: every replica not OFF."""
-        return np.array([int((self.prev_state[pc.slots] != R_OFF).sum()) * pc.gpus_per_replica for pc in self.pools])
+        return (self._sizes - self.by_state(self.prev_state)[:, R_OFF]) * self._gpus
 
     # --- autoscaling ---------------------------------------------------------------------------
 
-    def _metrics(self, pc: PoolControl, t: int, states: np.ndarray, snap: np.ndarray, held: int = 0) -> PoolMetrics:
-        slots = pc.slots
-        active = slots[states[slots] == R_ACTIVE]
-        serving = slots[(states[slots] == R_ACTIVE) | (states[slots] == R_DRAINING)]
-        prev = self.prev_snap if self.prev_snap is not None else np.zeros_like(snap)
+    def _metrics(self, pc: PoolControl, t: int, states: np.ndarray, snap: np.ndarray, held: int,
+                 counts: np.ndarray, sums: np.ndarray) -> PoolMetrics:
+        """The pool's scrape at t. Sums come from the pool's rows (integers: exact in any order);
+        the two means are over the pool's replicas in id order, as numpy's mean sums them (the
+        same floats as gathering them by id)."""
+        sel = self._sel[pc.index]
+        now = snap[sel]
+        state = states[sel]
+        active = state == R_ACTIVE
+        serving = active | (state == R_DRAINING)
         dt_s = (t - self.last_t) / 1e6
-
-        def rate(col: str) -> float:
-            return float((snap[slots, COL[col]] - prev[slots, COL[col]]).sum()) / dt_s
-
-        kv = snap[active, COL["kv_used_blocks"]] / np.maximum(snap[active, COL["kv_total_blocks"]], 1)
-        busy = (snap[serving, COL["busy_us"]] - prev[serving, COL["busy_us"]]) / (t - self.last_t)
+        total = sums[pc.index]
+        grew = total - self.prev_sums[pc.index] if self.prev_sums is not None else total
+        kv = now[active, COL["kv_used_blocks"]] / np.maximum(now[active, COL["kv_total_blocks"]], 1)
+        busy = now[serving, COL["busy_us"]]
+        if self.prev_snap is not None:
+            busy = busy - self.prev_snap[sel][serving, COL["busy_us"]]
+        # np.clip's floats (no -0.0 to tell apart: an integer over a positive one), without its wrapper
+        busy = np.minimum(np.maximum(busy / (t - self.last_t), 0.0), 1.0)
         n, prompt_tokens, output_tokens = self._arrivals_since_last(pc, t)
         return PoolMetrics(
             now_us=t,
-            replicas_active=len(active),
-            replicas_starting=int((states[slots] == R_STARTING).sum()),
-            replicas_draining=int((states[slots] == R_DRAINING).sum()),
+            replicas_active=int(counts[R_ACTIVE]),
+            replicas_starting=int(counts[R_STARTING]),
+            replicas_draining=int(counts[R_DRAINING]),
             # Held requests count as waiting, as Knative's activator reports the requests it
             # buffers as the revision's concurrency and Ray Serve counts requests queued at its
             # handles in `total_num_requests`: they are what scales a pool up from zero.
-            waiting=int(snap[slots, COL["waiting"]].sum()) + held,
-            running=int(snap[slots, COL["running"]].sum()),
-            kv_usage=float(kv.mean()) if len(kv) else 0.0,
-            gpu_busy=float(np.clip(busy, 0.0, 1.0).mean()) if len(busy) else 0.0,
+            waiting=int(total[COL["waiting"]]) + held,
+            running=int(total[COL["running"]]),
+            kv_usage=_mean(kv),
+            gpu_busy=_mean(busy),
             arrivals_per_s=n / dt_s,
-            prompt_tokens_per_s=rate("prefill_tokens"),
-            output_tokens_per_s=rate("output_tokens"),
+            prompt_tokens_per_s=float(grew[COL["prefill_tokens"]]) / dt_s,
+            output_tokens_per_s=float(grew[COL["output_tokens"]]) / dt_s,
             mean_prompt_tokens=float(prompt_tokens) / n if n else 0.0,
             mean_output_tokens=float(output_tokens) / n if n else 0.0,
             held=held,
@@ -177,11 +208,16 @@ class FleetControl:
             n, prompt, output = (int(x) for x in self._arrived[seen] - self._arrived_prev[seen])
             return n, prompt, output
         times, prompt, output = self._seen[pc.index]
-        lo, hi = np.searchsorted(times, [self.last_t, t], side="right")
-        return int(hi - lo), int(prompt[lo:hi].sum(dtype=np.int64)), int(output[lo:hi].sum(dtype=np.int64))
+        at, lo = self._cursor[pc.index]
+        if at != self.last_t:  # not read at the last tick
+            lo = int(np.searchsorted(times, self.last_t, side="right"))
+        hi = int(np.searchsorted(times, t, side="right"))
+        self._cursor[pc.index] = (t, hi)
+        return hi - lo, int(prompt[lo:hi].sum(dtype=np.int64)), int(output[lo:hi].sum(dtype=np.int64))
 
-    def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int) -> None:
-        pc.scrapes.append(self._metrics(pc, t, states, snap, held))
+    def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int,
+               counts: np.ndarray, sums: np.ndarray) -> None:
+        pc.scrapes.append(self._metrics(pc, t, states, snap, held, counts, sums))
         while len(pc.scrapes) > pc.scrape_delay_ticks + 1:
             pc.scrapes.popleft()
         ctx = ScalingContext(
@@ -215,6 +251,19 @@ class FleetControl:
                 eng.drain_replica(int(r))
                 self.events.add(t, pc.name, r, "replica_draining", "scale-down: no new requests")
         pc.desired = target
+
+
+def _mean(values: np.ndarray) -> float:
+    """np.mean's float (its pairwise sum over the count) without its Python wrapper; 0 when empty."""
+    return float(np.add.reduce(values)) / len(values) if len(values) else 0.0
+
+
+def _as_slice(slots: np.ndarray) -> slice | np.ndarray:
+    """`slots` as the slice it spans when they are consecutive ids (the same replicas, in the same
+    order, read as a view), else the ids."""
+    if len(slots) and np.array_equal(slots, np.arange(slots[0], slots[0] + len(slots))):
+        return slice(int(slots[0]), int(slots[0]) + len(slots))
+    return slots
 
 
 def _show(value) -> str:

@@ -15,6 +15,7 @@ from replay.fleet.control import FleetControl
 from replay.fleet.ticks import check_drain, tick_arrays
 
 EVENT_KEYS = ("t_us", "kind", "replica", "request", "value")
+WAITING = SNAPSHOT_COLUMNS.index("waiting")
 
 
 class TickLoop:
@@ -32,8 +33,9 @@ class TickLoop:
         self.num_pools = num_pools  # of the whole fleet: the drain bound counts its rows
         self.progress, self.on_tick = progress, on_tick
         # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
-        self.membership = np.zeros((len(replica_pool), len(control.pools)), np.int64)
-        self.membership[np.arange(len(replica_pool)), replica_pool] = 1
+        membership = np.zeros((len(replica_pool), len(control.pools)), np.int64)
+        membership[np.arange(len(replica_pool)), replica_pool] = 1
+        self.membership_t = np.ascontiguousarray(membership.T)  # [pool, replica]
         self.snapshots: list[np.ndarray] = []
         self.pool_counts: list[np.ndarray] = []
         self.by_state: list[np.ndarray] = []
@@ -52,14 +54,16 @@ class TickLoop:
         t = self.t
         eng.advance(t)
         snap = eng.snapshot(t)
-        self.snapshots.append(self.membership.T @ snap)  # [pool, column]
+        sums = self.membership_t @ snap  # [pool, column]
         pc = eng.pool_counters()
         # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
         # `waiting` counts them, and `held` says how many of them are.
-        self.snapshots[-1][:, SNAPSHOT_COLUMNS.index("waiting")] += pc["held"]
-        self.pool_counts.append(np.stack([pc["arrivals"], pc["rejected"], pc["held"]], axis=1))
+        self.snapshots.append(sums.copy())
+        self.snapshots[-1][:, WAITING] += pc["held"]
+        # np.stack(..., axis=1)'s rows, in a tenth of its time
+        self.pool_counts.append(np.array([pc["arrivals"], pc["rejected"], pc["held"]]).T)
         self.events.append(eng.take_events())
-        self.by_state.append(control.tick(t, eng, snap, pc))
+        self.by_state.append(control.tick(t, eng, snap, pc, sums))
         self.control_marks.append(len(control.events.t_us))
         if self.host is not None:
             self.host.append(eng.take_events())
@@ -69,7 +73,7 @@ class TickLoop:
             self.on_tick(t_us=t, end_us=self.last_arrival_us, pools=self.snapshots[-1], counts=self.pool_counts[-1],
                          states=self.by_state[-1], gpus=self.billed[-1], events=self.events[-1],
                          control_events=control.events, request_columns=eng.request_columns)
-        return (eng.done and t >= self.last_arrival_us) or t >= self.limit_us
+        return (t >= self.last_arrival_us and eng.done) or t >= self.limit_us
 
     def run(self) -> None:
         """Tick until the run ends; a drain past the tick-row bound is a ConfigError.

@@ -190,3 +190,35 @@ def test_compare_a_prefill_decode_run_with_one_without(pd_run, one_pool_run):
         assert screen.run_index == 0 and "KV xfer" in columns()
 
     drive(app, script, size=(160, 40))
+
+
+def test_the_table_pages_through_every_request_of_the_window():
+    run = load_run(BEFORE)
+    whole = worst_requests(run, 240 * S, "fleet", limit=10**6)
+    assert whole.height > 2 * LIMIT
+    pages = [worst_requests(run, 240 * S, "fleet", offset=k) for k in range(0, whole.height + LIMIT, LIMIT)]
+    assert pl.concat(pages).equals(whole) and pages[-1].height == 0
+    ids = whole["request_id"].to_list()
+    app = make_app(BEFORE, at="4:00")
+
+    async def script(pilot):
+        await pilot.press("d")
+        screen = app.screen
+        table = screen.query_one("DataTable")
+        assert screen.ids == ids[:LIMIT] and table.row_count == LIMIT
+        await pilot.press("down")  # not yet the last row: nothing more read
+        assert screen.ids == ids[:LIMIT]
+        await pilot.press("ctrl+end")  # the last row: the next LIMIT below it
+        await pilot.pause()
+        assert screen.ids == ids[:2 * LIMIT] and table.row_count == 2 * LIMIT
+        assert f"{2 * LIMIT} worst by TTFT" in screen_text(app)
+        await pilot.press("enter")  # a row of the next page opens its own request
+        assert isinstance(app.screen, RequestLifeScreen) and app.screen.request_id == ids[LIMIT - 1]
+        await pilot.press("escape")
+        await pilot.press(*["ctrl+end"] * 6)  # up to the window's last request
+        assert screen.ids == ids and table.row_count == len(ids) and not screen.more
+        assert f"{len(ids)} worst by TTFT" in screen_text(app)
+        await pilot.press("s")  # another order starts again from its worst
+        assert "worst by queue" in screen_text(app) and len(screen.ids) == LIMIT == table.row_count
+
+    drive(app, script, size=(140, 40))

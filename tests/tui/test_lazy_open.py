@@ -5,6 +5,7 @@ when it first asks, from the file as it was opened."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from bench.bench_tui import synthetic_run
-from tests.tui.conftest import BEFORE
+from tests.tui.conftest import AFTER, BEFORE
 from tests.tui.test_validate import DAMAGES
 from tui.app import make_app, render_svg
 from tui.data import FLEET, load_run
@@ -169,3 +170,67 @@ def test_request_ids_are_checked_unique_across_the_checks_batches(run, monkeypat
     frame.with_columns(request_id=pl.Series(rid, dtype=pl.Int64)).write_parquet(run / "requests.parquet")
     flagged = may_fail(run / "requests.parquet", pl.scan_parquet(run / "requests.parquet"), REQUESTS)
     assert flagged is (repeat_at not in (None, "shuffled"))
+
+
+def _many_row_groups(run, seed=0):
+    """requests.parquet with some requests rejected and some unfinished, in row groups of 1,000
+    rows (so a query's filters can skip some by their statistics), shuffled in parts."""
+    frame = pl.read_parquet(run / "requests.parquet")
+    rng = np.random.default_rng(seed)
+    status = pl.Series(rng.choice(["finished", "rejected", "unfinished"], frame.height, p=[0.9, 0.05, 0.05]))
+    done = status == "finished"
+    frame = frame.with_columns(status=status, finished_us=pl.when(done).then("finished_us"),
+                               ttft_us=pl.when(status != "rejected").then("ttft_us"),
+                               first_token_us=pl.when(status != "rejected").then("first_token_us"))
+    order = np.concatenate([rng.permutation(part) for part in np.array_split(np.arange(frame.height), 7)])
+    frame[order].write_parquet(run / "requests.parquet", row_group_size=1_000)
+    return frame
+
+
+def _worst(frame, cursor_us, window_us, by="ttft_us", pool=None):
+    """The worst requests of the window ending at the cursor, from the whole frame (the reference)."""
+    ended = pl.when(pl.col("status") == "rejected").then("arrival_us").otherwise(pl.coalesce("finished_us", 2**62))
+    mine = frame.filter((pl.col("arrival_us") <= cursor_us) & (ended > cursor_us - window_us))
+    if pool is not None:
+        mine = mine.filter(pl.col("pool") == pool)
+    return mine.sort([by, "request_id"], descending=[True, False], nulls_last=True)["request_id"]
+
+
+def test_the_worst_requests_and_a_life_read_only_their_rows(tmp_path, reads):
+    run = synthetic_run(tmp_path / "fleet", 600, 3, 30_000, seed=2)
+    frame = _many_row_groups(run)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "metrics_window_s": 20.0}))
+    data = load_run(run)
+    from tui.requests import LIMIT, request_life, worst_requests
+
+    for cursor_s, pool in ((300, None), (300, "pool1"), (5, None), (599, "pool2"), (900, None)):
+        want = _worst(frame, cursor_s * 1_000_000, 20_000_000, pool=pool)
+        got = worst_requests(data, cursor_s * 1_000_000, pool or FLEET, limit=10**6)
+        assert got["request_id"].equals(want) and want.len()
+        rows = frame.filter(pl.col("request_id").is_in(want.implode())).sort("request_id").drop("e2e_us")
+        assert got.select(frame.columns).sort("request_id").drop("e2e_us").equals(rows)  # (e2e_us: recomputed)
+        page = worst_requests(data, cursor_s * 1_000_000, pool or FLEET, offset=LIMIT)
+        assert page["request_id"].equals(want[LIMIT:2 * LIMIT])
+    rid = int(frame["request_id"][12_345])
+    assert f"request {rid}" in request_life(data, rid).plain
+    assert data.table.held == [] and reads == []  # no column read whole
+
+
+def test_a_large_fleets_ttft_is_read_a_span_at_a_time_and_draws_the_same(monkeypatch, reads):
+    import tui.data as tui_data
+
+    held = load_run(AFTER)  # three pools: the fleet's TTFT from first tokens
+    edges = np.linspace(0, held.end_us, 57).astype(np.int64)
+    lo, hi = np.minimum(edges[:-1] + 1, held.end_us), edges[1:]
+    want = held.fleet_ttft(lo, hi), held.fleet_ttft(held.t_us, held.t_us)
+    shot = asyncio.run(render_svg(make_app(AFTER, at="4:16"), (160, 50)))
+    monkeypatch.setattr(tui_data, "KEEP_FIRSTS", 0)  # as a run past it: no first token kept
+    monkeypatch.setattr(tui_data, "FIRSTS_PER_PASS", 150)
+    reads.clear()
+    read = load_run(AFTER)
+    got = read.fleet_ttft(lo, hi), read.fleet_ttft(read.t_us, read.t_us)
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(want, got))
+    assert not np.isnan(got[1]).all()
+    assert asyncio.run(render_svg(make_app(AFTER, at="4:16"), (160, 50))) == shot
+    assert read._firsts is None and read.table.held == [] and reads == []
