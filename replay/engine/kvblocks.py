@@ -190,7 +190,7 @@ def ht_delete(blocks, off, mask, key):
 def clear_table(blocks, off, size):
     """Empty a replica's table. Only keys are written, and only those set: an empty slot's value
     is never read, and a table's pages that nothing was ever cached in are then never written
-    (calloc's zero pages: 32 bytes a block of the fleet's memory, most of it in a replay
+    (calloc's zero pages: 24 bytes a block of the fleet's memory, most of it in a replay
     without shared prefixes, where only a preempted request's blocks are hashed)."""
     for i in range(off, off + size):
         if blocks.htab_key[i] != U64(0):
@@ -534,7 +534,7 @@ def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def keys_unseen(rq, tbs, bs, q):
     """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
-    its probe, a cache miss in a table of 32 bytes a block, is skipped): every key is its own
+    its probe, a cache miss in a table of 24 bytes a block, is skipped): every key is its own
     (own_block holds from its first block on) and none was ever offered, which needs a release
     unfinished: a preemption (offer_own_blocks, then grow_request as blocks fill) or a KV
     transfer (offer_own_blocks when it completes)."""
