@@ -58,12 +58,11 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
-        # Earliest replica event: a step end (kind 0; a quiet run's last) or a wake-up (kind 3).
+        # Earliest replica event: a step end (kind 0; a quiet run's last priced) or a wake-up (kind 3).
         best_r = reps.tree[1]
         best_t, best_kind = NO_EVENT, 4
         if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
-            best_t = reps.ekey[best_r] // 4
-            best_kind = reps.ekey[best_r] % 4
+            best_t, best_kind = reps.ekey[best_r] // 4, reps.ekey[best_r] % 4
         else:
             best_r = -1
         a = skip_released(rq, pools, ev.clock[0])
