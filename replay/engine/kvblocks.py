@@ -40,14 +40,14 @@ class Blocks(NamedTuple):
     """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
     (and its free queue's head, tail and count: see "free queue" below)."""
 
-    ref: np.ndarray  # int64[B] requests holding the block; -n: a stacked chain of n (release_chain)
+    ref: np.ndarray  # int32[B] requests holding the block; -n: a stacked chain of n (release_chain)
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
-    fprev: np.ndarray  # int64[B] free-queue links of a cached free block (global ids, -1 = none);
+    fprev: np.ndarray  # int32[B] free-queue links of a cached free block (global ids, -1 = none);
     fnext: np.ndarray  # fnext also links the stack of uncached free blocks
-    gap: np.ndarray  # int64[B] uncached free blocks queued just before a cached free block
-    cprev: np.ndarray  # int64[B] previous block of the owning request's own (non-hit) blocks
+    gap: np.ndarray  # int32[B] uncached free blocks queued just before a cached free block
+    cprev: np.ndarray  # int32[B] previous block of the owning request's own (non-hit) blocks
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
-    htab_val: np.ndarray  # int64[H] global block id
+    htab_val: np.ndarray  # int32[H] global block id
     utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
     fresh: np.ndarray  # int64[R] its first block never taken since it was laid out (the rest follow)
     tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
@@ -190,7 +190,7 @@ def ht_delete(blocks, off, mask, key):
 def clear_table(blocks, off, size):
     """Empty a replica's table. Only keys are written, and only those set: an empty slot's value
     is never read, and a table's pages that nothing was ever cached in are then never written
-    (calloc's zero pages: 32 bytes a block of the fleet's memory, most of it in a replay
+    (calloc's zero pages: 24 bytes a block of the fleet's memory, most of it in a replay
     without shared prefixes, where only a preempted request's blocks are hashed)."""
     for i in range(off, off + size):
         if blocks.htab_key[i] != U64(0):
@@ -534,7 +534,7 @@ def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def keys_unseen(rq, tbs, bs, q):
     """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
-    its probe, a cache miss in a table of 32 bytes a block, is skipped): every key is its own
+    its probe, a cache miss in a table of 24 bytes a block, is skipped): every key is its own
     (own_block holds from its first block on) and none was ever offered, which needs a release
     unfinished: a preemption (offer_own_blocks, then grow_request as blocks fill) or a KV
     transfer (offer_own_blocks when it completes)."""

@@ -24,7 +24,7 @@ from numba import njit
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
-from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_land
+from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_extend, quiet_land
 from replay.engine.kvblocks import clear_table
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
 from replay.engine.scheduling import finish_step, schedule
@@ -58,12 +58,11 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
-        # Earliest replica event: a step end (kind 0; a quiet run's last) or a wake-up (kind 3).
+        # Earliest replica event: a step end (kind 0; a quiet run's last priced) or a wake-up (kind 3).
         best_r = reps.tree[1]
         best_t, best_kind = NO_EVENT, 4
         if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
-            best_t = reps.ekey[best_r] // 4
-            best_kind = reps.ekey[best_r] % 4
+            best_t, best_kind = reps.ekey[best_r] // 4, reps.ekey[best_r] % 4
         else:
             best_r = -1
         a = skip_released(rq, pools, ev.clock[0])
@@ -104,8 +103,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             return synced(rq, blocks, reps, pools, th, tbs, until)
         r = best_r
         if best_kind == 0:
-            quiet_land(rq, blocks, reps, pools, th, tbs, r)
-            finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+            if not quiet_extend(reps, pools, r):  # else r's quiet run goes on, its next steps priced
+                quiet_land(rq, blocks, reps, pools, th, tbs, r)
+                finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
             continue
         reps.wake[r] = NO_EVENT
         dur, preempted = schedule(rq, blocks, reps, pools, ev, th, tbs, r, best_t)

@@ -141,7 +141,7 @@ class Replicas(NamedTuple):
     lz_due: np.ndarray
     # Quiet runs (engine/quiet.py): the end of the run's last step (-1: not in a run), and the
     # steps made in runs (a diagnostic for the benchmarks); the lazy step count the run began at
-    # and the durations of its steps after that one (int64[R, QUIET_DURS]).
+    # and the durations of its steps after that one (int64[R, QUIET_DURS + 2]: see QR_STEPS below).
     qr_end: np.ndarray
     qr_steps: np.ndarray
     qr_from: np.ndarray
@@ -227,8 +227,10 @@ class Events(NamedTuple):
 
 
 
-# The most steps a quiet run has (engine/quiet.py), whose durations it keeps (Replicas.qr_dur).
+# The most steps a quiet run has (engine/quiet.py), whose durations it keeps (Replicas.qr_dur),
+# then in the two columns after them the steps the run may have and how many are priced so far.
 QUIET_DURS = 64
+QR_STEPS, QR_PRICED = QUIET_DURS, QUIET_DURS + 1
 
 # Column of each counter in Replicas.counters, named after common.COUNTERS.
 C_BUSY, C_PREFILL, C_OUTPUT, C_ADMITTED, C_FINISHED, C_PREEMPT, C_STEPS, C_HIT, C_QUERY = (
