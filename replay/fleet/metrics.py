@@ -150,9 +150,8 @@ def _kth(counts, k):
 # they are all null). A spilled run's are read from its parts once, into one narrow frame
 # (`figure_rows`), and every block of the summary (fleet, pools, workloads) is then computed from
 # it in memory: one pass of the parts instead of ~20. Strings of known names become enums (1 byte
-# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request. The tick windows
-# still read their few columns from the rows, a pool at a time, before it: their sort and ranks
-# are the figures' peak, which this frame would otherwise sit under.
+# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request, now the summary's
+# peak (the tick windows, read from the rows before it, hold a span's first tokens at most).
 FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "ttft_us", "tpot_us", "e2e_us",
                   "preemptions", "status", "reject_reason", "slo_met", "prefill_pool")
 TRANSFER_COLUMNS = ("arrival_us", "first_scheduled_us", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us")
