@@ -152,9 +152,8 @@ def _kth(counts, k):
 # they are all null). A spilled run's are read from its parts once, into one narrow frame
 # (`figure_rows`), and every block of the summary (fleet, pools, workloads) is then computed from
 # it in memory: one pass of the parts instead of ~20. Strings of known names become enums (1 byte
-# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request. The tick windows
-# still read their few columns from the rows, a pool at a time, before it: their sort and ranks
-# are the figures' peak, which this frame would otherwise sit under.
+# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request, now the summary's
+# peak (the tick windows, read from the rows before it, hold a span's first tokens at most).
 FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "ttft_us", "tpot_us", "e2e_us",
                   "preemptions", "status", "reject_reason", "slo_met", "prefill_pool")
 TRANSFER_COLUMNS = ("arrival_us", "first_scheduled_us", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us")
@@ -176,31 +175,74 @@ def read(lf: pl.LazyFrame) -> pl.DataFrame:
     return lf.collect(engine="streaming")
 
 
-def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int) -> dict[str, np.ndarray]:
+# First tokens read at a time for a pool's TTFT windows (`_window_stats`): a span of ticks whose
+# windows hold at most this many together (a tick whose window alone holds more is read whole).
+# ~50 bytes a first token at the peak (the read, its sort, the TTFTs as floats, their ranks): ~400 MB.
+SPAN_ROWS = 1 << 23
+QUANTILES = np.array([0.5, 0.99])
+
+
+def _window_stats(t_us: np.ndarray, requests: pl.LazyFrame, window_us: int,
+                  span_rows: int = SPAN_ROWS) -> dict[str, np.ndarray]:
     """TTFT p50/p99 over first tokens in (t - window, t]; SLO attainment over requests that ended
-    in it (finished, or rejected at arrival: a rejection is a miss). Two columns read at a time."""
-    firsts = read(requests.select("first_token_us", "ttft_us").filter(pl.col("first_token_us").is_not_null())).sort(
-        "first_token_us")
+    in it (finished, or rejected at arrival: a rejection is a miss). `t_us` in time order.
+
+    In memory bounded by the ticks and `span_rows`, not by the rows (a day of 115M requests held
+    16 bytes of each twice, sorted): every window's ends are `edges`, and one streaming pass
+    counts the rows at or before each edge (`_counts_at`), so a window's count is a difference of
+    two, exactly as searchsorted (side="right") in the sorted column gave it. The percentiles,
+    not additive, are read a span of ticks at a time: the first tokens of its windows (the span
+    and its lead-in of one window), the same values per window, so the same floats."""
+    t = t_us.astype(np.int64)
+    window = np.int64(window_us)
+    edges = np.unique(np.concatenate((t - window, t)))
+    start, end = np.searchsorted(edges, t - window), np.searchsorted(edges, t)
+    firsts, ended, met = _counts_at(requests, edges)
+    count = ended[end] - ended[start]
+    attained = np.full(len(t), np.nan)
+    np.divide(met[end] - met[start], count, out=attained, where=count > 0)
+    pcts = np.full((len(t), len(QUANTILES)), np.nan)
+    lo, hi = firsts[start], firsts[end]  # first tokens at or before each window's start, its end
+    a = 0
+    while a < len(t):
+        # the longest span from tick a whose windows hold at most span_rows (one tick at least)
+        b = max(a + 1, int(np.searchsorted(hi, lo[a] + max(1, span_rows), side="right")))
+        if hi[b - 1] > lo[a]:  # not all empty
+            pcts[a:b] = _span_percentiles(requests, t[a:b], window)
+        a = b
+    return {"ttft_p50_ms": pcts[:, 0], "ttft_p99_ms": pcts[:, 1], "slo_attainment": attained}
+
+
+def _counts_at(requests: pl.LazyFrame, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How many first tokens, ended requests and ended requests that met the SLO are at or before
+    each of `edges` (sorted): per-edge counts of one streaming pass of the rows (a row counts at
+    the first edge at or after it), summed."""
+    def at_edge(us: pl.Expr) -> pl.Expr:
+        return pl.lit(pl.Series(edges)).search_sorted(us, side="left").alias("edge")
+
+    firsts = requests.filter(pl.col("first_token_us").is_not_null()).group_by(
+        at_edge(pl.col("first_token_us"))).agg(n=pl.len())
+    done = requests.filter(pl.col("status") != "unfinished").group_by(
+        at_edge(pl.coalesce("finished_us", "arrival_us"))).agg(n=pl.len(), met=pl.col("slo_met").sum())
+    firsts, done = pl.collect_all([firsts, done], engine="streaming")
+
+    def at_or_before(frame: pl.DataFrame, column: str) -> np.ndarray:
+        per_edge = np.zeros(len(edges) + 1, np.int64)  # the last: after every edge
+        per_edge[frame["edge"].to_numpy()] = frame[column].to_numpy()
+        return np.cumsum(per_edge[:-1])
+
+    return at_or_before(firsts, "n"), at_or_before(done, "n"), at_or_before(done, "met")
+
+
+def _span_percentiles(requests: pl.LazyFrame, t: np.ndarray, window: np.int64) -> np.ndarray:
+    """TTFT p50/p99 (ms) at ticks `t`, from the first tokens of their windows only (polars skips
+    the row groups of the parts whose statistics say they hold none)."""
+    firsts = read(requests.select("first_token_us", "ttft_us").filter(
+        pl.col("first_token_us").is_between(t.min() - window, t.max(), closed="right"))).sort("first_token_us")
     ttft_ms = firsts["ttft_us"].to_numpy().astype(np.float64)
     ttft_ms /= 1000.0  # in place (numpy's division: polars' may round differently); the int64 column dropped
     firsts = firsts.drop("ttft_us")
-    pcts = _window_percentiles(
-        firsts["first_token_us"].to_numpy(), ttft_ms,
-        t_us.astype(np.int64), np.int64(window_us), np.array([0.5, 0.99]),
-    )
-    del firsts, ttft_ms  # not under the next frame's peak
-    done = read(
-        requests.filter(pl.col("status") != "unfinished")
-        .select(pl.coalesce("finished_us", "arrival_us").alias("ended_us"), "slo_met")
-    ).sort("ended_us")
-    fin = done["ended_us"].to_numpy()
-    met = np.concatenate(([0], np.cumsum(done["slo_met"].to_numpy())))
-    lo = np.searchsorted(fin, t_us - window_us, side="right")
-    hi = np.searchsorted(fin, t_us, side="right")
-    count = hi - lo
-    attained = np.full(len(t_us), np.nan)
-    np.divide(met[hi] - met[lo], count, out=attained, where=count > 0)
-    return {"ttft_p50_ms": pcts[:, 0], "ttft_p99_ms": pcts[:, 1], "slo_attainment": attained}
+    return _window_percentiles(firsts["first_token_us"].to_numpy(), ttft_ms, t, window, QUANTILES)
 
 
 def tick_frame(raw: RawRun, requests: pl.DataFrame | pl.LazyFrame, cfg: FleetConfig) -> pl.DataFrame:
@@ -253,7 +295,7 @@ def tick_frame(raw: RawRun, requests: pl.DataFrame | pl.LazyFrame, cfg: FleetCon
             "cost_per_mtok_out_usd": np.where(out_win > 0, cost_win / np.maximum(out_win, 1) * 1e6, np.nan),
         }
         pool_reqs = served_by(slim, plan.name)
-        data.update(_window_stats(col("t_us"), pool_reqs, window_ticks * raw.tick_us))
+        data.update(_window_stats(col("t_us"), pool_reqs, window_ticks * raw.tick_us, SPAN_ROWS))
         frames.append(pl.DataFrame(data).with_columns(pl.col(pl.Float64).fill_nan(None)))
     return pl.concat(frames).sort(["t_us", "pool"], maintain_order=True).select(TICK_COLUMNS)
 

@@ -73,7 +73,7 @@ class RequestRows:
         part = self._folder / f"{len(self._parts):05d}.parquet"
         # Parts are read back once or twice: fast to write and to read beats small.
         try:
-            pl.concat(self._held, rechunk=False).write_parquet(part, compression="lz4", statistics=False)
+            pl.concat(self._held, rechunk=False).write_parquet(part, compression="lz4", statistics=True)
         except (OSError, pl.exceptions.PolarsError) as exc:
             shutil.rmtree(self._folder, ignore_errors=True)
             where = f"--out {self.spill_dir}" if self.spill_dir is not None else "the temp folder"
