@@ -1,12 +1,13 @@
 """vLLM V0's host terms (`serving: {engine_version: v0, v0_step_us, v0_seq_us}`, replay/model/serving.py)
 fitted by replaying V0 scenarios whole, with leave-one-model-out cross-validation.
 
-`python -m replay.calibration.v0 [SCENARIOS.yaml | lambda-v0] [--json]` replays every scenario of the file
-(its V0 pools: `engine_version: v0`) at every point of a grid of the two terms, scores each point by
-the mean of the per-family MAPEs (throughput, TTFT, TPOT, E2E: each family weighs the same, whatever
-its row count), and reports: the point that fits every scenario, the error there and at (0, 0) (V1's
-terms alone), and the cross-validated error: for each model, the point fitted on the other models'
-scenarios, scored on its own. Two parameters, a grid rather than a gradient: the replays' metrics are
+`python -m replay.calibration.v0 [SCENARIOS.yaml | lambda-v0] [--only NAME] [--seq-us US] [--json]`
+replays every scenario of the file (or those whose name contains a NAME; its V0 pools: `engine_version:
+v0`) at every point of a grid of the two terms (or of v0_step_us alone, `--seq-us` held), scores each
+point by the mean of the per-family MAPEs (throughput, TTFT, TPOT, E2E: each family weighs the same,
+whatever its row count), and reports: the point that fits every scenario, the error there and at
+(0, 0) (V1's terms alone), and the cross-validated error: for each model, the point fitted on the other
+models' scenarios, scored on its own. A grid rather than a gradient: the replays' metrics are
 step functions of the terms (whole steps, percentiles of few requests).
 """
 
@@ -26,8 +27,8 @@ from replay.validate import GROUPS, Row, Scenario, load_scenarios, mape_by_group
 
 # The grid: per-step host time (us) and per-sequence host time per step (us). V1's fitted per-step
 # and per-sequence overheads on the H100 are the same order (replay/profiles/request_fit_*.yaml).
-STEP_GRID_US = tuple(float(x) for x in range(0, 2001, 250))
-SEQ_GRID_US = tuple(float(x) for x in range(0, 41, 5))
+STEP_GRID_US = tuple(float(x) for x in range(0, 2001, 125))
+SEQ_GRID_US = tuple(float(x) for x in range(0, 101, 5))
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m replay.calibration.v0", description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="?", default="lambda-v0", help="scenario file or 'lambda-v0' (default)")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="fit on the scenarios whose name contains NAME only (repeatable)")
+    ap.add_argument("--seq-us", type=float, default=None, metavar="US",
+                    help="hold v0_seq_us at US and fit v0_step_us alone (for data that cannot pin it)")
     ap.add_argument("--json", action="store_true", help="print the fit as JSON")
     args = ap.parse_args(argv)
     try:
@@ -114,7 +119,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"llm-replay: {exc}", file=sys.stderr)
         return 2
-    result = fit_v0(scenarios, replay_grid(scenarios, STEP_GRID_US, SEQ_GRID_US))
+    if args.only:
+        scenarios = [s for s in scenarios if any(n in s.name for n in args.only)]
+        if not scenarios:
+            print(f"llm-replay: --only {' '.join(args.only)}: no scenario of {args.scenarios} has such a name",
+                  file=sys.stderr)
+            return 2
+    try:
+        if args.seq_us is not None and not args.seq_us >= 0:
+            raise ValueError(f"--seq-us: got {args.seq_us:g}, expected microseconds >= 0")
+        grid = replay_grid(scenarios, STEP_GRID_US, SEQ_GRID_US if args.seq_us is None else (args.seq_us,))
+        result = fit_v0(scenarios, grid)
+    except ValueError as exc:
+        print(f"llm-replay: {args.scenarios}: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

@@ -43,12 +43,14 @@ each step's sampled tokens per sequence) and the output processing (vllm/engine/
 `_process_model_outputs`, vllm/engine/output_processor/multi_step.py: per sequence and new token,
 the stop checks and the in-engine incremental detokeniser `Detokenizer.decode_sequence_inplace`),
 serialised with the GPU (V1 moves detokenising to the API server's process and overlaps scheduling
-with the GPU). Modelled as two terms added to each step of a V0 pool: `v0_step_us` per step and
-`v0_seq_us` per sequence in the step (the step model's per-step and per-sequence overheads, on top
-of V1's). A window's scheduling and output processing are paid once per window of k steps in vLLM;
-their mean share per step is what the terms hold. The defaults are fitted on Lambda's V0 runs
-(replay/scenarios/lambda_v0.yaml; `llm-replay calibrate --v0-scenarios lambda-v0`,
-replay/calibration/v0.py), cross-validated leaving one model out.
+with the GPU); vLLM's own account of V0's CPU overheads: https://blog.vllm.ai/2024/09/05/perf-update.html
+(v0.6.0, which added multi-step scheduling to amortise them) and https://blog.vllm.ai/2025/01/27/
+v1-alpha-release.html (why V1). Modelled as two terms added to each step of a V0 pool: `v0_step_us`
+per step and `v0_seq_us` per sequence in the step (the step model's per-step and per-sequence
+overheads, on top of V1's). A window's scheduling and output processing are paid once per window of
+k steps in vLLM; their mean share per step is what the terms hold. The defaults (below) are fitted
+on Lambda's V0 runs (replay/scenarios/lambda_v0.yaml, replay/calibration/v0.py), cross-validated
+leaving one model out.
 """
 
 from __future__ import annotations
@@ -76,12 +78,17 @@ DEFAULT_TOKEN_RETURN_US = 5000.0
 SERVING_FIT_GPU = "h100-sxm-80gb"
 
 KEYS = ("api_server_us", "tokenize_us_per_token", "token_return_us")
-ENGINE_VERSIONS = ("v0", "v1")
-# vLLM V0's host time per step and per sequence in the step, on top of V1's (the module's doc):
-# fitted on replay/scenarios/lambda_v0.yaml by `llm-replay calibrate --v0-scenarios lambda-v0`.
-DEFAULT_V0_STEP_US = 0.0
+# vLLM V0's host time per step and per sequence in the step, on top of V1's (the module's doc), fitted
+# on Lambda's V0 runs of 10 requests (replay/scenarios/lambda_v0.yaml): `python -m replay.calibration.v0
+# lambda-v0 --only burst10 --seq-us 0` finds 875 us a step (875-1000 us with a model left out; MAPE
+# throughput / TTFT / TPOT / E2E 6.9 / 21.7 / 7.4 / 10.4%, left-one-model-out 7.3 / 21.8 / 7.8 / 10.7%,
+# against 18.0 / 22.3 / 12.9 / 17.3% without the term). The per-sequence term stays 0: at 10 requests
+# the batch hardly varies (fitted free it goes to 0 with two of three models left out, 95 us with the
+# third), and the runs of 40 and 80 requests cannot pin it: V0 runs every waiting prompt's prefill
+# before any decode (vllm/core/scheduler.py `_schedule_default`), which the replay's engine does not,
+# and fitted with them the per-sequence term (55 us) stands in for that wait instead of host time.
+DEFAULT_V0_STEP_US = 875.0
 DEFAULT_V0_SEQ_US = 0.0
-V0_KEYS = ("v0_step_us", "v0_seq_us")
 
 
 @dataclass(frozen=True)

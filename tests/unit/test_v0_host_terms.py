@@ -45,8 +45,8 @@ def test_a_v0_pool_without_its_terms_takes_the_fitted_defaults():
 
 @pytest.mark.parametrize(("serving_keys", "message"), [
     ({"engine_version": "v2"}, r"serving\.engine_version: got 'v2', expected v0 or v1"),
-    ({"v0_step_us": 100}, r"serving\.v0_step_us: got 100, expected it only with engine_version: v0"),
-    ({"engine_version": "v1", "v0_seq_us": 5}, r"serving\.v0_seq_us: got 5, expected it only with engine_version"),
+    ({"v0_step_us": 100}, r"serving\.v0_step_us: got 100\.0, expected it only with engine_version: v0"),
+    ({"engine_version": "v1", "v0_seq_us": 5}, r"serving\.v0_seq_us: got 5\.0, expected it only with engine_version"),
     ({"engine_version": "v0", "v0_seq_us": -1}, r"serving\.v0_seq_us: got -1"),
 ])
 def test_bad_v0_keys_name_the_key_and_what_was_expected(serving_keys, message):
