@@ -313,6 +313,9 @@ class PoolConfig:
                 f"replicas: got {self.replicas}, expected the initial count within autoscaler "
                 f"[min_replicas {scaler.min_replicas}, max_replicas {scaler.max_replicas}]"
             )
+        if self.serving.engine_version == "v0" and self.step_model.backend == "table":
+            raise ValueError("serving.engine_version: got 'v0' with step_model.backend table; V0's host terms add to "
+                             "the roofline's overheads (use the roofline, or engine_version v1)")
 
 
 @dataclass(frozen=True)

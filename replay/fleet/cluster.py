@@ -139,9 +139,6 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
         resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
                     "async_scheduling": eng.async_scheduling}
         serving = serving_terms(pool.serving)
-        if serving.engine_version == "v0" and sm.backend == "table":
-            raise ConfigError(f"{source}: {key}.serving.engine_version: got 'v0' with step_model.backend table; V0's "
-                              "host terms add to the roofline's overheads (use the roofline, or engine_version v1)")
         plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price),
                               with_host_terms(params, serving), adm, terms, resolved, serving))
     _check_fleet_blocks(plans, source)

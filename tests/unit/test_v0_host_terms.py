@@ -121,3 +121,10 @@ def test_with_v0_terms_sets_only_the_v0_pools():
     got = with_v0_terms(s, 250.0, 5.0)
     assert [(p.serving.v0_step_us, p.serving.v0_seq_us) for p in got.fleet.pools] == [(250.0, 5.0)]
     assert s.fleet.pools[0].serving.v0_step_us is None
+
+
+def test_v0_host_terms_need_the_roofline():
+    with pytest.raises(ConfigError, match=r"pools\[0\]\.serving\.engine_version: got 'v0' with step_model\.backend "
+                                          r"table"):
+        from_dict(FleetConfig, {"pools": [{"name": "p", "replicas": 1, "serving": {"engine_version": "v0"},
+                                           "step_model": {"backend": "table", "table": "t.csv"}}]}, "", source="test")
