@@ -79,14 +79,19 @@ SERVING_FIT_GPU = "h100-sxm-80gb"
 
 KEYS = ("api_server_us", "tokenize_us_per_token", "token_return_us")
 # vLLM V0's host time per step and per sequence in the step, on top of V1's (the module's doc), fitted
-# on Lambda's V0 runs of 10 requests (replay/scenarios/lambda_v0.yaml): `python -m replay.calibration.v0
-# lambda-v0 --only burst10 --seq-us 0` finds 875 us a step (875-1000 us with a model left out; MAPE
-# throughput / TTFT / TPOT / E2E 6.9 / 21.7 / 7.4 / 10.4%, left-one-model-out 7.3 / 21.8 / 7.8 / 10.7%,
-# against 18.0 / 22.3 / 12.9 / 17.3% without the term). The per-sequence term stays 0: at 10 requests
-# the batch hardly varies (fitted free it goes to 0 with two of three models left out, 95 us with the
-# third), and the runs of 40 and 80 requests cannot pin it: V0 runs every waiting prompt's prefill
-# before any decode (vllm/core/scheduler.py `_schedule_default`), which the replay's engine does not,
-# and fitted with them the per-sequence term (55 us) stands in for that wait instead of host time.
+# on Lambda's one-GPU V0 runs of 10 requests (replay/scenarios/lambda_v0.yaml, three models):
+# `python -m replay.calibration.v0 lambda-v0 --only h100-burst10 --seq-us 0` finds 875 us a step
+# (875-1000 us with a model left out; MAPE throughput / TTFT / TPOT / E2E 6.9 / 21.7 / 7.4 / 10.4%,
+# left-one-model-out 7.3 / 21.8 / 7.8 / 10.7%, against 18.0 / 22.3 / 12.9 / 17.3% without the term).
+# The same set's one-GPU runs of 40 and 80 requests, not fitted on, go from 19.8 / 30.9 / 29.7 / 22.1%
+# to 5.8 / 30.1 / 22.6 / 14.4%. Its TP2 and TP4 runs do not call for the term (fitted alone they take
+# 0-125 us, and at 875 us their TPOT is 44.9% against 31.7%): the replay's TP steps of the small models
+# are already slow there, and those servers return a request's last tokens before its window ends
+# (lambda_v0.yaml's header), so the term is fitted where neither is in play. The per-sequence term
+# stays 0: at 10 requests the batch hardly varies (fitted free it goes to 0 with two of three models
+# left out, 95 us with the third), and the runs of 40 and 80 requests cannot pin it: V0 runs every
+# waiting prompt's prefill before any decode (vllm/core/scheduler.py `_schedule_default`), which the
+# replay's engine does not, and fitted with them the per-sequence term (55 us) stands in for that wait.
 DEFAULT_V0_STEP_US = 875.0
 DEFAULT_V0_SEQ_US = 0.0
 
