@@ -226,9 +226,21 @@ class ServingArgs:
     # vLLM V0's multi-step scheduling (--num-scheduler-steps): decode tokens reach the client once
     # per window of this many steps, a request's last at its window's end. Unset: 1, every step (V1).
     decode_window_steps: int | None = None
+    # vLLM V0's engine (v0.6.x): its host work per step (scheduler, input preparation, output
+    # processing and detokenising) on top of V1's. Unset: v1; the terms' defaults when v0.
+    engine_version: str | None = None
+    v0_step_us: float | None = None
+    v0_seq_us: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("api_server_us", "tokenize_us_per_token", "token_return_us"):
+        if self.engine_version is not None and self.engine_version not in ("v0", "v1"):
+            raise ValueError(f"engine_version: got {self.engine_version!r}, expected v0 or v1")
+        for name in ("v0_step_us", "v0_seq_us"):
+            value = getattr(self, name)
+            if value is not None and self.engine_version != "v0":
+                raise ValueError(f"{name}: got {value}, expected it only with engine_version: v0 (a V1 engine "
+                                 "has no such term)")
+        for name in ("api_server_us", "tokenize_us_per_token", "token_return_us", "v0_step_us", "v0_seq_us"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name}: got {value}, expected a number of microseconds >= 0")
@@ -301,6 +313,9 @@ class PoolConfig:
                 f"replicas: got {self.replicas}, expected the initial count within autoscaler "
                 f"[min_replicas {scaler.min_replicas}, max_replicas {scaler.max_replicas}]"
             )
+        if self.serving.engine_version == "v0" and self.step_model.backend == "table":
+            raise ValueError("serving.engine_version: got 'v0' with step_model.backend table; V0's host terms add to "
+                             "the roofline's overheads (use the roofline, or engine_version v1)")
 
 
 @dataclass(frozen=True)
@@ -413,9 +428,10 @@ class FleetConfig:
                     out["trace"].pop(key, None)
             if not out["trace"].get("closed_loop"):
                 out["trace"].pop("closed_loop", None)  # an open-loop config keeps its shape and hash
-        for pool in out["pools"]:  # so does a pool without V0's decode windows
-            if pool["serving"].get("decode_window_steps") is None:
-                pool["serving"].pop("decode_window_steps", None)
+        for pool in out["pools"]:  # so does a pool without V0's decode windows or host terms
+            for key in ("decode_window_steps", "engine_version", "v0_step_us", "v0_seq_us"):
+                if pool["serving"].get(key) is None:
+                    pool["serving"].pop(key, None)
         return out
 
     def sha256(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_SOME_FAILED = 1
-SHIPPED = {"published": "published.yaml"}
+SHIPPED = {"published": "published.yaml", "lambda-v0": "lambda_v0.yaml"}
 
 DESCRIPTION = """\
 Replay validation scenarios and compare the predictions with measured figures.
@@ -44,6 +44,8 @@ ttft_{mean,p50,p99}_ms, tpot_{mean,p50,p99}_ms, e2e_{mean,p50,p99}_ms. Throughpu
 the span from the first arrival to the last finish. Replays run until every request finishes.
 
 'published' names the shipped file of published measurements (replay/scenarios/published.yaml).
+'lambda-v0' names the shipped set of Lambda's other vLLM V0 runs that V0's host terms are fitted
+on (replay/scenarios/lambda_v0.yaml; not the published rows).
 Exit codes: 0 every row passes, 1 some row fails, 2 bad input.
 
 'vllm-s2r' names a set of real vLLM experiments whose files are not shipped (their licence does
@@ -63,7 +65,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("validate", help="compare predictions with published measurements (scenario file)",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", metavar="SCENARIOS.yaml",
-                   help="scenario file, or 'published' for the shipped one")
+                   help="scenario file, or 'published' / 'lambda-v0' for a shipped one")
     p.add_argument("--json", action="store_true", help="print rows and MAPEs as JSON instead of the table")
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="run only the scenario(s) whose name contains NAME (repeatable)")

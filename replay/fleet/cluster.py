@@ -32,7 +32,7 @@ from replay.fleet.tickloop import TickLoop
 from replay.engine.common import SPEC_CREDIT_SCALE, Engine, EngineInputs
 from replay.engine.window import one_or_each
 from replay.model.memory import Capacity, kv_capacity
-from replay.model.serving import ServingTerms, engine_arrivals, serving_terms
+from replay.model.serving import ServingTerms, engine_arrivals, serving_terms, with_host_terms
 from replay.fleet.request_rows import stream_rows
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
@@ -138,8 +138,9 @@ def plan_pools(cfg: FleetConfig, source: str = "config") -> list[PoolPlan]:
             adm = from_dict(spec.params_cls, pool.admission.params, f"{key}.admission.params", source=source)
         resolved = {**resolved_step_model(coefficients, sm, gpu.id), "cuda_graph_max_tokens": graphs,
                     "async_scheduling": eng.async_scheduling}
-        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price), params, adm, terms,
-                              resolved, serving_terms(pool.serving)))
+        serving = serving_terms(pool.serving)
+        plans.append(PoolPlan(i, pool, model, gpu, cap, int(max_len), float(price),
+                              with_host_terms(params, serving), adm, terms, resolved, serving))
     _check_fleet_blocks(plans, source)
     return plans
 

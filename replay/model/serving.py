@@ -33,6 +33,24 @@ taking the replica's median time per output token (a window holds decode steps o
 prefills between windows). Not modelled: the engine itself still schedules every step, so the
 finished sequence leaves the batch and a waiting prompt is admitted at once, not at the window's
 end (they matter under online load near capacity, not for a burst that fits the batch).
+
+`engine_version: v0` (default v1) adds what vLLM V0 (v0.6.x, `LLMEngine`) does on the host between
+its GPU steps and V1 does not: one process runs the API server's engine loop, the scheduler
+(vllm/core/scheduler.py `Scheduler.schedule`, a Python pass over every running sequence group for
+its blocks and lookahead slots), the input preparation of every step (vllm/worker/model_runner.py
+`_prepare_model_input_tensors`; with multi-step, vllm/worker/multi_step_model_runner.py pythonises
+each step's sampled tokens per sequence) and the output processing (vllm/engine/llm_engine.py
+`_process_model_outputs`, vllm/engine/output_processor/multi_step.py: per sequence and new token,
+the stop checks and the in-engine incremental detokeniser `Detokenizer.decode_sequence_inplace`),
+serialised with the GPU (V1 moves detokenising to the API server's process and overlaps scheduling
+with the GPU); vLLM's own account of V0's CPU overheads: https://blog.vllm.ai/2024/09/05/perf-update.html
+(v0.6.0, which added multi-step scheduling to amortise them) and https://blog.vllm.ai/2025/01/27/
+v1-alpha-release.html (why V1). Modelled as two terms added to each step of a V0 pool: `v0_step_us`
+per step and `v0_seq_us` per sequence in the step (the step model's per-step and per-sequence
+overheads, on top of V1's). A window's scheduling and output processing are paid once per window of
+k steps in vLLM; their mean share per step is what the terms hold. The defaults (below) are fitted
+on Lambda's V0 runs (replay/scenarios/lambda_v0.yaml, replay/calibration/v0.py), cross-validated
+leaving one model out.
 """
 
 from __future__ import annotations
@@ -60,6 +78,22 @@ DEFAULT_TOKEN_RETURN_US = 5000.0
 SERVING_FIT_GPU = "h100-sxm-80gb"
 
 KEYS = ("api_server_us", "tokenize_us_per_token", "token_return_us")
+# vLLM V0's host time per step and per sequence in the step, on top of V1's (the module's doc), fitted
+# on Lambda's one-GPU V0 runs of 10 requests (replay/scenarios/lambda_v0.yaml, three models):
+# `python -m replay.calibration.v0 lambda-v0 --only h100-burst10 --seq-us 0` finds 875 us a step
+# (875-1000 us with a model left out; MAPE throughput / TTFT / TPOT / E2E 6.9 / 21.7 / 7.4 / 10.4%,
+# left-one-model-out 7.3 / 21.8 / 7.8 / 10.7%, against 18.0 / 22.3 / 12.9 / 17.3% without the term).
+# The same set's one-GPU runs of 40 and 80 requests, not fitted on, go from 19.8 / 30.9 / 29.7 / 22.1%
+# to 5.8 / 30.1 / 22.6 / 14.4%. Its TP2 and TP4 runs do not call for the term (fitted alone they take
+# 0-125 us, and at 875 us their TPOT is 44.9% against 31.7%): the replay's TP steps of the small models
+# are already slow there, and those servers return a request's last tokens before its window ends
+# (lambda_v0.yaml's header), so the term is fitted where neither is in play. The per-sequence term
+# stays 0: at 10 requests the batch hardly varies (fitted free it goes to 0 with two of three models
+# left out, 95 us with the third), and the runs of 40 and 80 requests cannot pin it: V0 runs every
+# waiting prompt's prefill before any decode (vllm/core/scheduler.py `_schedule_default`), which the
+# replay's engine does not, and fitted with them the per-sequence term (55 us) stands in for that wait.
+DEFAULT_V0_STEP_US = 875.0
+DEFAULT_V0_SEQ_US = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,11 +102,16 @@ class ServingTerms:
     tokenize_us_per_token: float = DEFAULT_TOKENIZE_US_PER_TOKEN
     token_return_us: float = DEFAULT_TOKEN_RETURN_US
     decode_window_steps: int = 1
+    engine_version: str = "v1"
+    v0_step_us: float = 0.0  # 0 unless engine_version is v0
+    v0_seq_us: float = 0.0
 
-    def to_dict(self) -> dict[str, float]:
-        out = {k: float(getattr(self, k)) for k in KEYS}
+    def to_dict(self) -> dict[str, float | int | str]:
+        out: dict[str, float | int | str] = {k: float(getattr(self, k)) for k in KEYS}
         if self.decode_window_steps != 1:  # listed where set: a V1 pool's plan keeps its shape
             out["decode_window_steps"] = self.decode_window_steps
+        if self.engine_version == "v0":
+            out.update(engine_version="v0", v0_step_us=float(self.v0_step_us), v0_seq_us=float(self.v0_seq_us))
         return out
 
 
@@ -89,8 +128,27 @@ def serving_terms(args: Any) -> ServingTerms:
     """A pool's terms: its `serving:` keys where set, else the defaults."""
     base = defaults()
     window = getattr(args, "decode_window_steps", None)
+    v0 = (getattr(args, "engine_version", None) or "v1") == "v0"
+    host = {"v0_step_us": DEFAULT_V0_STEP_US, "v0_seq_us": DEFAULT_V0_SEQ_US} if v0 else {}
+    for key in host:
+        if getattr(args, key, None) is not None:
+            host[key] = float(getattr(args, key))
     return ServingTerms(**{k: (getattr(base, k) if getattr(args, k, None) is None else float(getattr(args, k)))
-                           for k in KEYS}, decode_window_steps=1 if window is None else int(window))
+                           for k in KEYS}, decode_window_steps=1 if window is None else int(window),
+                        engine_version="v0" if v0 else "v1", **host)
+
+
+def with_host_terms(params: np.ndarray, terms: ServingTerms) -> np.ndarray:
+    """A pool's step parameters with its engine's host terms added to the per-step and
+    per-sequence overheads (V0's, the module's doc); a V1 pool's unchanged (the same array)."""
+    if terms.engine_version != "v0" or (terms.v0_step_us == 0 and terms.v0_seq_us == 0):
+        return params
+    from replay.model.stepmodel import SEQ_OVERHEAD_US, STEP_OVERHEAD_US
+
+    out = params.copy()
+    out[STEP_OVERHEAD_US] += terms.v0_step_us
+    out[SEQ_OVERHEAD_US] += terms.v0_seq_us
+    return out
 
 
 def engine_arrivals(arrival_us: np.ndarray, prompt_tokens: np.ndarray, pool_index: np.ndarray,
