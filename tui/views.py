@@ -46,10 +46,16 @@ REPLICA_COLUMNS = ("pool", "replica", "status", "arrival_us", "first_scheduled_u
                    "prompt_tokens", "output_tokens")
 
 
-def _signals(req: pl.DataFrame, wanted=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per signal (`wanted`, or all): (times sorted, values) of these requests (of one workload)."""
-    def by(frame: pl.DataFrame, t: str, v: pl.Expr) -> tuple[np.ndarray, np.ndarray]:
-        frame = frame.select(t=pl.col(t), v=v.cast(pl.Float64)).drop_nulls().sort("t")
+RANKED = ("ttft", "tpot")  # the signals of percentiles; the others are counted in their windows
+
+
+def _signals(req: pl.DataFrame, wanted=None, sort_counts: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per signal (`wanted`, or all): (times, values) of these requests (of one workload), by
+    time (those only counted left in file order unless `sort_counts`: _figure counts them so)."""
+    def by(name: str, frame: pl.DataFrame, t: str, v: pl.Expr) -> tuple[np.ndarray, np.ndarray]:
+        frame = frame.select(t=pl.col(t), v=v.cast(pl.Float64)).drop_nulls()
+        if sort_counts or name in RANKED:
+            frame = frame.sort("t")
         return frame["t"].to_numpy(), frame["v"].to_numpy()
 
     done = lambda: req.filter(pl.col("status") == "finished")  # noqa: E731
@@ -57,14 +63,14 @@ def _signals(req: pl.DataFrame, wanted=None) -> dict[str, tuple[np.ndarray, np.n
     ended = lambda: req.filter(pl.col("status") != "unfinished").with_columns(  # noqa: E731
         ended_us=pl.coalesce("finished_us", "arrival_us"))
     signals = {
-        "arrivals": lambda: by(req, "arrival_us", pl.lit(1.0)),
-        "finished": lambda: by(done(), "finished_us", pl.lit(1.0)),
-        "rejected": lambda: by(req.filter(pl.col("status") == "rejected"), "arrival_us", pl.lit(1.0)),
-        "ttft": lambda: by(req, "first_token_us", pl.col("ttft_us") / 1000.0),
-        "tpot": lambda: by(done(), "finished_us", pl.col("tpot_us") / 1000.0),
-        "met": lambda: by(ended(), "ended_us", pl.col("slo_met").fill_null(False)),
+        "arrivals": lambda: (req, "arrival_us", pl.lit(1.0)),
+        "finished": lambda: (done(), "finished_us", pl.lit(1.0)),
+        "rejected": lambda: (req.filter(pl.col("status") == "rejected"), "arrival_us", pl.lit(1.0)),
+        "ttft": lambda: (req, "first_token_us", pl.col("ttft_us") / 1000.0),
+        "tpot": lambda: (done(), "finished_us", pl.col("tpot_us") / 1000.0),
+        "met": lambda: (ended(), "ended_us", pl.col("slo_met").fill_null(False)),
     }
-    return {name: signals[name]() for name in (wanted or signals)}
+    return {name: by(name, *signals[name]()) for name in (wanted or signals)}
 
 
 def _arrays(run: RunData, workload: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -118,7 +124,7 @@ def _read_values(run: RunData, workload: str, keys: tuple[str, ...], lo: np.ndar
         rows = run.table.query(lambda req: req.filter(
             (pl.col("workload") == workload) & (span("arrival_us") | span("first_token_us") | span("finished_us")))
             .select(columns))
-        return _signals(rows, wanted)
+        return _signals(rows, wanted, sort_counts=False)
 
     def of(signals: dict, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.column_stack([_figure(run, signals, k, lo, hi, lambda k=k: np.argsort(signals[WORKLOAD_KEYS[k][0]][1]))
@@ -133,17 +139,31 @@ def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.
     signal, how = WORKLOAD_KEYS[key]
     times, values = signals[signal]
     reach = run.tick_us if how == "rate" else run.window_us
-    a = np.searchsorted(times, lo_us - reach, side="right")
-    b = np.searchsorted(times, hi_us, side="right")
+    if how not in ("rate", "mean"):
+        a = np.searchsorted(times, lo_us - reach, side="right")
+        b = np.searchsorted(times, hi_us, side="right")
+        return window_percentiles(values, a, b, [how], order)[:, 0]
+    (a, met_a), (b, met_b) = _at_most(times, values, lo_us - reach, hi_us)
     if how == "rate":
         return (b - a) / ((hi_us - lo_us + run.tick_us) / 1e6)
     out = np.full(len(a), np.nan)
-    if how == "mean":
+    n = b - a
+    np.divide(met_b - met_a, n, out=out, where=n > 0)
+    return out
+
+
+def _at_most(times: np.ndarray, values: np.ndarray, *points: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per array of points: (how many times are at most each, the sum of their values). Values of
+    0 and 1 (counts, SLO met) sum exactly in any order, so unsorted times (a pass's, in file
+    order) are counted into the points' bins rather than sorted."""
+    if len(times) < 2 or (times[1:] >= times[:-1]).all():
         cum = np.concatenate(([0.0], np.cumsum(values)))
-        n = b - a
-        np.divide(cum[b] - cum[a], n, out=out, where=n > 0)
-        return out
-    return window_percentiles(values, a, b, [how], order)[:, 0]
+        return [(at, cum[at]) for at in (np.searchsorted(times, p, side="right") for p in points)]
+    edges = np.unique(np.concatenate(points))
+    slot = np.searchsorted(edges, times, side="left")  # bin k: edges[k - 1] < t <= edges[k]
+    n = np.cumsum(np.bincount(slot, minlength=len(edges) + 1))
+    total = np.cumsum(np.bincount(slot, weights=values, minlength=len(edges) + 1))
+    return [(n[k], total[k]) for k in (np.searchsorted(edges, p) for p in points)]
 
 
 # -- replicas ---------------------------------------------------------------------------------
