@@ -97,7 +97,10 @@ def _bucket_counts(requests: pl.DataFrame | pl.LazyFrame, ticks_us: dict[str, np
                 at = np.searchsorted(t, when, side="left")
                 slot = np.searchsorted(les[signal], value, side="left")
                 keep = at < len(t)
-                np.add.at(counts[(pool, signal)], (at[keep], slot[keep]), weight[keep])
+                got, slot = counts[(pool, signal)], slot[keep]
+                if len(slot) and slot.max() >= got.shape[1]:  # (over the last bound: as np.add.at of 2-D indices)
+                    raise IndexError(f"{signal}: a value past its histogram's last bound")
+                np.add.at(got.reshape(-1), at[keep] * got.shape[1] + slot, weight[keep])  # (1-D: numpy's fast path)
     return {key: np.cumsum(np.cumsum(c, axis=0), axis=1) for key, c in counts.items()}
 
 
