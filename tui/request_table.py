@@ -1,6 +1,7 @@
-"""requests.parquet as the dashboard's views read it: one column at a time, when a view first
-asks for it, or a query of a few rows (`query`: the worst requests at the cursor, one request's
-life), never the whole table to open a run.
+"""requests.parquet as the dashboard's views read it: a query of the rows a view shows (`query`:
+the worst requests at the cursor, one request's life, a workload's windows), a pass that keeps
+only counts (`fold`: a replica's queue per chart column; `scan` for the observed overlay's
+scoring), or one column at a time when asked for (`select`), never the whole table to open a run.
 
 A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
 rows at a time, that holds no column), then each column is read from the file the first time it is asked for and

@@ -20,9 +20,9 @@ import numpy as np
 import polars as pl
 
 import tui.data as tui_data
-from tui.validate import CHECK_BATCH
 from tui.data import RunData
 from tui.percentiles import by_pass, window_percentiles
+from tui.validate import CHECK_BATCH
 
 WORKLOAD_PREFIX = "workload:"  # a view scope "workload:chat" (pools and workloads may share names)
 
