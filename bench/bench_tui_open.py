@@ -6,6 +6,7 @@ checkout against another.
     python bench/bench_tui_open.py --baseline /tmp/base              # and another checkout, same run
     git archive BASE | tar -x -C /tmp/base                           # (how to make one)
     python bench/bench_tui_open.py --what worst,life                 # only the request views
+    python bench/bench_tui_open.py --what workload,replicas,observed # the review views, the overlay
 
 The run is bench/bench_tui.py's synthetic day (86,400 ticks x `--pools` pools) with `--requests`
 requests (requests.parquet of the writer's schema), written once under /tmp/llm-replay-bench-tui-open. Each figure
@@ -19,7 +20,15 @@ process's own):
 - worst: in a process that loaded the run, the worst-requests table at mid-day (`d`: the fleet's
   200 worst by TTFT in the window ending there, as cells), its time and the peak over the RSS
   after loading (over);
-- life: likewise, one request's life (enter on a row: the request in the middle of the run).
+- life: likewise, one request's life (enter on a row: the request in the middle of the run);
+- workload: likewise, the per-workload view at mid-day (`l`: the first workload's chart rows at
+  200 columns, their values at the cursor, and the timeline, whose first breach is that
+  workload's SLO attainment at every tick);
+- replicas: likewise, the replica view of the first pool at mid-day (`r`: each replica's queue,
+  running and KV held at the cursor, and its queue over the run);
+- observed: in a process that loaded the run and read its observed export (bench/bench_tui.py's
+  export of the run, made once beside it, in a directory of hard links to its files), scoring the
+  export as the dashboard does once it is up.
 """
 
 from __future__ import annotations
@@ -37,8 +46,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = Path("/tmp/llm-replay-bench-tui-open")
-WHAT = ("load", "screenshot", "worst", "life")
-OVER = {"load": "imports", "worst": "loaded", "life": "loaded"}  # what a peak is counted over
+WHAT = ("load", "screenshot", "worst", "life", "workload", "replicas", "observed")
+SHOWN = ("worst", "life", "workload", "replicas")
+OVER = {"load": "imports", **dict.fromkeys((*SHOWN, "observed"), "loaded")}  # what a peak is counted over
+WIDTH, HEIGHT = 200, 60
 
 
 def _status_mb(field: str) -> float:
@@ -58,20 +69,72 @@ def load_one(run: str) -> dict:
 
 
 def shown_one(run: str, what: str) -> dict:
-    """After loading: the worst-requests table at mid-day, or one request's life."""
+    """After loading: at mid-day, the worst-requests table, one request's life, the per-workload
+    view or the replica view."""
     from tui.data import FLEET, load_run
+    from tui.model import Model
+    from tui.panels import metric_rows, timeline_lines
     from tui.requests import columns_of, request_life, request_rows, worst_requests
+    from tui.views import WORKLOAD_PREFIX, replica_lines
 
     data = load_run(run)
+    model = Model([data], at_us=data.end_us // 2)
     base = _status_mb("VmRSS")
     began = time.perf_counter()
     if what == "worst":
-        cells = request_rows(worst_requests(data, data.end_us // 2, FLEET), columns_of(data))
-        shown = len(cells)
-    else:
+        shown = len(request_rows(worst_requests(data, data.end_us // 2, FLEET), columns_of(data)))
+    elif what == "life":
         shown = len(request_life(data, data.table.height // 2).plain)
+    elif what == "workload":
+        model.cycle_workload(1)
+        assert model.view.scope.startswith(WORKLOAD_PREFIX), model.view.scope
+        rows = metric_rows(model, WIDTH, HEIGHT)
+        shown = len(rows) + len(timeline_lines(model, WIDTH))
+    else:
+        shown = len(replica_lines(model, WIDTH, HEIGHT))
     wall = time.perf_counter() - began
     return {"wall_s": wall, "peak_mb": _status_mb("VmHWM"), "over_mb": _status_mb("VmHWM") - base, "shown": shown}
+
+
+def observed_one(run: str) -> dict:
+    """After loading the run and its export: the export scored as the dashboard scores it."""
+    import yaml
+
+    import tui.observed as observed
+    from tui.data import load_run
+
+    data = load_run(run)
+    overlay = observed.load_overlay([str(Path(run) / "observed.json")], data,
+                                    yaml.safe_load((Path(run) / "config.yaml").read_text()))
+    base = _status_mb("VmRSS")
+    began = time.perf_counter()
+    if hasattr(observed, "score_data"):
+        scored = observed.score_data(overlay, data)
+    else:  # a checkout from before score_data: what its dashboard passed
+        scored = observed.score_run_dir(overlay, data.path, data.requests)
+    wall = time.perf_counter() - began
+    assert scored.error is None and scored.section is not None, scored.error
+    return {"wall_s": wall, "peak_mb": _status_mb("VmHWM"), "over_mb": _status_mb("VmHWM") - base,
+            "signals": len(scored.section["signals"])}
+
+
+def with_export(run: Path) -> Path:
+    """The run beside its observed export: hard links to its files, its config gaining the
+    `observed:` section (made once; the run itself is left as it is)."""
+    out = run.with_name(run.name + "-observed")
+    if (out / "observed.json").exists():
+        return out
+    from bench.bench_tui import observed_export
+
+    out.mkdir(exist_ok=True)
+    for f in run.iterdir():
+        if not (out / f.name).exists():
+            if f.suffix == ".parquet":
+                os.link(f, out / f.name)
+            else:
+                (out / f.name).write_bytes(f.read_bytes())
+    observed_export(out, out)
+    return out
 
 
 def screenshot_one(run: str, root: str) -> dict:
@@ -100,7 +163,7 @@ def main() -> int:
                     "several reads first tokens for its TTFT percentiles)")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with, on the same run")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--what", default="load,screenshot,worst,life", help="which figures, comma separated")
+    ap.add_argument("--what", default=",".join(WHAT), help="which figures, comma separated")
     ap.add_argument("--one", choices=WHAT, help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -110,25 +173,27 @@ def main() -> int:
     if args.one:
         sys.path.insert(0, args.root)
         result = (load_one(args.run) if args.one == "load" else screenshot_one(args.run, args.root)
-                  if args.one == "screenshot" else shown_one(args.run, args.one))
+                  if args.one == "screenshot" else observed_one(args.run) if args.one == "observed"
+                  else shown_one(args.run, args.one))
         print(json.dumps(result))
         return 0
     FOLDER.mkdir(exist_ok=True)
     run = FOLDER / (f"run-{args.requests}" if args.pools == 4 else f"run-{args.requests}-{args.pools}-pools")
+    sys.path.insert(0, str(ROOT))
     if not (run / "config.yaml").exists():
-        sys.path.insert(0, str(ROOT))
         from bench.bench_tui import synthetic_run
 
         synthetic_run(run, 86_400, args.pools, args.requests)
     size = sum(f.stat().st_size for f in run.iterdir()) / (1 << 20)
     print(f"run: 86,400 ticks x {args.pools} pools, {args.requests:,} requests ({size:.0f} MB of files); medians of {args.repeat}")
     for what in args.what.split(","):
-        new = measure(run, ROOT, what, args.repeat)
+        target = with_export(run) if what == "observed" else run
+        new = measure(target, ROOT, what, args.repeat)
         line = f"{what:<10} new {new['wall_s']:6.2f} s peak {new['peak_mb']:6.0f} MB"
         if "over_mb" in new:
             line += f" (over {OVER[what]} {new['over_mb']:6.0f} MB)"
         if args.baseline:
-            old = measure(run, args.baseline, what, args.repeat)
+            old = measure(target, args.baseline, what, args.repeat)
             line += f" | old {old['wall_s']:6.2f} s peak {old['peak_mb']:6.0f} MB"
             if "over_mb" in old:
                 line += f" (over {OVER[what]} {old['over_mb']:6.0f} MB)"

@@ -262,9 +262,9 @@ class Dashboard(App):
 
     @work(thread=True, exclusive=True, group="observed")
     def _score(self, overlay, run) -> None:
-        from tui.observed import score_run_dir
+        from tui.observed import score_data
 
-        self.post_message(ObservedScored(score_run_dir(overlay, run.path, run.requests)))
+        self.post_message(ObservedScored(score_data(overlay, run)))
 
     def on_observed_scored(self, message: ObservedScored) -> None:
         self._scoring = False

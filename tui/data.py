@@ -43,7 +43,8 @@ FIRST_COLUMNS = FIRSTS.names
 # What opening reads of requests.parquet, for a fleet of several pools only, in one streaming pass
 # that keeps no column: when the ended requests ended and whether they met their SLO, counted per
 # tick (the fleet's windowed attainment). First tokens (its TTFT percentiles) are read when a chart
-# first asks; a pool's series are its ticks'. Each view reads its own columns when first shown.
+# first asks; a pool's series are its ticks'. Each view queries the rows it shows (tui/views.py,
+# tui/requests.py, tui/observed.py), none reads a column whole.
 ENDED = ("status", "finished_us", "arrival_us", "slo_met")
 # the frames of a live run before its first chunk, of the writer's dtypes
 EMPTY_REQUESTS = run_schema.REQUESTS.dtypes
@@ -90,7 +91,7 @@ class RunData:
     _memo: dict = field(default_factory=dict, repr=False)  # queries every redraw asks (the data never changes)
 
     @property
-    def requests(self) -> pl.DataFrame:  # every column of every request: the views ask `table` for theirs
+    def requests(self) -> pl.DataFrame:  # every column of every request (no view asks: they query `table`)
         return self.table.all()
 
     @property

@@ -118,7 +118,7 @@ class Model:
             return run.series[self.view.scope]["slo_attainment"]
         key = ("slo-ticks", wl, len(run.t_us), run.table.height)
         if key not in run._memo:
-            run._memo[key] = workload_values(run, wl, "slo_attainment", run.t_us, run.t_us)
+            run._memo[key] = workload_values(run, wl, "slo_attainment", run.t_us, run.t_us, ("slo_attainment",))
         return run._memo[key]
 
     def first_breach(self) -> int | None:

@@ -4,8 +4,10 @@ section (as `validate RUN --observed` reports it) and where the two part.
 
 The export is read, mapped to the run's pools and checked against the run's window before the
 dashboard starts (bad input is one line, exit 2, as for `validate RUN --observed`). Scoring needs
-the run's ticks and requests whole: a finished run is scored as it opens; a live one (`run --tui
---observed`) shows the observed line from the start and is scored when its replay ends.
+the run whole: its ticks, and its requests' latencies counted into histogram buckets per tick (a
+pass over requests.parquet a batch at a time, holding only the counts). A finished run is scored
+as it opens; a live one (`run --tui --observed`) shows the observed line from the start and is
+scored when its replay ends.
 
 Where they part: over the divergence windows (`observed.window_s`), a window whose relative gap
 |replayed - observed| / max(|observed|, |replayed|, PEAK_FLOOR x the larger side's peak) exceeds
@@ -213,8 +215,8 @@ def _align(overlay: Overlay, start_s: float, n: int) -> None:
     overlay._memo.clear()
 
 
-def score(overlay: Overlay, ticks: pl.DataFrame, requests: pl.DataFrame) -> Overlay:
-    """The overlay against the finished run (its ticks and requests frames): re-aligned on the
+def score(overlay: Overlay, ticks: pl.DataFrame, requests: pl.DataFrame | pl.LazyFrame) -> Overlay:
+    """The overlay against the finished run (its ticks, its requests or a lazy frame of them): re-aligned on the
     run's grid, with the replayed side, the divergence section and the notes `validate` prints."""
     from replay.outputs.observed import divergence_section, observed_bounds, replayed_series, run_grid
     from traces.observed import Observation
@@ -231,8 +233,8 @@ def score(overlay: Overlay, ticks: pl.DataFrame, requests: pl.DataFrame) -> Over
     return out
 
 
-def score_run_dir(overlay: Overlay, run_dir: Path, requests: pl.DataFrame | None = None) -> Overlay:
-    """`score` of a finished run directory (`requests`: its requests.parquet when already read);
+def score_run_dir(overlay: Overlay, run_dir: Path, requests: pl.DataFrame | pl.LazyFrame | None = None) -> Overlay:
+    """`score` of a finished run directory (`requests`: its requests.parquet as held or scanned);
     its window not holding the export is kept as the overlay's error (the dashboard is up by
     then: a message, not an exit)."""
     from replay.outputs import schema
@@ -240,7 +242,18 @@ def score_run_dir(overlay: Overlay, run_dir: Path, requests: pl.DataFrame | None
     try:
         ticks = pl.read_parquet(Path(run_dir) / schema.TICKS_FILE, columns=list(_TICK_COLUMNS))
         if requests is None:
-            requests = pl.read_parquet(Path(run_dir) / schema.REQUESTS_FILE)
+            requests = pl.scan_parquet(Path(run_dir) / schema.REQUESTS_FILE, glob=False)
         return score(overlay, ticks, requests)
     except (UserError, OSError, pl.exceptions.PolarsError) as exc:
         return dataclasses.replace(overlay, error=str(exc), _memo={})
+
+
+def score_data(overlay: Overlay, run) -> Overlay:
+    """`score_run_dir` of the run the dashboard opened (a tui.data.RunData): its requests as the
+    table reads them (the file as it was opened), a batch at a time, no column held."""
+    for _ in range(2):
+        by_path = run.table.unchanged()
+        scored = score_run_dir(overlay, run.path, run.table.scan())
+        if not by_path or run.table.unchanged():  # (replaced while read: again, from the handle's bytes)
+            return scored
+    return scored

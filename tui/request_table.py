@@ -1,6 +1,7 @@
-"""requests.parquet as the dashboard's views read it: one column at a time, when a view first
-asks for it, or a query of a few rows (`query`: the worst requests at the cursor, one request's
-life), never the whole table to open a run.
+"""requests.parquet as the dashboard's views read it: a query of the rows a view shows (`query`:
+the worst requests at the cursor, one request's life, a workload's windows), a pass that keeps
+only counts (`fold`: a replica's queue per chart column; `scan` for the observed overlay's
+scoring), or one column at a time when asked for (`select`), never the whole table to open a run.
 
 A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
 rows at a time, that holds no column), then each column is read from the file the first time it is asked for and
@@ -74,6 +75,41 @@ class RequestTable:
             self._handle.seek(0)
             whole = io.BytesIO(self._handle.read())
         return plan(pl.scan_parquet(whole)).collect(engine="streaming")
+
+    def fold(self, plan: Callable[[pl.LazyFrame], pl.LazyFrame], init: Callable[[], T],
+             step: Callable[[T, pl.DataFrame], T], chunk_size: int) -> T:
+        """`step(so_far, batch)` over what `plan` makes of the table, from `init()`, a batch of
+        `chunk_size` rows at a time: a pass that holds no column, only what `step` keeps (counts
+        per chart column). The file as it was opened: a pass over a file replaced meanwhile is
+        done again over the handle's bytes."""
+        def over(table: pl.LazyFrame) -> T:
+            got = init()
+            for batch in plan(table).collect_batches(chunk_size=chunk_size, engine="streaming"):
+                got = step(got, batch)
+            return got
+
+        if self.path is not None and self._same_file():
+            got = over(pl.scan_parquet(self.path, glob=False))
+            if self._same_file():
+                return got
+        return over(self.scan())
+
+    def scan(self) -> pl.LazyFrame:
+        """The table as a lazy frame: a finished run's file as it was opened (by its path while
+        that is still the file, else the handle's bytes), a live run's frames."""
+        if self.path is None:
+            with self._lock:
+                return pl.DataFrame([self._held[name] for name in self.columns]).lazy()
+        if self._same_file():
+            return pl.scan_parquet(self.path, glob=False)
+        with self._lock:
+            self._handle.seek(0)
+            return pl.scan_parquet(io.BytesIO(self._handle.read()))
+
+    def unchanged(self) -> bool:
+        """Whether a scan() taken earlier still reads the file as it was opened (the path is
+        still that file, or the table is not a file's)."""
+        return self.path is None or self._same_file()
 
     def __getitem__(self, name: str) -> pl.Series:
         return self.select(name)[name]

@@ -59,6 +59,12 @@ def run_grid(ticks: pl.DataFrame, tick_s: float) -> Grid:
     return Grid(float(t_us[0]) / 1e6, tick_s, len(t_us))
 
 
+# what the latency histograms read of the requests (a lazy frame of them is read a batch at a time)
+REQUEST_COLUMNS = ("pool", "status", "arrival_us", "first_token_us", "finished_us", "tpot_us", "output_tokens")
+BATCH_ROWS = 1 << 18
+HISTOGRAMS = ("ttft_s", "itl_s", "e2e_s")
+
+
 def _observations(requests: pl.DataFrame, pool: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """signal -> (when observed, us; value, s; weight) of one pool's requests."""
     r = requests.filter(pl.col("pool") == pool)
@@ -75,21 +81,33 @@ def _observations(requests: pl.DataFrame, pool: str) -> dict[str, tuple[np.ndarr
     }
 
 
-def _buckets(when_us: np.ndarray, value: np.ndarray, weight: np.ndarray, ticks_us: np.ndarray,
-             bounds: np.ndarray) -> np.ndarray:
-    """Cumulative bucket counters at each tick, (ticks, bounds): an observation counts from the
-    first tick at or after it, in every bucket whose upper bound `le` it does not exceed."""
-    at = np.searchsorted(ticks_us, when_us, side="left")
-    slot = np.searchsorted(bounds, value, side="left")
-    keep = at < len(ticks_us)
-    counts = np.zeros((len(ticks_us), len(bounds)))
-    np.add.at(counts, (at[keep], slot[keep]), weight[keep])
-    return np.cumsum(np.cumsum(counts, axis=0), axis=1)
+def _bucket_counts(requests: pl.DataFrame | pl.LazyFrame, ticks_us: dict[str, np.ndarray],
+                   les: dict[str, np.ndarray]) -> dict[tuple[str, str], np.ndarray]:
+    """(pool, signal) -> cumulative bucket counters at each of the pool's ticks, (ticks, bounds):
+    an observation counts from the first tick at or after it, in every bucket whose upper bound
+    `le` it does not exceed. A lazy frame (a run's requests.parquet) is read a batch at a time,
+    holding only the counts: the weights are whole numbers (a request, its decode intervals), so
+    their sums are exact in any order and the counters those of the frame read whole."""
+    counts = {(pool, signal): np.zeros((len(t), len(les[signal]))) for pool, t in ticks_us.items() for signal in les}
+    batches = ([requests] if isinstance(requests, pl.DataFrame) else
+               requests.select(REQUEST_COLUMNS).collect_batches(chunk_size=BATCH_ROWS, engine="streaming"))
+    for batch in batches:
+        for pool, t in ticks_us.items():
+            for signal, (when, value, weight) in _observations(batch, pool).items():
+                at = np.searchsorted(t, when, side="left")
+                slot = np.searchsorted(les[signal], value, side="left")
+                keep = at < len(t)
+                got, slot = counts[(pool, signal)], slot[keep]
+                if len(slot) and slot.max() >= got.shape[1]:  # (over the last bound: as np.add.at of 2-D indices)
+                    raise IndexError(f"{signal}: a value past its histogram's last bound")
+                np.add.at(got.reshape(-1), at[keep] * got.shape[1] + slot, weight[keep])  # (1-D: numpy's fast path)
+    return {key: np.cumsum(np.cumsum(c, axis=0), axis=1) for key, c in counts.items()}
 
 
-def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence[str], tick_s: float,
+def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame | pl.LazyFrame, pools: Sequence[str], tick_s: float,
                     bounds: dict[str, Sequence[float]] | None = None) -> Mapped:
-    """The run as the series a Prometheus would hold: one target per pool, a sample per tick."""
+    """The run as the series a Prometheus would hold: one target per pool, a sample per tick.
+    `requests`: the run's, or a lazy frame of them (read a batch at a time: _bucket_counts)."""
     bounds = {**VLLM_BOUNDS, **(bounds or {})}
     rows, ids, ts, vs = [], [], [], []
 
@@ -101,10 +119,11 @@ def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence
         ts.append(t)
         vs.append(np.asarray(v, dtype=np.float64))
 
-    for pool in pools:
-        frame = ticks.filter(pl.col("pool") == pool).sort("t_us")
-        ticks_us = frame["t_us"].to_numpy()
-        t = ticks_us / 1e6
+    frames = {pool: ticks.filter(pl.col("pool") == pool).sort("t_us") for pool in pools}
+    les = {signal: np.array(sorted(set(bounds[signal])), dtype=np.float64) for signal in HISTOGRAMS}
+    counters = _bucket_counts(requests, {pool: f["t_us"].to_numpy() for pool, f in frames.items()}, les)
+    for pool, frame in frames.items():
+        t = frame["t_us"].to_numpy() / 1e6
         col = (lambda name: frame[name].cast(pl.Float64).fill_null(0.0).to_numpy()
                if name in frame.columns else np.zeros(frame.height))
         for signal in GAUGES:
@@ -112,11 +131,9 @@ def replayed_mapped(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence
             add(signal, signal, "gauge", "sum", pool, t, value)
         for signal, (name, per_s) in COUNTERS.items():
             add(signal, signal, "counter", "sum", pool, t, np.cumsum(col(name) * (tick_s if per_s else 1.0)))
-        for signal, (when, value, weight) in _observations(requests, pool).items():
-            les = np.array(sorted(set(bounds[signal])), dtype=np.float64)
-            counters = _buckets(when, value, weight, ticks_us, les)
-            for j, le in enumerate(les):
-                add(signal, signal, "histogram", "sum", pool, t, counters[:, j], float(le))
+        for signal in HISTOGRAMS:
+            for j, le in enumerate(les[signal]):
+                add(signal, signal, "histogram", "sum", pool, t, counters[(pool, signal)][:, j], float(le))
     series = pl.DataFrame(rows, orient="row", schema={
         "series": pl.UInt32, "metric": pl.String, "signal": pl.String, "kind": pl.String, "combine": pl.String,
         "scale": pl.Float64, "pool": pl.String, "replica": pl.String, "le": pl.Float64, "file": pl.String})
@@ -133,7 +150,7 @@ def observed_bounds(mapped: Mapped) -> dict[str, tuple[float, ...]]:
             for (signal,), group in hist.group_by("signal") if group.height}
 
 
-def replayed_series(ticks: pl.DataFrame, requests: pl.DataFrame, pools: Sequence[str], grid: Grid,
+def replayed_series(ticks: pl.DataFrame, requests: pl.DataFrame | pl.LazyFrame, pools: Sequence[str], grid: Grid,
                     config: ObservedConfig, bounds: dict[str, Sequence[float]] | None = None
                     ) -> dict[tuple, np.ndarray]:
     """(signal, pool) -> the replayed value at each tick of `grid`, every signal of the library."""
