@@ -9,9 +9,10 @@ replay needs up front: the row count, the first and last arrivals, and the disti
 workloads (tenant ids are dense ranks over the whole trace; a workload split checks every label).
 A replay then reads the batches again as its request window fills (replay/fleet/streamed.py).
 
-What needs more than one batch keeps the whole frame (`open_batches` answers None): prefix hashes
-(the engine indexes one flat array of every request's hashes), a request log's observed columns
-and a session's think times, and files that are not canonical.
+A trace with prefix hashes is read so too: the engine's window holds the hashes of the requests
+it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame
+(`open_batches` answers None): a request log's observed columns and a session's think times, and
+files that are not canonical.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class TraceBatches:
     tenants: tuple[str, ...]  # distinct, sorted (as polars sorts strings: by their bytes)
     workloads: tuple[str, ...]  # distinct, sorted
     adapters: bool  # whether any row names a LoRA adapter
+    hashed: bool  # whether any row has prefix hashes
     stored: tuple[str, ...]  # the file's columns of TRACE_SCHEMA (the others take their defaults)
     batch_rows: int = BATCH_ROWS
 
@@ -74,9 +76,9 @@ class TraceBatches:
 
 
 def readable_in_batches(path, lora: bool = False) -> bool:
-    """Whether `open_batches` would take this file (a canonical Parquet trace with no prefix
-    hashes, observed columns or think times; with `lora`, naming no adapter either), from its
-    footer and a pass over those two columns: what --max-memory's estimate asks before the load."""
+    """Whether `open_batches` would take this file (a canonical Parquet trace with no observed
+    columns or think times; with `lora`, naming no adapter either), from its footer and (`lora`)
+    a pass over the adapter column: what --max-memory's estimate asks before the load."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False  # a FIFO or a device is never opened here (the loader refuses it by its kind)
@@ -86,13 +88,12 @@ def readable_in_batches(path, lora: bool = False) -> bool:
         names = pl.read_parquet_schema(path)
         if not set(MARKERS) <= set(names) or set(names) & set(EXTRA_COLUMNS):
             return False
-        nullable = [name for name in ("prefix_hashes", "adapter") if name in names and (name != "adapter" or lora)]
-        if not nullable:
+        if not (lora and "adapter" in names):
             return True
-        counts = pl.scan_parquet(path).select(pl.len(), *(pl.col(n).null_count() for n in nullable)).collect().row(0)
+        rows, nulls = pl.scan_parquet(path).select(pl.len(), pl.col("adapter").null_count()).collect().row(0)
     except (pl.exceptions.PolarsError, OSError):
         return False
-    return all(count == counts[0] for count in counts[1:])
+    return rows == nulls
 
 
 def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS) -> TraceBatches | None:
@@ -105,21 +106,20 @@ def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS
     rows = pl.scan_parquet(src.parquet_source()).select(pl.len()).collect().item()
     if rows == 0:
         raise TraceError(f"{src.display}: no rows (expected at least one request)")
-    probe = TraceBatches(src, rows, workload, 0, 0, (), (), False, stored, batch_rows)
+    probe = TraceBatches(src, rows, workload, 0, 0, (), (), False, False, stored, batch_rows)
     tenants: set[str] = set()
     workloads: set[str] = set()
-    adapters = False
+    adapters = hashed = False
     first = last = None
     for _, batch in probe.batches():
-        if batch["prefix_hashes"].null_count() < batch.height:
-            return None  # the engine reads every request's hashes from one array
+        hashed = hashed or batch["prefix_hashes"].null_count() < batch.height
         tenants.update(batch["tenant"].unique().to_list())
         workloads.update(batch["workload"].unique().to_list())
         adapters = adapters or batch["adapter"].null_count() < batch.height
         first = int(batch["arrival_us"][0]) if first is None else first
         last = int(batch["arrival_us"][-1])
     return TraceBatches(src, rows, workload, first, last, tuple(_sorted(tenants)), tuple(_sorted(workloads)),
-                        adapters, stored, batch_rows)
+                        adapters, hashed, stored, batch_rows)
 
 
 def _sorted(labels: set[str]) -> list[str]:
