@@ -44,6 +44,14 @@ BYTES_PER_REQUEST = 300
 # the baseline; the replay itself peaked at 1.6 GB); rounded up as above.
 STREAMED_BASELINE_BYTES = BASELINE_BYTES
 STREAMED_BYTES_PER_REQUEST = 120
+# A Parquet trace's prefix hashes (bench/bench_stream_hashes.py, 2M rows of ~22 hashes): read whole,
+# ~15 B a hash of the trace (the frame's list column, the engine's flat copy of it); read in batches,
+# ~23 B a hash of one batch (the batch's list column and flat copy, two batches held while the window
+# crosses from one to the next), however long the trace. The hashes a row are the mean of its first
+# HASH_SAMPLE_ROWS rows (a pass over every list would cost seconds a run). Rounded up as above.
+HASH_BYTES = 24
+STREAMED_HASH_BYTES = 40
+HASH_SAMPLE_ROWS = 1 << 16
 _CHUNK = 16 << 20
 
 
@@ -63,8 +71,12 @@ def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed:
     if streamed and reads_as_is(trace_cfg):
         path = trace_cfg.path if trace_cfg is not None and trace_cfg.path else DEFAULT_TRACE
         if path not in BUNDLED and readable_in_batches(Path(path).expanduser(), lora):
+            from traces.stream import BATCH_ROWS
+
             rows = count_rows(path, max_bytes)
-            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows)
+            batch = round(hashes_per_row(path) * min(rows, BATCH_ROWS))
+            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows
+                            + STREAMED_HASH_BYTES * batch)
     if trace_cfg is None:
         paths = [DEFAULT_TRACE]
     elif trace_cfg.synthetic is not None or (trace_cfg.whatif is not None and trace_cfg.whatif.add_tenant):
@@ -73,12 +85,13 @@ def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed:
         paths = ([trace_cfg.path] if trace_cfg.path or not trace_cfg.merge else [DEFAULT_TRACE]) \
             + [m.path for m in trace_cfg.merge]
         paths = [p or DEFAULT_TRACE for p in paths]
-    rows = sum(count_rows(p, max_bytes) for p in paths)
-    rows = round(rows * _growth(trace_cfg))
+    counts = [count_rows(p, max_bytes) for p in paths]
+    hashes = sum(n * hashes_per_row(p) for n, p in zip(counts, paths))
+    rows = round(sum(counts) * _growth(trace_cfg))
     sample = trace_cfg.sample if trace_cfg is not None else None
     if sample is not None:
         rows = min(rows, sample.n) if sample.n is not None else round(rows * sample.fraction)
-    return Estimate(rows, BASELINE_BYTES + BYTES_PER_REQUEST * rows)
+    return Estimate(rows, BASELINE_BYTES + BYTES_PER_REQUEST * rows + round(HASH_BYTES * hashes * _growth(trace_cfg)))
 
 
 def _growth(trace_cfg) -> float:
@@ -114,6 +127,29 @@ def count_rows(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> int:
             return lines + (last != b"\n")
     except (OSError, EOFError, gzip.BadGzipFile):
         return 0
+
+
+def hashes_per_row(path: str) -> float:
+    """Prefix hashes a row of a Parquet trace with a `prefix_hashes` column (the mean of its first
+    HASH_SAMPLE_ROWS rows); 0 for any other file (a text trace's hashes are not counted)."""
+    import polars as pl
+
+    from traces.bundled import bundled_trace_path
+
+    file = bundled_trace_path(path) if path in BUNDLED else Path(path).expanduser()
+    try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return 0.0
+        with open(file, "rb") as fh:
+            if fh.read(4) != b"PAR1":
+                return 0.0
+        if "prefix_hashes" not in pl.read_parquet_schema(file):
+            return 0.0
+        rows, hashes = pl.scan_parquet(file).head(HASH_SAMPLE_ROWS).select(
+            pl.len(), pl.col("prefix_hashes").list.len().sum()).collect().row(0)
+    except (OSError, pl.exceptions.PolarsError):
+        return 0.0
+    return (hashes or 0) / rows if rows else 0.0
 
 
 def _parquet_rows(file: Path) -> int:

@@ -84,7 +84,9 @@ def prefix_hash_columns(hashes: pl.Series) -> tuple[np.ndarray, np.ndarray, np.n
     hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
     hash_off = np.zeros(len(hash_len), np.int64)
     np.cumsum(hash_len[:-1], out=hash_off[1:])
-    flat = hashes.drop_nulls().explode().drop_nulls().to_numpy().astype(np.uint64)
+    # (a null list explodes to one null, as an empty one does: dropped with them; a null entry
+    # inside a list too, which the count then finds)
+    flat = hashes.explode().drop_nulls().to_numpy().astype(np.uint64, copy=False)
     if len(flat) != int(hash_len.sum()):
         raise ValueError("prefix_hashes contain null entries")
     return hash_off, hash_len, flat
