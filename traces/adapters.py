@@ -15,7 +15,7 @@ from common.errors import TraceError
 from traces.fields import Checker
 from traces.schema import finish
 from traces.source import AZURE_COLUMNS, BURSTGPT_COLUMNS, VIDUR_COLUMNS, Source
-from traces.tables import HASH_LIST, read_csv, read_jsonl
+from traces.tables import HASH_LIST, line_of, read_csv, read_jsonl
 
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_2023_FORMAT = "%Y-%m-%d %H:%M:%S%.f"  # 2023-11-16 18:15:46.6805900 (naive, read as UTC)
@@ -46,9 +46,11 @@ class Parsed:
 
 def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
              dropped: dict[str, int] | None = None, block_tokens: int | None = None) -> Parsed:
-    """Raise the first recorded problem, else build the frame and finish it into the schema."""
+    """Raise the first recorded problem, else build the frame and finish it into the schema (the
+    checker's frame released first: its read columns are not held while the schema's are made)."""
     check.done()
-    frame = pl.DataFrame({"__line": check.frame["__line"], **columns})
+    check.release()
+    frame = pl.DataFrame(columns)
     if opts.workload is not None:
         frame = frame.with_columns(pl.lit(opts.workload).alias("workload"))
     frame, reordered = finish(frame, check, strict=opts.strict, max_span_s=opts.max_span_s)
@@ -66,9 +68,9 @@ def name_label(src: Source, fallback: str) -> str:
 
 def azure(src: Source, opts: Options) -> Parsed:
     """Azure LLM inference traces 2023 (naive 7-digit timestamps) and 2024 (UTC offset)."""
-    table = read_csv(src, AZURE_COLUMNS, types={"ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64})
-    check = Checker(table, src.display)
-    first = table["TIMESTAMP"][0].strip()
+    check = Checker(read_csv(src, AZURE_COLUMNS, types={"ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64},
+                             numbered=False), src.display, lines=line_of(src, header=True))
+    first = check.frame["TIMESTAMP"][0].strip()
     if _OFFSET.search(first):
         fmt, example = AZURE_2024_FORMAT, "'2024-05-10 00:00:00.009930+00:00'"
     else:
@@ -77,7 +79,7 @@ def azure(src: Source, opts: Options) -> Parsed:
         "arrival_us": check.datetimes("TIMESTAMP", fmt=fmt, what=f"a timestamp like {example}"),
         "prompt_tokens": check.counts("ContextTokens", minimum=1),
         "output_tokens": check.counts("GeneratedTokens", minimum=1),
-        "workload": pl.repeat(name_label(src, "azure"), table.height, eager=True),
+        "workload": pl.repeat(name_label(src, "azure"), check.frame.height, eager=True),
     }
     return conclude(check, columns, opts)
 
@@ -90,13 +92,13 @@ def mooncake(src: Source, opts: Options) -> Parsed:
         "output_length": pl.Int64,
         "hash_ids": HASH_LIST,
     }
-    table = read_jsonl(src, schema, required=("timestamp", "input_length", "output_length"))
-    check = Checker(table, src.display)
+    check = Checker(read_jsonl(src, schema, required=("timestamp", "input_length", "output_length"), numbered=False),
+                    src.display, lines=line_of(src, header=False))
     columns = {
         "arrival_us": check.times("timestamp", us_per_unit=1_000, what="milliseconds since the trace start"),
         "prompt_tokens": check.counts("input_length", minimum=1),
         "output_tokens": check.counts("output_length", minimum=1),
-        "workload": pl.repeat("mooncake", table.height, eager=True),
+        "workload": pl.repeat("mooncake", check.frame.height, eager=True),
         "prefix_hashes": check.hash_lists("hash_ids"),
     }
     block = opts.prefix_block_tokens or MOONCAKE_BLOCK_TOKENS
@@ -153,12 +155,12 @@ def vidur(src: Source, opts: Options) -> Parsed:
 
 
 def _vidur_columns(src: Source, opts: Options, label: str) -> Parsed:
-    table = read_csv(src, VIDUR_COLUMNS, types=dict(zip(VIDUR_COLUMNS, (pl.Float64, pl.Int64, pl.Int64))))
-    check = Checker(table, src.display)
+    check = Checker(read_csv(src, VIDUR_COLUMNS, types=dict(zip(VIDUR_COLUMNS, (pl.Float64, pl.Int64, pl.Int64))),
+                             numbered=False), src.display, lines=line_of(src, header=True))
     columns = {
         "arrival_us": check.times("arrived_at", us_per_unit=1_000_000, what="seconds"),
         "prompt_tokens": check.counts("num_prefill_tokens", minimum=1),
         "output_tokens": check.counts("num_decode_tokens", minimum=1),
-        "workload": pl.repeat(label, table.height, eager=True),
+        "workload": pl.repeat(label, check.frame.height, eager=True),
     }
     return conclude(check, columns, opts)
