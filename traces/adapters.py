@@ -13,7 +13,7 @@ import polars as pl
 
 from common.errors import TraceError
 from traces.fields import Checker
-from traces.schema import finish
+from traces.schema import TRACE_SCHEMA, finish
 from traces.source import AZURE_COLUMNS, BURSTGPT_COLUMNS, VIDUR_COLUMNS, Source
 from traces.tables import HASH_LIST, line_of, read_csv, read_jsonl
 
@@ -46,11 +46,20 @@ class Parsed:
 
 def conclude(check: Checker, columns: dict[str, pl.Series], opts: Options,
              dropped: dict[str, int] | None = None, block_tokens: int | None = None) -> Parsed:
-    """Raise the first recorded problem, else build the frame and finish it into the schema (the
-    checker's frame released first: its read columns are not held while the schema's are made)."""
+    """Raise the first recorded problem, else build the frame and finish it into the schema.
+    `columns` is taken (emptied once in the frame) and the checker's frame released, so that
+    neither the read columns nor the checked ones' wide types are held while the schema's are
+    made; the checked values are cast to the schema's types first (where one does not fit, as a
+    sum of two counts may not, `finish` names it)."""
     check.done()
     check.release()
     frame = pl.DataFrame(columns)
+    columns.clear()
+    narrow = {name: TRACE_SCHEMA[name] for name in frame.columns if name in TRACE_SCHEMA and name != "arrival_us"}
+    try:
+        frame = frame.cast(narrow)
+    except pl.exceptions.PolarsError:
+        pass
     if opts.workload is not None:
         frame = frame.with_columns(pl.lit(opts.workload).alias("workload"))
     frame, reordered = finish(frame, check, strict=opts.strict, max_span_s=opts.max_span_s)
@@ -111,21 +120,23 @@ def burstgpt(src: Source, opts: Options) -> Parsed:
     0 response tokens are failed requests: dropped and counted as `zero_output_tokens`.
     """
     optional = ("Model", "Log Type", "Session ID")
-    table = read_csv(src, BURSTGPT_COLUMNS, optional,
-                     types={"Timestamp": pl.Float64, "Request tokens": pl.Int64, "Response tokens": pl.Int64})
-    check = Checker(table, src.display)
+    locate = line_of(src, header=True)
+    check = Checker(read_csv(src, BURSTGPT_COLUMNS, optional, numbered=False,
+                             types={"Timestamp": pl.Float64, "Request tokens": pl.Int64, "Response tokens": pl.Int64}),
+                    src.display, lines=locate)
     output = check.counts("Response tokens")
     check.counts("Request tokens")
     check.times("Timestamp", us_per_unit=1_000_000, what="seconds")
     check.done()
     keep = output != 0
-    failed = table.height - int(keep.sum())
-    table = table.filter(keep)
-    if table.height == 0:
+    failed = check.frame.height - int(keep.sum())
+    if failed == check.frame.height:
         raise TraceError(
             f"{src.display}: every request has 0 response tokens (all failed); nothing to replay"
         )
-    check = Checker(table, src.display)
+    kept = keep.arg_true() if failed else None  # the rows left, by their index in the file's
+    check = Checker(check.frame.filter(keep) if failed else check.frame, src.display,
+                    lines=locate if kept is None else lambda index: locate(int(kept[index])))
     columns = {
         "arrival_us": check.times("Timestamp", us_per_unit=1_000_000, what="seconds"),
         "prompt_tokens": check.counts("Request tokens", minimum=1),
@@ -133,7 +144,7 @@ def burstgpt(src: Source, opts: Options) -> Parsed:
         "workload": _column_or(check, "Model", "burstgpt"),
         "tenant": _column_or(check, "Log Type", "default"),
     }
-    if "Session ID" in table.columns:
+    if "Session ID" in check.frame.columns:
         columns["session_id"] = check.labels("Session ID", None)
     return conclude(check, columns, opts, dropped={"zero_output_tokens": failed} if failed else {})
 
