@@ -62,8 +62,9 @@ class TraceBatches:
             if self.workload is not None:
                 frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
             frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
-            yield lo, frame.select([name for name in TRACE_SCHEMA if name in wanted])
-            lo, last = lo + frame.height, int(frame["arrival_us"][-1])
+            first, lo, last = lo, lo + frame.height, int(frame["arrival_us"][-1])
+            yield first, frame.select([name for name in TRACE_SCHEMA if name in wanted])
+            del frame  # (not held while the next batch is read: a hashed one's lists are large)
 
     def frame(self) -> pl.DataFrame:
         """The whole trace, as traces/canonical.py reads it (for a replay that needs every row)."""
@@ -136,6 +137,7 @@ def _scan_batches(src: Source, columns: list[str], rows: int) -> Iterator[pl.Dat
         for frame in scan.cast({k: TRACE_SCHEMA[k] for k in columns}, strict=True).collect_batches(chunk_size=rows):
             done += frame.height
             yield frame
+            del frame
         return
     except pl.exceptions.PolarsError:
         pass
