@@ -18,6 +18,7 @@ keeps three promises the kernels rely on:
 
 `Requests.base[0]` is the global id of slot 0: a request's own block keys hash its global id
 (kvblocks.request_key), so the KV hash table holds the same keys whatever the window.
+A window the size of the trace never slides: the engine is then as it was before windows.
 
 The trace's prefix hashes (`hashes`, the kernels' `th`): a trace read whole gives one flat array
 of every request's, which the window indexes by the trace's offsets. A trace read in batches
@@ -26,7 +27,6 @@ then holds the hashes of the slots it holds, in slot order, each slot's `hash_of
 array; a slide drops the leaving slots' hashes (those before the first kept slot's offset) and
 moves the offsets down with them. A slot's hashes are only read through its own `hash_off`, and
 the block keys they make are the values', not the offsets': the same keys whatever the window.
-A window the size of the trace never slides: the engine is then as it was before windows.
 
 What it cannot bound: the requests in flight. The window slides past ended requests only, in id
 order, so one long-lived request (queued for long on an overloaded fleet, or a closed-loop
