@@ -72,7 +72,7 @@ def build(requests: int, hashes: int, folder: Path) -> tuple[Path, Path, int, in
 
     from bench.bench_memory import synthesize
     from traces.canonical import write_canonical
-    from traces.stream import BATCH_ROWS
+    from traces.stream import batch_rows_for
 
     plain = synthesize(requests, folder)
     hashed = folder / f"hashed-{requests}-{hashes}.parquet"
@@ -84,7 +84,8 @@ def build(requests: int, hashes: int, folder: Path) -> tuple[Path, Path, int, in
         starts = np.concatenate(([0], np.cumsum(lens)[:-1])) % 50_000  # shared prefixes, as a cache sees them
         lists = pl.int_ranges(pl.Series(starts), pl.Series(starts + lens), dtype=pl.UInt64)
         write_canonical(frame.with_columns(prefix_hashes=pl.select(lists).to_series()), hashed, 512)
-    batch = max(int(lens[i:i + BATCH_ROWS].sum()) for i in range(0, len(lens), BATCH_ROWS))
+    rows = batch_rows_for(float(lens[:1 << 16].mean()))  # (as traces/stream.py samples it)
+    batch = max(int(lens[i:i + rows].sum()) for i in range(0, len(lens), rows))
     return hashed, plain, int(lens.sum()), batch
 
 

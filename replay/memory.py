@@ -19,7 +19,8 @@ from pathlib import Path
 from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
 from traces.config import reads_as_is
-from traces.stream import readable_in_batches
+from traces.stream import batch_rows_for, readable_in_batches
+from traces.stream import hashes_per_row as _sampled_hashes_per_row
 from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
@@ -47,11 +48,11 @@ STREAMED_BYTES_PER_REQUEST = 120
 # A Parquet trace's prefix hashes (bench/bench_stream_hashes.py, 2M rows of ~22 hashes): read whole,
 # ~15 B a hash of the trace (the frame's list column, the engine's flat copy of it); read in batches,
 # ~23 B a hash of one batch (the batch's list column and flat copy, two batches held while the window
-# crosses from one to the next), however long the trace. The hashes a row are the mean of its first
-# HASH_SAMPLE_ROWS rows (a pass over every list would cost seconds a run). Rounded up as above.
+# crosses from one to the next), however long the trace. The hashes a row are the mean of the file's
+# first rows (traces/stream.py hashes_per_row: a pass over every list would cost seconds a run).
+# Rounded up as above.
 HASH_BYTES = 24
 STREAMED_HASH_BYTES = 40
-HASH_SAMPLE_ROWS = 1 << 16
 _CHUNK = 16 << 20
 
 
@@ -71,10 +72,9 @@ def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed:
     if streamed and reads_as_is(trace_cfg):
         path = trace_cfg.path if trace_cfg is not None and trace_cfg.path else DEFAULT_TRACE
         if path not in BUNDLED and readable_in_batches(Path(path).expanduser(), lora):
-            from traces.stream import BATCH_ROWS
-
             rows = count_rows(path, max_bytes)
-            batch = round(hashes_per_row(path) * min(rows, BATCH_ROWS))
+            per_row = hashes_per_row(path)
+            batch = round(per_row * min(rows, batch_rows_for(per_row)))
             return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows
                             + STREAMED_HASH_BYTES * batch)
     if trace_cfg is None:
@@ -130,8 +130,8 @@ def count_rows(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> int:
 
 
 def hashes_per_row(path: str) -> float:
-    """Prefix hashes a row of a Parquet trace with a `prefix_hashes` column (the mean of its first
-    HASH_SAMPLE_ROWS rows); 0 for any other file (a text trace's hashes are not counted)."""
+    """Prefix hashes a row of a Parquet trace with a `prefix_hashes` column (sampled: traces/stream.py
+    hashes_per_row); 0 for any other file (a text trace's hashes are not counted)."""
     import polars as pl
 
     from traces.bundled import bundled_trace_path
@@ -143,13 +143,9 @@ def hashes_per_row(path: str) -> float:
         with open(file, "rb") as fh:
             if fh.read(4) != b"PAR1":
                 return 0.0
-        if "prefix_hashes" not in pl.read_parquet_schema(file):
-            return 0.0
-        rows, hashes = pl.scan_parquet(file).head(HASH_SAMPLE_ROWS).select(
-            pl.len(), pl.col("prefix_hashes").list.len().sum()).collect().row(0)
+        return _sampled_hashes_per_row(file)
     except (OSError, pl.exceptions.PolarsError):
         return 0.0
-    return (hashes or 0) / rows if rows else 0.0
 
 
 def _parquet_rows(file: Path) -> int:

@@ -30,6 +30,13 @@ from traces.source import Source
 from traces.tables import parquet_columns
 
 BATCH_ROWS = 1 << 20  # rows read at a time
+# A trace with prefix hashes is read in batches of about this many hashes (fewer rows, not fewer
+# than MIN_HASHED_ROWS), its hashes a row the mean of its first HASH_SAMPLE_ROWS rows: a batch's
+# lists and their flat copy are what a hashed trace's replay holds beyond a plain one's
+# (bench/bench_stream_hashes.py), and a million Mooncake-like rows hold ~20M hashes.
+HASH_BATCH = 1 << 22
+MIN_HASHED_ROWS = 1 << 16
+HASH_SAMPLE_ROWS = 1 << 16
 # The columns a batch is read with (request_id is numbered, as the whole path numbers it).
 READ = tuple(name for name in TRACE_SCHEMA if name != "request_id")
 MARKERS = ("arrival_us", "prompt_tokens", "output_tokens")  # (traces/canonical.py's)
@@ -97,12 +104,35 @@ def readable_in_batches(path, lora: bool = False) -> bool:
     return rows == nulls
 
 
-def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS) -> TraceBatches | None:
-    """The file read once in batches and validated; None where a replay of it needs the whole
-    frame (module doc)."""
+def hashes_per_row(source) -> float:
+    """Prefix hashes a row of a Parquet file (a path or a Parquet source) with a `prefix_hashes`
+    column: the mean of its first HASH_SAMPLE_ROWS rows (every list would take seconds); else 0."""
+    if "prefix_hashes" not in pl.read_parquet_schema(source):
+        return 0.0
+    rows, hashes = pl.scan_parquet(source).head(HASH_SAMPLE_ROWS).select(
+        pl.len(), pl.col("prefix_hashes").list.len().sum()).collect().row(0)
+    return (hashes or 0) / rows if rows else 0.0
+
+
+def batch_rows_for(per_row: float) -> int:
+    """The rows of a batch of a trace with `per_row` prefix hashes a row (HASH_BATCH's)."""
+    if per_row <= 0:
+        return BATCH_ROWS
+    return int(min(BATCH_ROWS, max(MIN_HASHED_ROWS, HASH_BATCH / per_row)))
+
+
+def open_batches(src: Source, workload: str | None, batch_rows: int | None = None) -> TraceBatches | None:
+    """The file read once in batches (of `batch_rows`; by default BATCH_ROWS, fewer for prefix
+    hashes: `batch_rows_for`) and validated; None where a replay of it needs the whole frame
+    (module doc)."""
     present = parquet_columns(src)
     if set(present) & set(EXTRA_COLUMNS):
         return None
+    if batch_rows is None:
+        try:
+            batch_rows = batch_rows_for(hashes_per_row(src.parquet_source()))
+        except pl.exceptions.PolarsError:
+            batch_rows = BATCH_ROWS  # (the pass below names what is wrong with the file)
     stored = tuple(name for name in READ if name in present)
     rows = pl.scan_parquet(src.parquet_source()).select(pl.len()).collect().item()
     if rows == 0:
