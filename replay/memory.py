@@ -47,12 +47,13 @@ STREAMED_BASELINE_BYTES = BASELINE_BYTES
 STREAMED_BYTES_PER_REQUEST = 120
 # A Parquet trace's prefix hashes (bench/bench_stream_hashes.py, 2M rows of ~22 hashes): read whole,
 # ~15 B a hash of the trace (the frame's list column, the engine's flat copy of it); read in batches,
-# ~23 B a hash of one batch (the batch's list column and flat copy, two batches held while the window
-# crosses from one to the next), however long the trace. The hashes a row are the mean of the file's
-# first rows (traces/stream.py hashes_per_row: a pass over every list would cost seconds a run).
-# Rounded up as above.
+# 0.23 GB over a plain trace's, however long the trace: ~57 B a hash of one batch of ~4M hashes
+# (traces/stream.py HASH_BATCH; the batch's lists and flat copy, two batches held while the window
+# crosses from one to the next, and the Parquet reader's decoded pages). The hashes a row are the mean
+# of the file's first rows (traces/stream.py hashes_per_row: a pass over every list would cost
+# seconds a run). Rounded up as above.
 HASH_BYTES = 24
-STREAMED_HASH_BYTES = 40
+STREAMED_HASH_BYTES = 80
 _CHUNK = 16 << 20
 
 
