@@ -9,8 +9,8 @@ replay needs up front: the row count, the first and last arrivals, and the disti
 workloads (tenant ids are dense ranks over the whole trace; a workload split checks every label).
 A replay then reads the batches again as its request window fills (replay/fleet/streamed.py).
 
-A trace with prefix hashes is read so too: the engine's window holds the hashes of the requests
-it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame
+A trace with prefix hashes is read so too, in shorter batches (HASH_BATCH hashes, about): the
+engine's window holds the hashes of the requests it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame
 (`open_batches` answers None): a request log's observed columns and a session's think times, and
 files that are not canonical.
 """
