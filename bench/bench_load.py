@@ -7,7 +7,7 @@
 The traces are written once to /tmp/llm-replay-bench-load from a Poisson trace of Azure conv
 lengths (bench/bench_memory.py's generator, `llm-replay synth`): the canonical Parquet itself, a
 generic Parquet and a generic JSON-lines file with a column map (arrival in seconds), and a
-Splitwise CSV (detected from its header). Each load runs in a fresh process of its own, so its
+Splitwise CSV (detected from its header), plain and gzipped (a gzip's text is held: its bytes). Each load runs in a fresh process of its own, so its
 peak is its own: `peak` is the process's high-water mark (VmHWM) after the load, `over` the growth
 over the RSS after the imports (interpreter, polars), the figure that scales with the trace. Every
 case runs `--repeat` times; medians are printed, and the ratio new / baseline where there is one.
@@ -16,6 +16,7 @@ case runs `--repeat` times; medians are printed, and the ratio new / baseline wh
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -62,7 +63,8 @@ def build(requests: int, folder: Path) -> dict[str, tuple[Path, bool]]:
     cases = {"canonical parquet": (canonical, False)}
     out = {name: folder / f"load-{requests}.{ext}" for name, ext in
            (("generic parquet", "parquet"), ("splitwise csv", "csv"), ("generic jsonl", "jsonl"))}
-    if not all(p.exists() for p in out.values()):
+    gz = folder / f"load-{requests}.csv.gz"
+    if not all(p.exists() for p in [*out.values(), gz]):
         frame = pl.read_parquet(canonical, columns=["arrival_us", "prompt_tokens", "output_tokens"])
         generic = frame.select((pl.col("arrival_us") / 1e6).alias("t"), pl.col("prompt_tokens").alias("p"),
                                pl.col("output_tokens").alias("o"))
@@ -70,8 +72,10 @@ def build(requests: int, folder: Path) -> dict[str, tuple[Path, bool]]:
         generic.write_ndjson(out["generic jsonl"])
         generic.rename({"t": "arrived_at", "p": "num_prefill_tokens", "o": "num_decode_tokens"}) \
             .write_csv(out["splitwise csv"])
+        gz.write_bytes(gzip.compress(out["splitwise csv"].read_bytes(), compresslevel=1))
     cases["generic parquet"] = (out["generic parquet"], True)
     cases["splitwise csv"] = (out["splitwise csv"], False)
+    cases["splitwise csv.gz"] = (gz, False)
     cases["generic jsonl"] = (out["generic jsonl"], True)
     return cases
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from common.errors import TraceError, UserError
 from traces import BUNDLED, DEFAULT_TRACE
 from traces.config import reads_as_is
-from traces.stream import readable_in_batches
+from traces.stream import batch_rows_for, readable_in_batches
+from traces.stream import hashes_per_row as _sampled_hashes_per_row
 from traces.limits import DEFAULT_LIMITS, human_bytes
 
 # bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
@@ -44,6 +45,15 @@ BYTES_PER_REQUEST = 300
 # the baseline; the replay itself peaked at 1.6 GB); rounded up as above.
 STREAMED_BASELINE_BYTES = BASELINE_BYTES
 STREAMED_BYTES_PER_REQUEST = 120
+# A Parquet trace's prefix hashes (bench/bench_stream_hashes.py, 2M rows of ~22 hashes): read whole,
+# ~15 B a hash of the trace (the frame's list column, the engine's flat copy of it); read in batches,
+# 0.23 GB over a plain trace's, however long the trace: ~57 B a hash of one batch of ~4M hashes
+# (traces/stream.py HASH_BATCH; the batch's lists and flat copy, two batches held while the window
+# crosses from one to the next, and the Parquet reader's decoded pages). The hashes a row are the mean
+# of the file's first rows (traces/stream.py hashes_per_row: a pass over every list would cost
+# seconds a run). Rounded up as above.
+HASH_BYTES = 24
+STREAMED_HASH_BYTES = 80
 _CHUNK = 16 << 20
 
 
@@ -64,7 +74,10 @@ def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed:
         path = trace_cfg.path if trace_cfg is not None and trace_cfg.path else DEFAULT_TRACE
         if path not in BUNDLED and readable_in_batches(Path(path).expanduser(), lora):
             rows = count_rows(path, max_bytes)
-            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows)
+            per_row = hashes_per_row(path)
+            batch = round(per_row * min(rows, batch_rows_for(per_row)))
+            return Estimate(rows, STREAMED_BASELINE_BYTES + STREAMED_BYTES_PER_REQUEST * rows
+                            + STREAMED_HASH_BYTES * batch)
     if trace_cfg is None:
         paths = [DEFAULT_TRACE]
     elif trace_cfg.synthetic is not None or (trace_cfg.whatif is not None and trace_cfg.whatif.add_tenant):
@@ -73,12 +86,13 @@ def estimate_run(trace_cfg, max_bytes: int = DEFAULT_LIMITS.max_bytes, streamed:
         paths = ([trace_cfg.path] if trace_cfg.path or not trace_cfg.merge else [DEFAULT_TRACE]) \
             + [m.path for m in trace_cfg.merge]
         paths = [p or DEFAULT_TRACE for p in paths]
-    rows = sum(count_rows(p, max_bytes) for p in paths)
-    rows = round(rows * _growth(trace_cfg))
+    counts = [count_rows(p, max_bytes) for p in paths]
+    hashes = sum(n * hashes_per_row(p) for n, p in zip(counts, paths))
+    rows = round(sum(counts) * _growth(trace_cfg))
     sample = trace_cfg.sample if trace_cfg is not None else None
     if sample is not None:
         rows = min(rows, sample.n) if sample.n is not None else round(rows * sample.fraction)
-    return Estimate(rows, BASELINE_BYTES + BYTES_PER_REQUEST * rows)
+    return Estimate(rows, BASELINE_BYTES + BYTES_PER_REQUEST * rows + round(HASH_BYTES * hashes * _growth(trace_cfg)))
 
 
 def _growth(trace_cfg) -> float:
@@ -114,6 +128,25 @@ def count_rows(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> int:
             return lines + (last != b"\n")
     except (OSError, EOFError, gzip.BadGzipFile):
         return 0
+
+
+def hashes_per_row(path: str) -> float:
+    """Prefix hashes a row of a Parquet trace with a `prefix_hashes` column (sampled: traces/stream.py
+    hashes_per_row); 0 for any other file (a text trace's hashes are not counted)."""
+    import polars as pl
+
+    from traces.bundled import bundled_trace_path
+
+    file = bundled_trace_path(path) if path in BUNDLED else Path(path).expanduser()
+    try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return 0.0
+        with open(file, "rb") as fh:
+            if fh.read(4) != b"PAR1":
+                return 0.0
+        return _sampled_hashes_per_row(file)
+    except (OSError, pl.exceptions.PolarsError):
+        return 0.0
 
 
 def _parquet_rows(file: Path) -> int:

@@ -2,12 +2,15 @@
 
 A `Checker` remembers the first bad row of every column instead of raising at once, so the error
 names the earliest offending line of the file. Times come out as absolute int64 microseconds.
+A row's line is its frame's `__line`, or (a reader that kept no line numbers, traces/tables.py)
+found by `lines` only when a message names it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -21,17 +24,26 @@ _INT = re.compile(r"\s*[+-]?\d+\s*")
 
 
 class Checker:
-    """Parses columns of `frame` (which carries `__line`), collecting the earliest problem."""
+    """Parses columns of `frame`, collecting the earliest problem. A row's line number is the
+    frame's `__line` where it has one, else `lines(index)`."""
 
-    def __init__(self, frame: pl.DataFrame, display: str, unit: str = "line"):
+    def __init__(self, frame: pl.DataFrame, display: str, unit: str = "line",
+                 lines: Callable[[int], int] | None = None):
         self.frame = frame
         self.display = display
         self.unit = unit
+        self._lines = frame["__line"] if "__line" in frame.columns else None
+        self._locate = lines
         self._first: tuple[int, str] | None = None
 
     def line(self, index: int) -> str:
         """'line 7' (or 'row 7' for Parquet) for the row at `index` of the frame."""
-        return f"{self.unit} {self.frame['__line'][index]}"
+        number = self._lines[index] if self._lines is not None else self._locate(index)
+        return f"{self.unit} {number}"
+
+    def release(self) -> None:
+        """Drop the frame's columns but its line numbers: what naming a row needs from here on."""
+        self.frame = self.frame.select("__line") if self._lines is not None else self.frame.clear()
 
     def where(self, index: int) -> str:
         return f"{self.display} {self.line(index)}"

@@ -14,7 +14,7 @@ from traces.adapters import Options, Parsed, conclude
 from common.errors import TraceError
 from traces.fields import Checker
 from traces.source import Source
-from traces.tables import HASH_LIST, read_csv, read_jsonl, read_parquet
+from traces.tables import HASH_LIST, line_of, read_csv, read_jsonl, read_parquet
 
 CANONICAL = (
     "arrival", "prompt_tokens", "output_tokens", "workload", "tenant",
@@ -60,13 +60,16 @@ def generic(src: Source, opts: Options, container: str) -> Parsed:
             "(expected the tokens per hash block, e.g. 512 for Mooncake)"
         )
     source_columns = list(dict.fromkeys(cmap.values()))
+    # (no line numbers read: a message finds its row's again)
     if container == "csv":
-        table = read_csv(src, source_columns, types=_numeric_columns(cmap, unit))
+        table = read_csv(src, source_columns, types=_numeric_columns(cmap, unit), numbered=False)
     elif container == "parquet":
-        table = read_parquet(src, source_columns)
+        table = read_parquet(src, source_columns, numbered=False)
     else:
-        table = read_jsonl(src, _json_schema(cmap, unit), [cmap[k] for k in REQUIRED])
-    check = Checker(table, src.display, unit="row" if container == "parquet" else "line")
+        table = read_jsonl(src, _json_schema(cmap, unit), [cmap[k] for k in REQUIRED], numbered=False)
+    lines = (lambda index: index + 1) if container == "parquet" else line_of(src, header=container == "csv")
+    check = Checker(table, src.display, unit="row" if container == "parquet" else "line", lines=lines)
+    del table  # (the checker's: released before the schema's columns are made)
     arrival = cmap["arrival"]
     if unit == "datetime":
         arrival_us = check.datetimes(arrival, fmt=None, what="a date-time like '2024-05-10 00:00:00.5+00:00'")

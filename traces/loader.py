@@ -71,6 +71,9 @@ _NO_ROWS = pl.DataFrame(schema={"arrival_us": pl.Int64, "prompt_tokens": pl.Int3
 def _streamed(src: Source, batches: TraceBatches, prefix_block_tokens: int | None) -> LoadedTrace:
     """A canonical file to be read in batches: a frame of its columns and no rows."""
     block = prefix_block_tokens if prefix_block_tokens is not None else _block_tokens(src)
+    if batches.hashed and block is None:  # (as canonical() says it)
+        raise TraceError(f"{src.display}: prefix_hashes without a block size (metadata {BLOCK_KEY}); "
+                         "set prefix_block_tokens")
     return LoadedTrace(frame=cast_to_schema(_NO_ROWS, src.display), source=src.display, format="parquet",
                        prefix_block_tokens=block, sha256=src.sha256, dropped={}, reordered=0, stream=batches)
 

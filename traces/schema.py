@@ -111,10 +111,10 @@ def finish(frame: pl.DataFrame, checker, *, strict: bool,
             f"{(running[row] - start) / 1e6:.6f} s of {checker.line(earlier)} ({reordered} rows out of "
             "order; strict mode expects arrivals in time order)"
         )
+    if max_span_s is not None:
+        _check_span(arrival, checker, max_span_s)
     if reordered:
         frame = frame.sort("arrival_us", maintain_order=True)
-    if max_span_s is not None:
-        _check_span(frame, checker, max_span_s)
     frame = frame.with_columns(
         (pl.col("arrival_us") - pl.col("arrival_us").min()).alias("arrival_us"),
         pl.int_range(pl.len(), dtype=pl.Int64).alias("request_id"),
@@ -122,18 +122,21 @@ def finish(frame: pl.DataFrame, checker, *, strict: bool,
     return cast_to_schema(frame.drop("__line", strict=False)), reordered
 
 
-def _check_span(frame: pl.DataFrame, checker, max_span_s: float) -> None:
-    """`frame` is sorted by absolute `arrival_us` and carries `__line`."""
-    arrival = frame["arrival_us"]
-    span_us = int(arrival[-1]) - int(arrival[0])
+def _check_span(arrival: pl.Series, checker, max_span_s: float) -> None:
+    """`arrival`: the absolute arrivals in the checker's row order (the widest gap is found in
+    arrival order, a stable sort's, and its two rows named as the checker names them)."""
+    span_us = int(arrival.max()) - int(arrival.min())
     if span_us <= max_span_s * 1e6:
         return
+    rows = pl.DataFrame({"arrival": arrival, "row": pl.int_range(len(arrival), eager=True)}) \
+        .sort("arrival", maintain_order=True)
+    arrival, order = rows["arrival"], rows["row"]
     gaps = arrival.diff().fill_null(0)
     late = int(gaps.arg_max())
-    lines = frame["__line"]
+    rows = (int(order[late]), int(order[late - 1]))
     raise TraceError(
-        f"{checker.display} {checker.unit} {lines[late]} arrives at {_seconds(arrival[late])}, "
-        f"{human_span(gaps[late] / 1e6)} after {checker.unit} {lines[late - 1]} ({_seconds(arrival[late - 1])}): "
+        f"{checker.where(rows[0])} arrives at {_seconds(arrival[late])}, "
+        f"{human_span(gaps[late] / 1e6)} after {checker.line(rows[1])} ({_seconds(arrival[late - 1])}): "
         f"the trace would span {human_span(span_us / 1e6)}, more than the bound of {human_span(max_span_s)} "
         "(check the arrival column's time unit; --max-span-s raises the bound)"
     )

@@ -54,6 +54,7 @@ class Source:
     head: bytes = b""  # the first bytes (up to _HEAD_BYTES) of the decompressed text
     has_quote: bool | None = None  # whether the text holds a '"' (None: look)
     typed: bool = True  # readers may parse numeric columns as they read (tables.read_csv)
+    plain: bool = False  # the held bytes read as lines as they are (no BOM, no CR): scanned, not split here
 
     @property
     def quoted(self) -> bool:
@@ -126,12 +127,13 @@ class Source:
         return frame.filter(pl.col("text").str.strip_chars() != "")
 
     def scan_lines(self) -> pl.LazyFrame:
-        """`lines()` as a lazy frame: scanned from the file when it is scannable, so the text is
-        never held whole."""
-        if not self.scannable:
+        """`lines()` as a lazy frame: scanned from the file when it is scannable (or from the held
+        bytes, a gzip's, when they are `plain`), so the text is never decoded and split whole."""
+        if not self.scannable and not self.plain:
             return self.lines().lazy()
         return (
-            pl.scan_lines(self.path, name="text", row_index_name="__line", row_index_offset=1)
+            pl.scan_lines(self.path if self.scannable else io.BytesIO(self.held), name="text",
+                          row_index_name="__line", row_index_offset=1)
             .with_columns(pl.col("__line").cast(pl.Int64))
             .filter(pl.col("text").str.strip_chars() != "")
         )
@@ -189,6 +191,15 @@ def _held(display: str, file: pathlib.Path, sha: str, data: bytes, limits: Trace
     if data[:4] == b"PAR1":
         _check_parquet_rows(io.BytesIO(data), display, limits.max_rows)
         return Source(display, file, sha, True, data)
+    scan = _Scan(display)  # (UTF-8 checked a chunk at a time: no decoded copy of the text is made)
+    for start in range(0, len(data), _CHUNK_BYTES):
+        scan.add(data[start:start + _CHUNK_BYTES])
+    if scan.scannable():  # lines as they are: the readers scan the bytes
+        if scan.bad_utf8 is not None:
+            raise scan.bad_utf8
+        if scan.lines + (scan.last != b"\n") > limits.max_rows:
+            raise _too_many_lines(display, limits.max_rows)
+        return Source(display, file, sha, False, data, scan.head, scan.quote, plain=True)
     text = _decode(data, display)
     if "\n" not in text and "\r" in text:
         # Classic Mac line endings (CR only): every reader below splits on LF.

@@ -9,9 +9,10 @@ replay needs up front: the row count, the first and last arrivals, and the disti
 workloads (tenant ids are dense ranks over the whole trace; a workload split checks every label).
 A replay then reads the batches again as its request window fills (replay/fleet/streamed.py).
 
-What needs more than one batch keeps the whole frame (`open_batches` answers None): prefix hashes
-(the engine indexes one flat array of every request's hashes), a request log's observed columns
-and a session's think times, and files that are not canonical.
+A trace with prefix hashes is read so too, in shorter batches (HASH_BATCH hashes, about): the
+engine's window holds the hashes of the requests it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame
+(`open_batches` answers None): a request log's observed columns and a session's think times, and
+files that are not canonical.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ from traces.source import Source
 from traces.tables import parquet_columns
 
 BATCH_ROWS = 1 << 20  # rows read at a time
+# A trace with prefix hashes is read in batches of about this many hashes (fewer rows, not fewer
+# than MIN_HASHED_ROWS), its hashes a row the mean of its first HASH_SAMPLE_ROWS rows: a batch's
+# lists and their flat copy are what a hashed trace's replay holds beyond a plain one's
+# (bench/bench_stream_hashes.py), and a million Mooncake-like rows hold ~20M hashes.
+HASH_BATCH = 1 << 22
+MIN_HASHED_ROWS = 1 << 16
+HASH_SAMPLE_ROWS = 1 << 16
 # The columns a batch is read with (request_id is numbered, as the whole path numbers it).
 READ = tuple(name for name in TRACE_SCHEMA if name != "request_id")
 MARKERS = ("arrival_us", "prompt_tokens", "output_tokens")  # (traces/canonical.py's)
@@ -46,6 +54,7 @@ class TraceBatches:
     tenants: tuple[str, ...]  # distinct, sorted (as polars sorts strings: by their bytes)
     workloads: tuple[str, ...]  # distinct, sorted
     adapters: bool  # whether any row names a LoRA adapter
+    hashed: bool  # whether any row has prefix hashes
     stored: tuple[str, ...]  # the file's columns of TRACE_SCHEMA (the others take their defaults)
     batch_rows: int = BATCH_ROWS
 
@@ -60,8 +69,9 @@ class TraceBatches:
             if self.workload is not None:
                 frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
             frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
-            yield lo, frame.select([name for name in TRACE_SCHEMA if name in wanted])
-            lo, last = lo + frame.height, int(frame["arrival_us"][-1])
+            first, lo, last = lo, lo + frame.height, int(frame["arrival_us"][-1])
+            yield first, frame.select([name for name in TRACE_SCHEMA if name in wanted])
+            del frame  # (not held while the next batch is read: a hashed one's lists are large)
 
     def frame(self) -> pl.DataFrame:
         """The whole trace, as traces/canonical.py reads it (for a replay that needs every row)."""
@@ -74,9 +84,9 @@ class TraceBatches:
 
 
 def readable_in_batches(path, lora: bool = False) -> bool:
-    """Whether `open_batches` would take this file (a canonical Parquet trace with no prefix
-    hashes, observed columns or think times; with `lora`, naming no adapter either), from its
-    footer and a pass over those two columns: what --max-memory's estimate asks before the load."""
+    """Whether `open_batches` would take this file (a canonical Parquet trace with no observed
+    columns or think times; with `lora`, naming no adapter either), from its footer and (`lora`)
+    a pass over the adapter column: what --max-memory's estimate asks before the load."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False  # a FIFO or a device is never opened here (the loader refuses it by its kind)
@@ -86,40 +96,61 @@ def readable_in_batches(path, lora: bool = False) -> bool:
         names = pl.read_parquet_schema(path)
         if not set(MARKERS) <= set(names) or set(names) & set(EXTRA_COLUMNS):
             return False
-        nullable = [name for name in ("prefix_hashes", "adapter") if name in names and (name != "adapter" or lora)]
-        if not nullable:
+        if not (lora and "adapter" in names):
             return True
-        counts = pl.scan_parquet(path).select(pl.len(), *(pl.col(n).null_count() for n in nullable)).collect().row(0)
+        rows, nulls = pl.scan_parquet(path).select(pl.len(), pl.col("adapter").null_count()).collect().row(0)
     except (pl.exceptions.PolarsError, OSError):
         return False
-    return all(count == counts[0] for count in counts[1:])
+    return rows == nulls
 
 
-def open_batches(src: Source, workload: str | None, batch_rows: int = BATCH_ROWS) -> TraceBatches | None:
-    """The file read once in batches and validated; None where a replay of it needs the whole
-    frame (module doc)."""
+def hashes_per_row(source) -> float:
+    """Prefix hashes a row of a Parquet file (a path or a Parquet source) with a `prefix_hashes`
+    column: the mean of its first HASH_SAMPLE_ROWS rows (every list would take seconds); else 0."""
+    if "prefix_hashes" not in pl.read_parquet_schema(source):
+        return 0.0
+    rows, hashes = pl.scan_parquet(source).head(HASH_SAMPLE_ROWS).select(
+        pl.len(), pl.col("prefix_hashes").list.len().sum()).collect().row(0)
+    return (hashes or 0) / rows if rows else 0.0
+
+
+def batch_rows_for(per_row: float) -> int:
+    """The rows of a batch of a trace with `per_row` prefix hashes a row (HASH_BATCH's)."""
+    if per_row <= 0:
+        return BATCH_ROWS
+    return int(min(BATCH_ROWS, max(MIN_HASHED_ROWS, HASH_BATCH / per_row)))
+
+
+def open_batches(src: Source, workload: str | None, batch_rows: int | None = None) -> TraceBatches | None:
+    """The file read once in batches (of `batch_rows`; by default BATCH_ROWS, fewer for prefix
+    hashes: `batch_rows_for`) and validated; None where a replay of it needs the whole frame
+    (module doc)."""
     present = parquet_columns(src)
     if set(present) & set(EXTRA_COLUMNS):
         return None
+    if batch_rows is None:
+        try:
+            batch_rows = batch_rows_for(hashes_per_row(src.parquet_source()))
+        except pl.exceptions.PolarsError:
+            batch_rows = BATCH_ROWS  # (the pass below names what is wrong with the file)
     stored = tuple(name for name in READ if name in present)
     rows = pl.scan_parquet(src.parquet_source()).select(pl.len()).collect().item()
     if rows == 0:
         raise TraceError(f"{src.display}: no rows (expected at least one request)")
-    probe = TraceBatches(src, rows, workload, 0, 0, (), (), False, stored, batch_rows)
+    probe = TraceBatches(src, rows, workload, 0, 0, (), (), False, False, stored, batch_rows)
     tenants: set[str] = set()
     workloads: set[str] = set()
-    adapters = False
+    adapters = hashed = False
     first = last = None
     for _, batch in probe.batches():
-        if batch["prefix_hashes"].null_count() < batch.height:
-            return None  # the engine reads every request's hashes from one array
+        hashed = hashed or batch["prefix_hashes"].null_count() < batch.height
         tenants.update(batch["tenant"].unique().to_list())
         workloads.update(batch["workload"].unique().to_list())
         adapters = adapters or batch["adapter"].null_count() < batch.height
         first = int(batch["arrival_us"][0]) if first is None else first
         last = int(batch["arrival_us"][-1])
     return TraceBatches(src, rows, workload, first, last, tuple(_sorted(tenants)), tuple(_sorted(workloads)),
-                        adapters, stored, batch_rows)
+                        adapters, hashed, stored, batch_rows)
 
 
 def _sorted(labels: set[str]) -> list[str]:
@@ -136,6 +167,7 @@ def _scan_batches(src: Source, columns: list[str], rows: int) -> Iterator[pl.Dat
         for frame in scan.cast({k: TRACE_SCHEMA[k] for k in columns}, strict=True).collect_batches(chunk_size=rows):
             done += frame.height
             yield frame
+            del frame
         return
     except pl.exceptions.PolarsError:
         pass

@@ -3,6 +3,11 @@
 Every reader returns a frame of the requested columns plus `__line` (1-based line in the file,
 header = line 1; for Parquet, the 1-based row). CSV and JSONL take a vectorised path and fall
 back to a slow Python pass only to find and name a malformed line.
+
+`numbered=False`: the vectorised paths keep no line numbers (a large file's rows cost no column
+of them, and the scan of its lines computes none): a row's line is found again, from the file,
+only when a message names it (`line_of`, which traces.fields.Checker takes). The slow passes,
+which hold the text anyway, still number their rows.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -22,8 +27,21 @@ from traces.source import Source, header_names
 HASH_LIST = pl.List(pl.UInt64)
 
 
+def line_of(src: Source, header: bool) -> Callable[[int], int]:
+    """The line of a text file's data row `index` (its index-th non-blank line, after the header
+    line when `header`), read again from the file: for a message, never a frame's every row."""
+
+    def locate(index: int) -> int:
+        lines = src.scan_lines()
+        if header:
+            lines = lines.filter(pl.col("__line") > 1)
+        return int(lines.select("__line").slice(index, 1).collect().item())
+
+    return locate
+
+
 def read_csv(src: Source, required: Sequence[str], optional: Sequence[str] = (),
-             types: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+             types: dict[str, pl.DataType] | None = None, numbered: bool = True) -> pl.DataFrame:
     """String columns `required` (must exist) and those of `optional` present in the header.
 
     A column of `types` (Int64 or Float64) comes parsed as `traces.fields` parses text (stripped,
@@ -36,7 +54,7 @@ def read_csv(src: Source, required: Sequence[str], optional: Sequence[str] = (),
     if src.quoted:
         frame = _csv_slow(src, header, wanted)
     else:
-        frame = _csv_fast(src, header, wanted, (types or {}) if src.typed else {})
+        frame = _csv_fast(src, header, wanted, (types or {}) if src.typed else {}, numbered)
     if frame.height == 0:
         raise TraceError(
             f"{src.display}: only a header, no requests (expected at least one data row after line 1)"
@@ -58,10 +76,12 @@ def _check_header(src: Source, header: list[str], required: Sequence[str]) -> No
             )
 
 
-def _csv_fast(src: Source, header: list[str], wanted: list[str], types: dict[str, pl.DataType]) -> pl.DataFrame:
+def _csv_fast(src: Source, header: list[str], wanted: list[str], types: dict[str, pl.DataType],
+              numbered: bool) -> pl.DataFrame:
     # Without quote characters a record is exactly one line: split on commas, vectorised, over
     # the lines scanned from the file (the text is never held whole).
     parts = pl.col("text").str.split(",")
+    lines = ["__line"] if numbered else []
 
     def field(name: str, typed: bool) -> pl.Expr:
         value = parts.list.get(header.index(name), null_on_oob=True)
@@ -71,18 +91,19 @@ def _csv_fast(src: Source, header: list[str], wanted: list[str], types: dict[str
 
     def scan(typed: bool) -> pl.DataFrame:
         return (src.scan_lines().filter(pl.col("__line") > 1)
-                .select("__line", parts.list.len().alias("__fields"), *(field(name, typed) for name in wanted))
+                .select(*lines, (parts.list.len() != len(header)).alias("__wrong"),
+                        *(field(name, typed) for name in wanted))
                 .collect(engine="streaming"))
 
     frame = scan(typed=True)
-    wrong = frame["__fields"] != len(header)
-    if wrong.any():
-        line = int(frame["__line"][int(wrong.arg_true()[0])])
+    if frame["__wrong"].any():
+        index = int(frame["__wrong"].arg_true()[0])
+        line = int(frame["__line"][index]) if numbered else line_of(src, header=True)(index)
         text = src.scan_lines().filter(pl.col("__line") == line).collect()["text"][0]
-        _wrong_fields(src, line, header, int(frame["__fields"].filter(wrong)[0]), text)
+        _wrong_fields(src, line, header, len(text.split(",")), text)
     if any(frame[name].null_count() for name in types if name in wanted):
         frame = scan(typed=False)  # a value that needs the checkers' slower reading, or a bad one
-    return frame.drop("__fields")
+    return frame.drop("__wrong")
 
 
 def _csv_slow(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
@@ -113,25 +134,29 @@ def _wrong_fields(src: Source, line: int, header: list[str], found: int, text: s
 
 
 def read_jsonl(
-    src: Source, schema: dict[str, pl.DataType], required: Sequence[str]
+    src: Source, schema: dict[str, pl.DataType], required: Sequence[str], numbered: bool = True
 ) -> pl.DataFrame:
     """Keys of `schema` from a JSON-lines file; `required` keys must be present and not null."""
     lines = src.scan_lines()
     # polars keeps the first of a repeated key and Python's json the last: a line that may repeat
     # one takes the slow pass, which refuses it, so both paths give one answer.
-    repeats = [_may_repeat(pl.col("text"), key) for key in schema]
-    numbers = lines.select("__line", pl.any_horizontal(repeats).alias("__repeat")).collect(engine="streaming")
+    repeat = pl.any_horizontal([_may_repeat(pl.col("text"), key) for key in schema])
+    if numbered:
+        numbers = lines.select("__line", repeat.alias("__repeat")).collect(engine="streaming")
+        count, repeats = numbers.height, bool(numbers["__repeat"].any())
+    else:  # the lines counted, not numbered
+        count, repeats = lines.select(pl.len(), repeat.any()).collect(engine="streaming").row(0)
     try:
         frame = pl.scan_ndjson(src.path, schema=schema).collect() if src.scannable else \
             pl.read_ndjson(io.BytesIO(src.data), schema=schema)
-        fast = frame.height == numbers.height and not any(frame[k].null_count() for k in required)
+        fast = frame.height == count and not any(frame[k].null_count() for k in required)
     except pl.exceptions.PolarsError:
         fast = False
-    fast = fast and not numbers["__repeat"].any()
-    if not fast:
-        # Slow pass: either raises naming the line, or yields text values the checkers judge.
-        frame = _jsonl_slow(src, src.lines(), schema, required)
-    return frame.with_columns(numbers["__line"])
+    if fast and not repeats:
+        return frame.with_columns(numbers["__line"]) if numbered else frame
+    # Slow pass: either raises naming the line, or yields text values the checkers judge.
+    text = src.lines()
+    return _jsonl_slow(src, text, schema, required).with_columns(text["__line"])
 
 
 def _jsonl_slow(

@@ -326,7 +326,6 @@ class NumbaEngine:
         self.reps = make_replicas(inputs, layout)
         self.pools = make_pools(inputs, lazy, self.window.capacity)
         self.ev = make_events(inputs, event_capacity)
-        self.th = np.ascontiguousarray(inputs.trace_hashes, dtype=np.uint64)
         self.tbs = np.int64(max(1, inputs.trace_block_tokens))
         # on a cold cache, a helper process starts compiling kernels now (engine/prebuild.py)
         prebuild.start(self.variant, (self.rq, self.blocks, self.reps, self.pools, self.ev, self.th, self.tbs))
@@ -335,6 +334,11 @@ class NumbaEngine:
         self._chunks: list[dict[str, np.ndarray]] = []
         self._entries: dict = {}
         self.now = 0
+
+    @property
+    def th(self) -> np.ndarray:
+        """The prefix hashes the slots index (engine/window.py: the trace's, or the window's)."""
+        return self.window.hashes
 
     def advance(self, until_us: int) -> None:
         self.now = until_us

@@ -20,6 +20,14 @@ keeps three promises the kernels rely on:
 (kvblocks.request_key), so the KV hash table holds the same keys whatever the window.
 A window the size of the trace never slides: the engine is then as it was before windows.
 
+The trace's prefix hashes (`hashes`, the kernels' `th`): a trace read whole gives one flat array
+of every request's, which the window indexes by the trace's offsets. A trace read in batches
+gives each range's hashes with the range (`read`'s "hashes", its offsets into them): the window
+then holds the hashes of the slots it holds, in slot order, each slot's `hash_off` into its
+array; a slide drops the leaving slots' hashes (those before the first kept slot's offset) and
+moves the offsets down with them. A slot's hashes are only read through its own `hash_off`, and
+the block keys they make are the values', not the offsets': the same keys whatever the window.
+
 What it cannot bound: the requests in flight. The window slides past ended requests only, in id
 order, so one long-lived request (queued for long on an overloaded fleet, or a closed-loop
 session spanning much of the trace) holds every later slot, and the window grows behind it
@@ -120,6 +128,10 @@ class Window:
         self.sink: Callable[[int, dict[str, np.ndarray]], None] | None = None
         self._pending_from: int | None = None  # rows from here on hold their start values (columns_now)
         self._sources = {name: self._source(attr, default) for name, (attr, default) in TRACE_FIELDS.items()}
+        # the prefix hashes the slots index: the whole trace's, or (read in batches) the slots'
+        self.hashes = np.ascontiguousarray(inputs.trace_hashes, np.uint64) if inputs.requests is None \
+            else np.zeros(0, np.uint64)
+        self._hashes_held = 0  # read in batches: hashes[:_hashes_held] are the loaded slots'
         # Closed loop: the load ends E where no request before E has its next turn at E or later.
         self._ends = None
         if inputs.closed_loop:
@@ -157,8 +169,11 @@ class Window:
             return 0
         lo, hi = self.loaded, end - self.base
         if self.inputs.requests is not None:  # a trace read in batches (replay/fleet/streamed.py)
-            for name, values in self.inputs.requests.read(self.end, end).items():
+            fields = self.inputs.requests.read(self.end, end)
+            hashes = fields.pop("hashes")
+            for name, values in fields.items():
                 getattr(rq, name)[lo:hi] = values
+            self._hold_hashes(rq, lo, hi, hashes)
         else:
             g = slice(self.end, end)
             for name, src in self._sources.items():
@@ -169,6 +184,28 @@ class Window:
         turns[turns >= 0] -= self.base
         self.loaded = hi
         return hi - lo
+
+    def _hold_hashes(self, rq: Requests, lo: int, hi: int, hashes: np.ndarray) -> None:
+        """Slots [lo, hi), just loaded with offsets into `hashes`, index them after those held."""
+        held = self._hashes_held
+        rq.hash_off[lo:hi] += held
+        need = held + len(hashes)
+        if need > len(self.hashes):  # (doubling: a copy per doubling, as the slots grow)
+            grown = np.zeros(max(need, 2 * len(self.hashes)), np.uint64)
+            grown[:held] = self.hashes[:held]
+            self.hashes = grown
+        self.hashes[held:need] = hashes
+        self._hashes_held = need
+
+    def _drop_hashes(self, rq: Requests, k: int) -> None:
+        """Slots [0, k) leaving (the slots not yet moved down): their hashes go, the rest move down."""
+        if self.inputs.requests is None:
+            return  # the whole trace's, indexed by the trace's offsets
+        cut = int(rq.hash_off[k]) if k < self.loaded else self._hashes_held
+        keep = self._hashes_held - cut
+        self.hashes[:keep] = self.hashes[cut:self._hashes_held]
+        self._hashes_held = keep
+        rq.hash_off[k:self.loaded] -= cut
 
     def walk_stops(self, rq: Requests, cursor: int, until: int) -> bool:
         """The arrival walk, at slot `cursor`, stops at a loaded request by `until`: one that
@@ -250,6 +287,7 @@ class Window:
         if k > self.ended or k > clock[0]:
             raise InvariantViolation(f"window slide by {k}: only {self.ended} slots ended, cursor at {clock[0]}")
         self.write_rows(rq, k)
+        self._drop_hashes(rq, k)
         keep = self.loaded - k
         for name in TRACE_FIELDS.keys() | PROGRESS_FIELDS.keys():
             a = getattr(rq, name)

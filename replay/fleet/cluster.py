@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from common.configtools import from_dict
 from common.errors import ConfigError, UserError
 from policies.api import ReplicaModel
 from policies.registry import (
-    admission_spec, queue_order_id, router_columns, router_params, split_function, user_policy_or_none, victim_id,
+    admission_spec, queue_order_id, router_columns, router_params, user_policy_or_none, victim_id,
 )
 from policies.user_config import UserChoice, UserTable
 from replay.calibration.profiles import default_source, step_coefficients
@@ -35,6 +34,7 @@ from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms, with_host_terms
 from replay.fleet.request_rows import stream_rows
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
+from replay.fleet.split import assign_pools, prefix_hash_columns, split_requests, user_split  # noqa: F401 (theirs)
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,
@@ -223,62 +223,6 @@ def table_params(params: np.ndarray, pool: PoolConfig, model_id: str, gpu_id: st
     return with_table(params, points[0], points[1], ctx_ref)
 
 
-def split_requests(frame: pl.DataFrame, cfg: FleetConfig, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
-    """Pool index of every request, by the fleet's split policy. Under prefill-decode every request
-    arrives at the decode pool, which sends its prefill to the prefill pool (see `pd_inputs`)."""
-    if cfg.split.policy == "prefill-decode":
-        _, decode = cfg.split.pd_pools([p.name for p in cfg.pools])
-        return np.full(frame.height, decode, np.int64)
-    if cfg.split.policy == "by-prompt-length":
-        thresholds = np.asarray(cfg.split.prompt_thresholds, np.int64)
-        return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
-    if cfg.split.policy == "by-workload":
-        return assign_pools(frame["workload"], plans, source)
-    return user_split(frame, cfg.split.policy, [p.name for p in plans], source)
-
-
-def user_split(frame: pl.DataFrame, name: str, pools: list[str], source: str = "config") -> np.ndarray:
-    """A user's split function on the trace; a result that sends a request to no pool is a
-    config error naming the request."""
-    fn = split_function(name, "split.policy", source)
-    result = fn(frame, list(pools))
-    values = result.to_numpy() if isinstance(result, pl.Series) else np.asarray(result)
-    where = f"{source}: split.policy: {name}"
-    if result is None or values.ndim != 1:
-        raise ConfigError(f"{where} returned {reprlib.repr(result)}; expected one pool (an index or a name) per "
-                          f"request ({frame.height})")
-    if values.shape != (frame.height,):
-        raise ConfigError(f"{where} returned {values.shape[0]} values; expected one pool per request ({frame.height})")
-    if values.dtype.kind in "OUS":  # pool names
-        index = {p: i for i, p in enumerate(pools)}
-        out = np.array([index.get(v, -1) if isinstance(v, str) else -1 for v in values.tolist()], np.int64)
-    elif values.dtype.kind in "iu":
-        out = values.astype(np.int64)
-    else:
-        raise ConfigError(f"{where} returned {values.dtype} values; expected pool indices or pool names")
-    bad = np.nonzero((out < 0) | (out >= len(pools)))[0]
-    if bad.size:
-        i = int(bad[0])
-        raise ConfigError(f"{where} sends request {frame['request_id'][i]} to {values[i].item()!r}, which is no pool; "
-                          f"expected an index 0..{len(pools) - 1} or a name ({', '.join(pools)})")
-    return out
-
-
-def assign_pools(workloads: pl.Series, plans: list[PoolPlan], source: str = "config") -> np.ndarray:
-    """Pool index of every request: the pool that lists its workload, else the catch-all pool."""
-    by_label = {label: p.index for p in plans for label in p.config.workloads}
-    catch_all = [p.index for p in plans if not p.config.workloads]
-    labels = workloads.unique().to_list()
-    missing = sorted(str(w) for w in labels if w not in by_label)
-    if missing and not catch_all:
-        raise ConfigError(
-            f"{source}: pools: workload {missing[0]!r} of the trace goes to no pool; list it in a pool's "
-            f"'workloads' or add a pool without 'workloads' (trace workloads: {', '.join(sorted(map(str, labels)))})"
-        )
-    mapping = {w: by_label.get(w, catch_all[0] if catch_all else -1) for w in labels}
-    return workloads.replace_strict(mapping, return_dtype=pl.Int64).to_numpy()
-
-
 def pd_inputs(cfg: FleetConfig, plans: list[PoolPlan]) -> dict[str, Any]:
     """The engine's prefill/decode parameters for a prefill-decode split (none otherwise). The
     transfer moves the prompt's KV as the decode pool stores it (its KV dtype), over one link."""
@@ -304,12 +248,7 @@ def build_inputs(
 ) -> EngineInputs:
     tenant_ids = frame["tenant"].rank("dense").to_numpy().astype(np.int64)  # (a day's: no other copy)
     tenant_ids -= 1
-    hashes = frame["prefix_hashes"]
-    hash_len = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
-    hash_off = np.concatenate(([0], np.cumsum(hash_len)[:-1])).astype(np.int64)
-    flat = hashes.drop_nulls().explode().drop_nulls().to_numpy().astype(np.uint64)
-    if len(flat) != int(hash_len.sum()):
-        raise ValueError("prefix_hashes contain null entries")
+    hash_off, hash_len, flat = prefix_hash_columns(frame["prefix_hashes"])
     engines = [p.config.engine for p in plans]
     routers = router_columns([p.config.router for p in plans])
     # closed loop (replay/fleet/sessions.py): a session's turns are released by the replay

@@ -3,10 +3,12 @@
 when the window asks past what it holds, and the rows leaving the window (in id order) take their
 trace columns from the same batches, which are dropped once both are past them. So the trace is
 never whole in memory: what is held is the batches between the oldest request still in the window
-and the newest loaded, plus one byte a request of its pool (the events name requests by id).
+and the newest loaded, plus one byte a request of its pool (the events name requests by id). A
+trace's prefix hashes come with their requests' fields (`read`'s "hashes"): the window holds those
+of the requests it holds.
 
-Every figure is as the whole frame's path computes it (replay/fleet/cluster.py `build_inputs`):
-tenant ids are dense ranks over the whole trace's tenants (known from the loader's pass), the
+Every figure is as the whole frame's path computes it (replay/fleet/cluster.py `build_inputs`,
+with the same split and hash columns, replay/fleet/split.py, per batch): tenant ids are dense ranks over the whole trace's tenants (known from the loader's pass), the
 engine arrivals' running maximum carries across batches, and the control plane counts each tick's
 arrivals from the batches read (`StreamedControl`; the window always holds every request that
 arrived by the tick). `streams` says which replays can take this path; the rest read the whole
@@ -24,10 +26,12 @@ import polars as pl
 from replay.config import FleetConfig
 from replay.engine.common import EngineInputs
 from replay.fleet.control import FleetControl
+from replay.fleet.split import assign_pools, prefix_hash_columns, split_requests
 from replay.model.serving import engine_arrivals
 from traces.stream import TraceBatches
 
-# What a batch is read with: the engine's fields, the split's and the rows' columns.
+# What a batch is read with: the engine's fields, the split's and the rows' columns (and the
+# prefix hashes, where the trace has them).
 READ = ("arrival_us", "prompt_tokens", "output_tokens", "workload", "tenant", "priority")
 ROW_COLUMNS = ("request_id", "workload", "arrival_us", "prompt_tokens", "output_tokens")
 
@@ -61,44 +65,37 @@ class StreamedRequests:
         self.total = batches.rows
         self.terms = [p.serving for p in plans]
         self.tenants = pl.Series(batches.tenants, dtype=pl.String)
-        self.workload_pools = _workload_pools(batches, cfg, plans, source)
-        constant = len(plans) == 1 or cfg.split.policy == "prefill-decode"
-        # one byte a request (events name requests by id; metrics.event_frame reads their pools)
-        self.pool_index = np.broadcast_to(np.int8(self._pools(None)[0] if constant else 0), (self.total,)) \
-            if constant else np.zeros(self.total, np.int8 if len(plans) < 128 else np.int16)
-        self._constant = constant
+        if cfg.split.policy == "by-workload":  # a label no pool takes fails as on the whole frame
+            assign_pools(pl.Series("workload", batches.workloads, dtype=pl.String), plans, source)
+        self._read = READ + (("prefix_hashes",) if batches.hashed else ())
         self._it = None
         self._carry = np.int64(np.iinfo(np.int64).min)
-        self._fields: deque[tuple[int, dict[str, np.ndarray]]] = deque()  # read, not all loaded yet
+        self._fields: deque[tuple[int, dict[str, np.ndarray], np.ndarray]] = deque()  # read, not all loaded yet
         self._frames: deque[tuple[int, pl.DataFrame]] = deque()  # read, not all left yet
         self.listeners: list = []  # called with (pools, arrivals, prompt, output) of each batch read
-        self.last_arrival_us = self._last_arrival()
+        self.last_arrival_us, first_pool = self._last_arrival()
+        # one byte a request (events name requests by id; metrics.event_frame reads their pools)
+        self._constant = len(plans) == 1 or cfg.split.policy == "prefill-decode"
+        self.pool_index = np.broadcast_to(np.int8(first_pool), (self.total,)) if self._constant \
+            else np.zeros(self.total, np.int8 if len(plans) < 128 else np.int16)
 
-    def _pools(self, frame: pl.DataFrame | None) -> np.ndarray:
-        """The split's pool of each of the batch's requests (cluster.split_requests, per batch)."""
-        split = self.cfg.split
-        if split.policy == "prefill-decode":
-            _, decode = split.pd_pools([p.name for p in self.cfg.pools])
-            return np.full(1 if frame is None else frame.height, decode, np.int64)
-        if frame is None:
-            return np.zeros(1, np.int64)
-        if split.policy == "by-prompt-length":
-            thresholds = np.asarray(split.prompt_thresholds, np.int64)
-            return np.searchsorted(thresholds, frame["prompt_tokens"].to_numpy(), side="right").astype(np.int64)
-        return frame["workload"].replace_strict(self.workload_pools, return_dtype=pl.Int64).to_numpy()
+    def _pools(self, frame: pl.DataFrame) -> np.ndarray:
+        """The split's pool of each of the batch's requests."""
+        return split_requests(frame, self.cfg, self.plans, self.source)
 
-    def _last_arrival(self) -> int:
-        """When the last request reaches its engine (a pass over three columns)."""
-        carry = np.iinfo(np.int64).min
+    def _last_arrival(self) -> tuple[int, int]:
+        """(When the last request reaches its engine, the first request's pool): a pass over
+        three columns."""
+        carry, first = np.iinfo(np.int64).min, None
         for _, frame in self.batches.batches(("arrival_us", "prompt_tokens", "workload")):
-            out = engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(),
-                                  self._pools(frame), self.terms)
-            carry = max(carry, int(out[-1]))
-        return carry
+            pools = self._pools(frame)
+            out = engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pools, self.terms)
+            carry, first = max(carry, int(out[-1])), int(pools[0]) if first is None else first
+        return carry, first
 
     def _next_batch(self) -> None:
         if self._it is None:
-            self._it = self.batches.batches(READ)
+            self._it = self.batches.batches(self._read)
         lo, frame = next(self._it)
         pools = self._pools(frame)
         if not self._constant:
@@ -111,24 +108,34 @@ class StreamedRequests:
         n = frame.height
         tenant = frame["tenant"].replace_strict(self.tenants, pl.Series(np.arange(len(self.tenants))),
                                                 return_dtype=pl.Int64).to_numpy()
+        hash_off, hash_len, hashes = prefix_hash_columns(frame["prefix_hashes"]) if self.batches.hashed \
+            else (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(0, np.uint64))
         self._fields.append((lo, {
             "arrival": arrival, "prompt": prompt, "output": output, "pool": pools,
             "priority": frame["priority"].to_numpy().astype(np.int64), "tenant": tenant,
-            "hash_off": np.zeros(n, np.int64), "hash_len": np.zeros(n, np.int64), "adapter": np.full(n, -1, np.int64),
-            "hash_tokens": prompt, "next_turn": np.full(n, -1, np.int64), "gap": np.full(n, -1, np.int64)}))
+            "hash_off": hash_off, "hash_len": hash_len, "adapter": np.full(n, -1, np.int64),
+            "hash_tokens": prompt, "next_turn": np.full(n, -1, np.int64), "gap": np.full(n, -1, np.int64)}, hashes))
         self._frames.append((lo, frame.select(ROW_COLUMNS)))
         for listen in self.listeners:
             listen(pools, arrival, prompt, output)
 
     def read(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        """The window's trace fields (engine/window.py TRACE_FIELDS) of requests [lo, hi)."""
+        """The window's trace fields (engine/window.py TRACE_FIELDS) of requests [lo, hi), and
+        their prefix hashes ("hashes", one after another; each `hash_off` an offset into them)."""
         while not self._fields or self._fields[-1][0] + len(self._fields[-1][1]["arrival"]) < hi:
             self._next_batch()
-        parts = []
-        for start, fields in self._fields:
+        parts, held = [], 0
+        for start, fields, hashes in self._fields:
             n = len(fields["arrival"])
             if start + n > lo and start < hi:
-                parts.append({k: v[max(lo - start, 0):hi - start] for k, v in fields.items()})
+                a, b = max(lo - start, 0), min(hi - start, n)
+                part = {k: v[a:b] for k, v in fields.items()}
+                cut = fields["hash_off"][a]
+                end = fields["hash_off"][b] if b < n else len(hashes)
+                part["hashes"] = hashes[cut:end]
+                part["hash_off"] = part["hash_off"] - (cut - held)
+                held += end - cut
+                parts.append(part)
         while self._fields and self._fields[0][0] + len(self._fields[0][1]["arrival"]) <= hi:
             self._fields.popleft()
         if len(parts) == 1:
@@ -146,16 +153,6 @@ class StreamedRequests:
         while self._frames and self._frames[0][0] + self._frames[0][1].height <= hi:
             self._frames.popleft()
         return parts[0] if len(parts) == 1 else pl.concat(parts)
-
-
-def _workload_pools(batches: TraceBatches, cfg: FleetConfig, plans: list, source: str) -> dict[str, int]:
-    """A workload split's pool of each label; a label no pool takes fails as on the whole frame."""
-    from replay.fleet.cluster import assign_pools
-
-    if cfg.split.policy != "by-workload":
-        return {}
-    labels = pl.Series("workload", batches.workloads, dtype=pl.String)
-    return dict(zip(batches.workloads, assign_pools(labels, plans, source).tolist()))
 
 
 def streamed_inputs(inputs: EngineInputs, requests: StreamedRequests) -> EngineInputs:

@@ -126,7 +126,12 @@ def test_a_trace_read_in_batches_is_estimated_by_what_a_streamed_replay_holds(tm
     assert memory.estimate_run(plain, streamed=True) == memory.Estimate(30, streamed)
     whole = memory.BASELINE_BYTES + 30 * memory.BYTES_PER_REQUEST
     assert memory.estimate_run(plain) == memory.Estimate(30, whole)  # a replay that reads it whole
-    # what is read whole however it is replayed: prefix hashes, a sample of the rows
-    assert memory.estimate_run(TraceConfig(path=str(tmp_path / "hashed.parquet")), streamed=True).peak_bytes == whole
+    # prefix hashes: a batch's in batches (here the whole trace is one), every one read whole
+    hashes = int(hashed.frame.head(30)["prefix_hashes"].list.len().sum())
+    with_hashes = TraceConfig(path=str(tmp_path / "hashed.parquet"))
+    assert memory.estimate_run(with_hashes, streamed=True) == memory.Estimate(
+        30, streamed + memory.STREAMED_HASH_BYTES * hashes)
+    assert memory.estimate_run(with_hashes) == memory.Estimate(30, whole + memory.HASH_BYTES * hashes)
+    # what is read whole however it is replayed: a sample of the rows
     sampled = TraceConfig(path=plain.path, sample=SampleConfig(n=30))
     assert memory.estimate_run(sampled, streamed=True).peak_bytes == whole

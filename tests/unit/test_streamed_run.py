@@ -120,9 +120,51 @@ def test_the_batches_checks_name_the_rows_the_whole_frames_checks_name(tmp_path)
                     load_trace(path)
 
 
-def test_a_trace_with_prefix_hashes_is_read_whole(tmp_path):
+HASHED = """
+model: llama-3.1-8b
+split: {policy: by-prompt-length, prompt_thresholds: [6000]}
+pools:
+  - {name: short, replicas: 1, engine: {num_gpu_blocks_override: 3000, max_model_len: 16384}}
+  - {name: long, replicas: 4, router: {policy: prefix-aware}}
+"""
+
+
+def _hashed(tmp_path: Path, rows: int = 500) -> Path:
+    """The Mooncake sample's first rows, a quarter of them without hashes (offsets that do not
+    move)."""
     trace = load_trace("mooncake-synthetic")
+    frame = trace.frame.head(rows)
+    i = np.arange(frame.height)
+    frame = frame.with_columns(
+        prefix_hashes=pl.when(pl.Series(i % 4 == 1)).then(None).otherwise(pl.col("prefix_hashes")),
+    )
     path = tmp_path / "hashed.parquet"
-    write_canonical(trace.frame.head(50), path, trace.prefix_block_tokens)
-    loaded = load_trace(path, stream=True)
-    assert loaded.stream is None and loaded.frame.height == 50
+    write_canonical(frame, path, trace.prefix_block_tokens)
+    return path
+
+
+@pytest.mark.parametrize("batch_rows", [7, 64])
+def test_a_trace_with_prefix_hashes_replays_in_batches_as_the_whole_frame(monkeypatch, tmp_path, batch_rows):
+    cfg = build_config(yaml.safe_load(HASHED), "test", Path("."))
+    streamed = load_trace(_hashed(tmp_path), stream=True)
+    assert streamed.stream is not None and streamed.stream.hashed and streamed.prefix_block_tokens == 512
+    tiny = dataclasses.replace(streamed, stream=dataclasses.replace(streamed.stream, batch_rows=batch_rows))
+    whole = streamed.whole()
+    assert whole.frame.equals(load_trace(_hashed(tmp_path)).frame)
+    a, engine = _run_files(monkeypatch, tmp_path, "streamed", tiny, cfg, 16)
+    b, _ = _run_files(monkeypatch, tmp_path, "whole", whole, cfg, None)
+    assert engine.window.base > 0 and engine.window.capacity < whole.rows, "a window that slides"
+    assert len(engine.th) < int(whole.frame["prefix_hashes"].list.len().sum()), "the window's hashes, not all"
+    assert a == b and "requests.parquet" in a
+    cached = [pl.read_parquet(tmp_path / run / "requests.parquet")["cached_tokens"] for run in ("streamed", "whole")]
+    assert cached[0].sum() > 0 and cached[0].equals(cached[1]), "the same prefix-cache hits"
+
+
+def test_a_hashed_trace_without_a_block_size_is_refused_read_in_batches_as_whole(tmp_path):
+    frame = load_trace("mooncake-synthetic").frame.head(20)
+    path = tmp_path / "hashed.parquet"
+    write_canonical(frame, path, None)
+    for stream in (False, True):
+        with pytest.raises(TraceError, match=r"prefix_hashes without a block size .*; set prefix_block_tokens"):
+            load_trace(path, stream=stream)
+    assert load_trace(path, stream=True, prefix_block_tokens=256).stream is not None

@@ -139,3 +139,21 @@ def test_numbers_that_need_the_slower_reading_load_as_before(tmp_path):
     label = {"arrival": "t", "prompt_tokens": "p", "output_tokens": "p", "workload": "p"}
     frame = same(tmp_path, "g.csv", b"t,p\n0,+07\n1,8\n", column_map=label)
     assert frame["workload"].to_list() == ["+07", "8"] and frame["output_tokens"].to_list() == [7, 8]
+
+
+@pytest.mark.parametrize(("name", "content", "kw", "expected"), [
+    ("t.csv", "t,p,o\n1,10,5\n\n\n2,0,5\n", {"column_map": CMAP}, "t.csv line 5: p='0' is zero (expected at least 1 token)"),
+    ("t.jsonl", '{"t":1,"p":1,"o":5}\n\n{"t":2,"p":"x","o":5}\n', {"column_map": CMAP},
+     "t.jsonl line 3: p='x' is not a number (expected a non-negative integer token count)"),
+    # the rows after a dropped one (0 response tokens) keep their lines
+    ("b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,m,10,0,10,x\n\n2,m,10,5,15,x\n"
+     "99999999999,m,3,5,8,x\n", {},
+     "b.csv line 5 arrives at 99,999,999,999 s, 3169 years after line 4 (2 s): the trace would span 3169 years, more "
+     "than the bound of 31 days (check the arrival column's time unit; --max-span-s raises the bound)"),
+    # the widest gap is named in arrival order, by the rows' lines in the file
+    ("s.csv", VIDUR + "5e9,1,1\n\n0.5,1,1\n0.1,1,1\n", {},
+     "s.csv line 2 arrives at 5,000,000,000 s, 158 years after line 4 (0.5 s): the trace would span 158 years, more "
+     "than the bound of 31 days (check the arrival column's time unit; --max-span-s raises the bound)"),
+])
+def test_a_row_read_without_its_line_number_is_named_by_its_line(tmp_path, name, content, kw, expected):
+    assert same(tmp_path, name, content.encode(), **kw) == expected
