@@ -81,6 +81,9 @@ def _validate(frame: pl.DataFrame, source: str, first_id: int = 0, after_us: int
     fail(frame["prompt_tokens"] < 1, "prompt_tokens < 1 (expected at least 1 token)")
     fail(frame["output_tokens"] < 1, "output_tokens < 1 (expected at least 1 token)")
     fail(frame["arrival_us"] < 0, "arrival_us is negative (expected >= 0)")
+    # a request's list may be null (no hashes), not an entry in it: the engine has no id for that block
+    null_entry = frame["prefix_hashes"].list.eval(pl.element().is_null().any()).list.first()
+    fail(null_entry.fill_null(False), "prefix_hashes holds a null hash (expected one id per prefix block, or a null list)")
     if "think_time_us" in frame.columns:
         fail(frame["think_time_us"] < 0, "think_time_us is negative (expected >= 0 microseconds, or null)")
     arrival = frame["arrival_us"]

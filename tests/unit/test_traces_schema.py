@@ -36,8 +36,16 @@ def test_cast_fills_defaults_and_orders_columns():
     ({"arrival_us": [0], "prompt_tokens": [None], "output_tokens": [1]}, "prompt_tokens is null"),
     ({"arrival_us": [0], "prompt_tokens": ["x"], "output_tokens": [1]}, "column 'prompt_tokens' of type String"),
     ({"arrival_us": [0], "output_tokens": [1]}, "missing column 'prompt_tokens'"),
+    ({"arrival_us": [0, 1], "prompt_tokens": [1, 1], "output_tokens": [1, 1], "prefix_hashes": [None, [7, None]]},
+     "row 1 (request_id 1): prefix_hashes holds a null hash"),
 ])  # fmt: skip
 def test_cast_rejects_invalid_frames(columns, message):
     with pytest.raises(TraceError, match="^mine: ") as err:
         cast_to_schema(pl.DataFrame(columns), source="mine")
     assert message in str(err.value)
+
+
+def test_a_null_hash_list_is_a_request_without_hashes():
+    out = cast_to_schema(pl.DataFrame({"arrival_us": [0, 1], "prompt_tokens": [1, 1], "output_tokens": [1, 1],
+                                       "prefix_hashes": [None, [7, 8]]}))
+    assert out["prefix_hashes"].to_list() == [None, [7, 8]]
