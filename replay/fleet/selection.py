@@ -182,10 +182,11 @@ def _collect(batches: Batches, spans: list[dict[int, _Span]]) -> list[dict[tuple
     return held
 
 
-def frame_batches(lf: pl.LazyFrame, columns: dict[str, pl.Expr], rows: int = BATCH_ROWS) -> Batches:
+def frame_batches(lf: pl.LazyFrame, columns: dict[str, pl.Expr], rows: int | None = None) -> Batches:
     """`columns` of `lf`'s rows as batches of arrays (nulls dropped), read afresh by polars'
-    streaming engine on each call: `rows` rows at a time."""
+    streaming engine on each call: `rows` rows at a time (default BATCH_ROWS)."""
     names = list(columns)
+    rows = rows or BATCH_ROWS
 
     def batches():
         query = lf.select(**columns)
@@ -195,7 +196,7 @@ def frame_batches(lf: pl.LazyFrame, columns: dict[str, pl.Expr], rows: int = BAT
 
 
 def exact_quantiles(lf: pl.LazyFrame, columns: dict[str, tuple[pl.Expr, Sequence[float]]],
-                    rows: int = BATCH_ROWS) -> dict[str, tuple[int, list[float]]]:
+                    rows: int | None = None) -> dict[str, tuple[int, list[float]]]:
     """Per column (an expression of `lf`'s rows, nulls not counted): how many values it has and
     its linear quantiles at the qs given (empty where it has none), as `linear_quantiles` gives them."""
     batches = frame_batches(lf, {name: expr for name, (expr, _) in columns.items()}, rows)
