@@ -190,7 +190,11 @@ def frame_batches(lf: pl.LazyFrame, columns: dict[str, pl.Expr], rows: int | Non
 
     def batches():
         query = lf.select(**columns)
-        for frame in query.collect_batches(chunk_size=rows, engine="streaming"):
+        if hasattr(query, "collect_batches"):  # where polars has it (2.1 does; pyproject allows older)
+            frames = query.collect_batches(chunk_size=rows, engine="streaming")
+        else:  # an older polars: the columns read whole, then sliced (the same values, not the memory bound)
+            frames = query.collect(engine="streaming").iter_slices(rows)
+        for frame in frames:
             yield [frame[name].drop_nulls().to_numpy() for name in names]
     return batches
 
