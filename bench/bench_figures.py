@@ -1,7 +1,9 @@
-"""A spilled run's figures (tick windows, then summary.json's blocks) with the summary read from its
-Parquet parts a figure at a time (as before replay/fleet/metrics.py figure_rows) and in one pass: wall time
-and the phase's peak RSS over what the process held before it, each mode in a fresh child
-process after the same replay (bench_day.py's fleet and cached ServeGen trace), same summary.
+"""A spilled run's figures (tick windows, then summary.json's blocks) two ways: from one narrow
+frame of the figures' columns read whole from its Parquet parts (as replay/run.py did before the
+summary's percentiles were found by external selection, replay/fleet/selection.py), and from the
+parts themselves, a batch of rows at a time (as it does now). Wall time and the phase's peak RSS
+over what the process held before it, each mode in a fresh child process after the same replay
+(bench_day.py's fleet and cached ServeGen trace), same summary and ticks.
 
     python bench/bench_figures.py                 # the 4-hour trace (3.1 M requests)
     python bench/bench_figures.py --hours 24      # the day (~24 M)
@@ -54,7 +56,7 @@ def child(trace_path: str, mode: str) -> dict:
     from bench.bench_day import FLEET_YAML
     from replay.config import build_config
     from replay.fleet.cluster import simulate
-    from replay.fleet.metrics import figure_rows, summarize, tick_frame
+    from replay.fleet.metrics import read, summarize, tick_frame
     from replay.memory import return_freed_memory
     from replay.outputs.rows import RequestRows
     from replay.run import request_rows
@@ -74,12 +76,27 @@ def child(trace_path: str, mode: str) -> dict:
         began = time.perf_counter()
         requests = rows.lazy()
         ticks = tick_frame(raw, requests, cfg)
-        if mode == "one-pass":
-            requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
+        if mode == "narrow-frame":
+            requests = narrow_frame(requests, [p.name for p in raw.plans], read)
         summary = summarize(requests, ticks, raw, raw.end_us / 1e6)
         wall = time.perf_counter() - began
     return {"wall_s": wall, "rss_before_mb": rss.before, "rss_peak_mb": rss.peak, "spilled": rows.spilled,
             "rows": rows.height, "summary": json.dumps(summary, sort_keys=True), "ticks": ticks.hash_rows().sum()}
+
+
+def narrow_frame(requests, pools: list[str], read):
+    """The figures' columns of every row in one frame, strings of known names as enums (the frame
+    replay/run.py read before: ~40 bytes a request)."""
+    import polars as pl
+
+    from replay.engine.common import REJECT_NAMES
+    from replay.fleet.request_rows import STATUS_NAMES
+
+    names = {"pool": pools, "prefill_pool": pools, "status": STATUS_NAMES, "reject_reason": REJECT_NAMES}
+    columns = ("workload", "pool", "prompt_tokens", "ttft_us", "tpot_us", "e2e_us", "preemptions", "status",
+               "reject_reason", "slo_met", "prefill_pool")
+    return read(requests.select(pl.col(c).cast(pl.Enum(names[c])) if c in names else
+                                pl.col(c).cast(pl.Categorical) if c == "workload" else pl.col(c) for c in columns))
 
 
 def main() -> int:
@@ -94,17 +111,19 @@ def main() -> int:
     if not trace.exists():
         sys.exit(f"bench_figures: no {trace}: run bench/bench_day.py --hours {args.hours:g} first")
     results = {}
-    for mode in ("per-figure", "one-pass"):
+    for mode in ("narrow-frame", "parts"):
         out = subprocess.run([sys.executable, __file__, "--child", str(trace), mode], check=True,
                              capture_output=True, text=True).stdout
         results[mode] = json.loads(out.strip().splitlines()[-1])
-    old, new = results["per-figure"], results["one-pass"]
+    old, new = results["narrow-frame"], results["parts"]
     assert old["summary"] == new["summary"] and old["ticks"] == new["ticks"], "the two modes' figures differ"
     print(f"{trace.name}: {old['rows']:,} request rows (spilled: {old['spilled']}); load {os.getloadavg()[0]:.1f}")
     for mode, r in results.items():
-        print(f"  {mode:10s} tick windows + summary: {r['wall_s']:6.2f} s, RSS {r['rss_before_mb']:,.0f} -> "
+        print(f"  {mode:12s} tick windows + summary: {r['wall_s']:6.2f} s, RSS {r['rss_before_mb']:,.0f} -> "
               f"peak {r['rss_peak_mb']:,.0f} MB (+{r['rss_peak_mb'] - r['rss_before_mb']:,.0f})")
-    print(f"  ratio per-figure / one-pass: {old['wall_s'] / new['wall_s']:.2f}x")
+    print(f"  ratio narrow-frame / parts: {old['wall_s'] / new['wall_s']:.2f}x wall, "
+          f"{(old['rss_peak_mb'] - old['rss_before_mb']) / max(1, new['rss_peak_mb'] - new['rss_before_mb']):.2f}x "
+          "the phase's RSS growth")
     return 0
 
 

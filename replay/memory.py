@@ -38,13 +38,16 @@ BASELINE_BYTES = 512 << 20
 BYTES_PER_REQUEST = 300
 # A canonical Parquet trace read in batches (traces/stream.py; replay/fleet/streamed.py) leaves no
 # trace frame and no engine input column: the window and the batches it reads are bounded, and
-# what grows with the requests is what the summary reads back of their spilled rows (the figures'
-# narrow columns, the tick windows' first tokens and ends) and a byte of pool each where there are
-# several. Measured in batches: its first 4 h (3.10M) at 0.84 GB, the day (24.13M) at 1.96 GB, and
-# m-mid's day (115.4M) at 8.0 GB, the summary's tick windows holding the peak (~65 B a request over
-# the baseline; the replay itself peaked at 1.6 GB); rounded up as above.
+# the summary finds its percentiles in a few passes of the spilled rows without holding a column
+# of them (replay/fleet/selection.py). What grows with the requests is the tick windows' reads (a
+# span of first tokens, per-edge counts) and a byte of pool each where there are several. Measured
+# in batches, `llm-replay run` in a fresh process on bench_day.py's KPA fleet: the m-large day
+# (24.13M) peaked at 1.26 GB (the replay's window; the summary 1.00 GB), m-mid's day (115.4M) at
+# 2.83 GB (the tick windows; the replay 1.60, the summary 1.24, the write 1.34): 20-30 B a request
+# over the baseline, rounded up as above. (Before the summary's selection, ~120 B: the summary held
+# a narrow frame of every request, m-mid's day peaking at 6.8-8.0 GB.)
 STREAMED_BASELINE_BYTES = BASELINE_BYTES
-STREAMED_BYTES_PER_REQUEST = 120
+STREAMED_BYTES_PER_REQUEST = 50
 # A Parquet trace's prefix hashes (bench/bench_stream_hashes.py, 2M rows of ~22 hashes): read whole,
 # ~15 B a hash of the trace (the frame's list column, the engine's flat copy of it); read in batches,
 # 0.23 GB over a plain trace's, however long the trace: ~57 B a hash of one batch of ~4M hashes

@@ -11,7 +11,7 @@ from replay.fleet.cluster import PoolPlan, plan_pools, simulate
 from replay.fleet.streamed import simulate_streamed, streams
 from replay.config import FleetConfig
 from replay.memory import return_freed_memory
-from replay.fleet.metrics import event_frame, figure_rows, summarize, tick_frame
+from replay.fleet.metrics import event_frame, summarize, tick_frame
 from replay.fleet.request_rows import RowMaker
 from replay.outputs.rows import RequestRows
 from replay.outputs.write import RunOutputs
@@ -118,11 +118,10 @@ def replay_trace(
     rows.settle()
     requests = rows.lazy()
     ticks = tick_frame(raw, requests, cfg)
-    if rows.spilled:  # the summary's figures from one pass of the parts, not one each
-        requests = figure_rows(requests, [p.name for p in raw.plans], cfg.split.policy == "prefill-decode")
     span_s = raw.end_us / 1e6
+    # A few columns of the rows read at a time (a spilled run's from its parts), each percentile found
+    # exactly in a few passes without holding its column (replay/fleet/selection.py)
     summary = summarize(requests, ticks, raw, span_s)
-    del requests  # the figures' columns: not under the events' peak
     events = event_frame(raw)
     summary = {
         **summary["fleet"],

@@ -24,6 +24,7 @@ from replay.config import FleetConfig
 from replay.engine.common import EVENT_NAMES, REJECT_NAMES
 from replay.fleet.request_rows import REQUEST_COLUMNS, STATUS_NAMES, RowMaker  # noqa: F401 - REQUEST_COLUMNS re-exported
 from replay.fleet.saturation import classify_pool
+from replay.fleet.selection import exact_quantiles
 from replay.outputs.schema import EVENTS, TICKS
 
 # The column orders of README "Run outputs", declared in replay/outputs/schema.py with their dtypes.
@@ -146,27 +147,6 @@ def _kth(counts, k):
         k -= one[at]
         at += 1
     return at
-
-
-# The request rows' columns that summary.json reads (prefill/decode's only in such runs: in others
-# they are all null). A spilled run's are read from its parts once, into one narrow frame
-# (`figure_rows`), and every block of the summary (fleet, pools, workloads) is then computed from
-# it in memory: one pass of the parts instead of ~20. Strings of known names become enums (1 byte
-# a row, not a 16-byte view), workloads a categorical (4): ~40 bytes a request, now the summary's
-# peak (the tick windows, read from the rows before it, hold a span's first tokens at most).
-FIGURE_COLUMNS = ("workload", "pool", "prompt_tokens", "ttft_us", "tpot_us", "e2e_us",
-                  "preemptions", "status", "reject_reason", "slo_met", "prefill_pool")
-TRANSFER_COLUMNS = ("arrival_us", "first_scheduled_us", "prefill_end_us", "kv_transfer_start_us", "kv_transfer_end_us")
-
-
-def figure_rows(requests: pl.LazyFrame, pools: list[str], prefill_decode: bool) -> pl.DataFrame:
-    """The columns `summarize` reads, in one pass of the rows (polars' streaming engine: a chunk
-    of rows at a time), for it to read in place of the rows."""
-    names = {"pool": pools, "prefill_pool": pools, "status": STATUS_NAMES, "reject_reason": REJECT_NAMES}
-    columns = FIGURE_COLUMNS + (TRANSFER_COLUMNS if prefill_decode else ())
-    return read(requests.select(
-        pl.col(c).cast(pl.Enum(names[c])) if c in names else
-        pl.col(c).cast(pl.Categorical) if c == "workload" else pl.col(c) for c in columns))
 
 
 def read(lf: pl.LazyFrame) -> pl.DataFrame:
@@ -372,25 +352,15 @@ def linear_quantiles(values: np.ndarray, qs) -> list[float]:
     return out
 
 
-def _pcts(values: pl.Series | np.ndarray, qs, scale: float) -> list[float | None]:
-    values = values.drop_nulls().to_numpy() if isinstance(values, pl.Series) else values
-    if len(values) == 0:
-        return [None] * len(qs)
-    return [round(v / scale, 3) for v in linear_quantiles(values, qs)]
-
-
 FINISHED = pl.col("status") == "finished"
 SERVED = pl.col("ttft_us").is_not_null()  # a first token (ttft_us = first_token_us - arrival_us)
 # Which requests each latency's percentiles cover, and the percentiles summary.json gives of it.
 PERCENTILES = {"ttft": (SERVED, (50, 90, 99)), "tpot": (FINISHED, (50, 99)), "e2e": (FINISHED, (50, 99))}
 
 
-def _percentiles(lf: pl.LazyFrame, name: str) -> dict:
-    """`name`'s count and percentiles (ms) over the requests PERCENTILES says: the one column read."""
-    among, qs = PERCENTILES[name]
-    values = read(lf.filter(among).select(pl.col(f"{name}_us")).drop_nulls()).to_series().to_numpy()
-    pcts = _pcts(values, [q / 100 for q in qs], 1000)
-    return {f"{name}_requests": len(values), **{f"{name}_p{q}_ms": v for q, v in zip(qs, pcts)}}
+def _ms(values: list[float], count: int) -> list[float | None]:
+    """Percentiles in microseconds as summary.json gives them: ms to 3 places, None of no values."""
+    return [round(v / 1000, 3) for v in values] if values else [None] * count
 
 
 def service_figures(reqs: pl.DataFrame | pl.LazyFrame, span_s: float) -> dict:
@@ -401,7 +371,9 @@ def service_figures(reqs: pl.DataFrame | pl.LazyFrame, span_s: float) -> dict:
                        unfinished=(pl.col("status") == "unfinished").sum(), met=pl.col("slo_met").sum(),
                        ).collect(engine="streaming").row(0, named=True)
     reasons = lf.select("reject_reason").drop_nulls().group_by("reject_reason").len().collect(engine="streaming")
-    figures = {name: _percentiles(lf, name) for name in PERCENTILES}
+    # Exact percentiles without holding the column: a few passes of its rows (replay/fleet/selection.py)
+    found = exact_quantiles(lf, {name: (pl.when(among).then(pl.col(f"{name}_us")), [q / 100 for q in qs])
+                                 for name, (among, qs) in PERCENTILES.items()})
     n, met = int(counts["requests"]), int(counts["met"] or 0)
     return {
         "requests": n,
@@ -410,8 +382,9 @@ def service_figures(reqs: pl.DataFrame | pl.LazyFrame, span_s: float) -> dict:
         "unfinished": int(counts["unfinished"] or 0),
         "rejected_by_reason": {str(r): int(c) for r, c in sorted(reasons.iter_rows(), key=lambda rc: (-rc[1], rc[0]))},
         # which requests the percentiles below cover
-        **{f"{name}_requests": figures[name][f"{name}_requests"] for name in PERCENTILES},
-        **{k: v for name in PERCENTILES for k, v in figures[name].items() if not k.endswith("_requests")},
+        **{f"{name}_requests": found[name][0] for name in PERCENTILES},
+        **{f"{name}_p{q}_ms": v for name, (_, qs) in PERCENTILES.items()
+           for q, v in zip(qs, _ms(found[name][1], len(qs)))},
         "slo_attainment": round(met / n, 4) if n else None,
         "goodput_rps": round(met / span_s, 4) if span_s > 0 else None,
     }
@@ -423,8 +396,7 @@ def summarize(requests: pl.DataFrame | pl.LazyFrame, ticks: pl.DataFrame, raw: R
     hits over the prompts it admitted: KV that arrived from a prefill pool is no hit. The rows
     are read lazily, a few columns at a time."""
     requests = requests.lazy()
-    # figure_rows' frame of a run without prefill/decode has no transfer columns (nor remote prefills)
-    prefill_decode = "prefill_end_us" in requests.collect_schema()
+    prefill_decode = "prefill_end_us" in requests.collect_schema()  # a frame of a few columns may lack them
 
     fleet_service = service_figures(requests, span_s)
 
@@ -480,17 +452,16 @@ def transfer_figures(requests: pl.DataFrame | pl.LazyFrame) -> dict:
     """Prefill/decode: how many requests were prefilled remotely, how long their KV took to move
     and how long it waited for room on its decode replica first."""
     lf = requests.lazy()
-    remote = lf.filter(pl.col("prefill_pool").is_not_null()).select(
-        "kv_transfer_start_us", "kv_transfer_end_us", "prefill_end_us").collect()
-    moved = remote.filter(pl.col("kv_transfer_end_us").is_not_null())
-    took = moved["kv_transfer_end_us"] - moved["kv_transfer_start_us"]
-    waited = remote.filter(pl.col("prefill_end_us").is_not_null()).select(
-        pl.coalesce("kv_transfer_start_us", pl.lit(None, pl.Int64)) - pl.col("prefill_end_us")).to_series()
-    local = lf.filter(pl.col("prefill_pool").is_null() & pl.col("first_scheduled_us").is_not_null()).select(
-        pl.len()).collect().item()
+    remote = pl.col("prefill_pool").is_not_null()
+    counts = lf.select(remote=remote.sum(), local=(~remote & pl.col("first_scheduled_us").is_not_null()).sum(),
+                       ).collect(engine="streaming").row(0, named=True)
+    start, end, prefilled = pl.col("kv_transfer_start_us"), pl.col("kv_transfer_end_us"), pl.col("prefill_end_us")
+    found = exact_quantiles(lf.filter(remote), {
+        "kv_transfer": (pl.when(end.is_not_null()).then(end - start), (0.5, 0.99)),
+        "decode_wait": (pl.when(prefilled.is_not_null()).then(start - prefilled), (0.5, 0.99))})
     return {
-        "remote_prefills": remote.height,
-        "local_prefills": int(local),
-        **dict(zip(("kv_transfer_p50_ms", "kv_transfer_p99_ms"), _pcts(took, (0.5, 0.99), 1000))),
-        **dict(zip(("decode_wait_p50_ms", "decode_wait_p99_ms"), _pcts(waited, (0.5, 0.99), 1000))),
+        "remote_prefills": int(counts["remote"] or 0),
+        "local_prefills": int(counts["local"] or 0),
+        **{f"{name}_p{q}_ms": v for name in ("kv_transfer", "decode_wait")
+           for q, v in zip((50, 99), _ms(found[name][1], 2))},
     }

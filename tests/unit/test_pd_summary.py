@@ -96,15 +96,19 @@ def test_kv_transfer_us_is_null_without_prefill_decode():
 @pytest.mark.parametrize("threshold", [0, 1000])
 def test_a_spilled_pd_runs_figures_are_those_of_its_rows_in_one_frame(monkeypatch, tmp_path, threshold):
     """Rows spilled to Parquet parts every 30 rows (replay/outputs/rows.py): the tick windows and
-    summary, transfer figures and prefill pool's saturation included, come from one narrow frame
-    of the parts (replay/fleet/metrics.py figure_rows) and equal those of the rows held whole."""
+    summary, transfer figures and prefill pool's saturation included, come from the parts a batch
+    of rows at a time (percentiles by replay/fleet/selection.py) and equal those of the rows held whole."""
     from polars.testing import assert_frame_equal
 
+    import replay.fleet.selection as selection
     import replay.outputs.rows as rows
 
     whole = replay_trace(shared_prefix_trace(), pd_fleet(threshold))
     assert not whole.request_rows.spilled
     monkeypatch.setattr(rows, "MEMORY_ROWS", 30)
+    # percentiles from batches of 16 rows, each search narrowed until it holds 5 values at most
+    monkeypatch.setattr(selection, "HELD", 5)
+    monkeypatch.setattr(selection, "BATCH_ROWS", 16)
     spilled = replay_trace(shared_prefix_trace(), pd_fleet(threshold), spill_dir=tmp_path / "run")
     assert spilled.request_rows.spilled
     assert spilled.summary["prefill_decode"]["remote_prefills"] > 0

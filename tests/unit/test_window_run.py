@@ -76,6 +76,7 @@ def test_rows_made_and_spilled_in_tiny_chunks_match_one_frame(monkeypatch, tmp_p
     import gc
 
     import replay.fleet.request_rows as request_rows
+    import replay.fleet.selection as selection
     import replay.outputs.rows as rows
     from replay.outputs.write import write_run
     from tests.golden import run_digests
@@ -87,6 +88,9 @@ def test_rows_made_and_spilled_in_tiny_chunks_match_one_frame(monkeypatch, tmp_p
     assert not whole.request_rows.spilled
     monkeypatch.setattr(request_rows, "CHUNK_ROWS", 100)
     monkeypatch.setattr(rows, "MEMORY_ROWS", 250)
+    # the summary's percentiles from batches of 64 rows, each search narrowed until it holds 7 values at most
+    monkeypatch.setattr(selection, "HELD", 7)
+    monkeypatch.setattr(selection, "BATCH_ROWS", 64)
     monkeypatch.setattr(cluster, "make_engine", lambda name, inputs: engine(inputs, window=16))
     chunked = replay_trace(trace, cfg, spill_dir=tmp_path / "run")
     parts = [p for p in tmp_path.iterdir() if p.name.startswith(".run.tmp-")]
