@@ -5,7 +5,8 @@
 
 The phases are the functions below, wrapped (module, attribute, label); `kernel` is the numba
 kernels' calls (advance_nb and the rest), every other phase is Python around them. A phase not
-reached in a run is not printed; the kernels' warm-up (a replay of three requests) counts in its phases too.
+reached in a run is not printed; the kernels' warm-up (a replay of three requests, in
+`kernels loaded`) counts its own calls of the later phases too (tick_frame's and summarize's 2).
 """
 
 from __future__ import annotations
