@@ -19,7 +19,6 @@ from policies.api import Decision, PoolMetrics, ReplicaModel, ScalingContext
 from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING, SNAPSHOT_COLUMNS, Engine
 
 COL = {name: k for k, name in enumerate(SNAPSHOT_COLUMNS)}
-_KV_USED, _KV_TOTAL, _BUSY = COL["kv_used_blocks"], COL["kv_total_blocks"], COL["busy_us"]
 
 # decide(ctx) -> Decision; the guard wrapper and the policy's own state live inside the closure.
 Decider = Callable[[ScalingContext], Decision]
@@ -74,7 +73,6 @@ class FleetControl:
         self.tick_us = tick_us
         self.events = ControlEvents()
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
-        self._prev_counts: np.ndarray | None = None  # by_state(prev_state), when known
         self.prev_snap: np.ndarray | None = None
         self.prev_sums: np.ndarray | None = None  # prev_snap summed per pool
         # Per pool, its arrivals' times and prompt and output tokens, to report mean request sizes
@@ -113,7 +111,7 @@ class FleetControl:
             for r in pc.slots[states[pc.slots] == R_ACTIVE]:
                 self.events.add(0, pc.name, r, "replica_active", "active from the start")
             pc.desired = int((states[pc.slots] != R_OFF).sum())
-        self.prev_state, self._prev_counts = states, None
+        self.prev_state = states
 
     def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None,
              sums: np.ndarray | None = None) -> np.ndarray:
@@ -147,10 +145,7 @@ class FleetControl:
             if pc.decide is not None:
                 self._scale(pc, t, eng, states, snap, int(held[pc.index]), counts[pc.index], sums)
         # Only the control plane's own calls (each logged) change replica states after the first read.
-        if len(self.events.t_us) == logged:
-            self.prev_state, self._prev_counts = states, counts  # the next tick's bill counts these
-        else:
-            self.prev_state, self._prev_counts = eng.replica_lifecycle()[0], None
+        self.prev_state = states if len(self.events.t_us) == logged else eng.replica_lifecycle()[0]
         self.prev_snap, self.prev_sums = snap, sums
         self._arrived_prev = self._arrived
         self.last_t = t
@@ -162,8 +157,7 @@ class FleetControl:
 
     def billed_gpus(self) -> np.ndarray:
         """GPUs per pool that cost money from now until the next tick: every replica not OFF."""
-        counts = self.by_state(self.prev_state) if self._prev_counts is None else self._prev_counts
-        return (self._sizes - counts[:, R_OFF]) * self._gpus
+        return (self._sizes - self.by_state(self.prev_state)[:, R_OFF]) * self._gpus
 
     # --- autoscaling ---------------------------------------------------------------------------
 
@@ -180,14 +174,12 @@ class FleetControl:
         dt_s = (t - self.last_t) / 1e6
         total = sums[pc.index]
         grew = total - self.prev_sums[pc.index] if self.prev_sums is not None else total
-        # (a column, then the replicas: the same values as indexing both at once, in a third of its time)
-        kv = now[:, _KV_USED][active] / np.maximum(now[:, _KV_TOTAL][active], 1)
-        busy = now[:, _BUSY][serving]
+        kv = now[active, COL["kv_used_blocks"]] / np.maximum(now[active, COL["kv_total_blocks"]], 1)
+        busy = now[serving, COL["busy_us"]]
         if self.prev_snap is not None:
-            busy -= self.prev_snap[sel, _BUSY][serving]
+            busy = busy - self.prev_snap[sel][serving, COL["busy_us"]]
         # np.clip's floats (no -0.0 to tell apart: an integer over a positive one), without its wrapper
-        busy = busy / (t - self.last_t)
-        np.minimum(np.maximum(busy, 0.0, out=busy), 1.0, out=busy)
+        busy = np.minimum(np.maximum(busy / (t - self.last_t), 0.0), 1.0)
         n, prompt_tokens, output_tokens = self._arrivals_since_last(pc, t)
         return PoolMetrics(
             now_us=t,
