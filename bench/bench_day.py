@@ -7,6 +7,7 @@ with its peak RSS; optionally the step-by-step engine (`numba-eager`) on the sam
     python bench/bench_day.py --hours 2 --repeats 3
     python bench/bench_day.py --mix m-mid           # ServeGen m-mid: ~155 M requests
     python bench/bench_day.py --hours 4 --whole     # also the trace read whole, not in batches
+    python bench/bench_day.py --hours 4 --phases    # and where the run's time goes (bench/phases.py)
 
 The trace is synthesized once per (mix, hours, start day), an hour at a time, with `llm-replay synth`'s ServeGen reader (all
 162 clients' fitted 10-minute windows; lengths from the bundled Azure conversation trace, since
@@ -150,6 +151,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--eager", action="store_true", help="also the step-by-step engine, for the ratio")
     ap.add_argument("--whole", action="store_true", help="also the trace read whole, not in batches")
+    ap.add_argument("--phases", action="store_true",
+                    help="then one more run, in process, timed by phase (bench/phases.py), its table printed")
     ap.add_argument("--child-engine", default=None, help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
     if args.child_engine:
@@ -179,6 +182,14 @@ def main() -> int:
     if args.whole:
         (wall, peak), (whole_wall, whole_peak) = results["numba"], results["numba-whole"]
         print(f"  read whole / in batches: {whole_wall / wall:.2f}x the time, {whole_peak / peak:.2f}x the peak RSS")
+    if args.phases:
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp, "fleet.yaml")
+            config.write_text(FLEET_YAML)
+            argv = ["run", str(trace), "-c", str(config), "--quiet", "--force", "--out", str(Path(tmp, "run")),
+                    "--max-memory", "20GiB", "--max-rows", str(1 << 30)]
+            subprocess.run([sys.executable, str(Path(__file__).with_name("phases.py")), *argv], check=True,
+                           stdout=subprocess.DEVNULL)  # its table goes to stderr
     return 0
 
 
