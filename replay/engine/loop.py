@@ -20,7 +20,8 @@ from __future__ import annotations
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
@@ -41,12 +42,14 @@ from replay.engine.state import (
 )
 from replay.engine.transfer import finish_transfer
 from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, WITH_USER
+from policies._native import _codegen as native_call  # the call by address users' policies use
 from policies._userview import E_STATUS
 
 
-# The host calls its kernels through their CPython wrappers: a C wrapper too, for the state
-# tuples' ~1,200 fields, was ~0.9 s of a cold compile for each kernel that takes them.
-@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
+# The host enters the event loop through `enter_nb`, which calls it at its native address: the
+# CPython wrapper that unboxes the state tuples' ~200 arrays is then a kernel of its own, which
+# a cold compile's helper process compiles while this one compiles the loop (engine/prebuild.py).
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order (then `synced`)."""
     n = rq.arrival.shape[0]
@@ -126,6 +129,22 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@intrinsic
+def _call_at(typingctx, addr, rq, blocks, reps, pools, ev, th, tbs, until):
+    """advance_nb as compiled at the native address addr, for these arguments' types, in numba's
+    calling convention (policies/_native.py: an exception a user's policy raises propagates)."""
+    sig = types.int64(rq, blocks, reps, pools, ev, th, tbs, until)
+    return types.int64(addr, *sig.args), native_call(sig)
+
+
+# The host's entry: its CPython wrapper unboxes the state (a C wrapper too, for the state tuples'
+# ~1,200 fields, was ~0.9 s of a cold compile). It types nothing of advance_nb's, so compiles
+# alone; numba_engine.py hands it advance_nb's address, compiled for the same types.
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
+def enter_nb(advance, rq, blocks, reps, pools, ev, th, tbs, until):
+    return _call_at(advance, rq, blocks, reps, pools, ev, th, tbs, until)
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

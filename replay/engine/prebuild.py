@@ -52,6 +52,7 @@ HELPER = (
 # ... and while advance_nb is compiled: the kernels a replay calls after it, the engine's and
 # the run's metrics (fleet/metrics.py `_window_stats`).
 HOST = (
+    ("replay.engine.loop", "enter_nb", ("int64", *_STATE, "int64"), None),
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
