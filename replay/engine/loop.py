@@ -1,6 +1,6 @@
 """The event loop: `advance_nb` runs every event of the fleet in (time, kind, replica) order up to
-a time, then hands back to the host (`numba_engine.py`); `snapshot_nb` and `reset_replica_nb`
-are the host's other entries.
+a time, then hands back to the host (`numba_engine.py`, which enters it through `enter_nb`);
+`snapshot_nb` and `reset_replica_nb` are the host's other entries.
 
 Kernels are compiled with `_nrt=False`: they never allocate, and without numba's reference
 counting every array read out of the state tuples would cost two atomic operations; measured,
@@ -12,7 +12,10 @@ site as numba's `inline="always"` did), and an inner kernel has no Python or C e
 (`no_cpython_wrapper`, `no_cfunc_wrapper`: the wrappers that unbox the state tuples were most of
 each function's compile). That cut the cold compile of a fresh install from ~140 to ~52 CPU
 seconds at the same replay speed (bench/bench_compile.py); only the host's entries below, and
-`release_held_nb`, have wrappers.
+`release_held_nb`, have wrappers. advance_nb's own is `enter_nb`, a kernel apart that calls it at
+its native address: the wrapper of the state's ~200 arrays was a quarter of advance_nb's compile,
+which comes after every other kernel's, and compiled apart it is done meanwhile, in a cold
+compile's helper process (engine/prebuild.py).
 """
 
 from __future__ import annotations
@@ -46,9 +49,7 @@ from policies._native import _codegen as native_call  # the call by address user
 from policies._userview import E_STATUS
 
 
-# The host enters the event loop through `enter_nb`, which calls it at its native address: the
-# CPython wrapper that unboxes the state tuples' ~200 arrays is then a kernel of its own, which
-# a cold compile's helper process compiles while this one compiles the loop (engine/prebuild.py).
+# No wrapper: the host enters it through `enter_nb` (below).
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order (then `synced`)."""
