@@ -363,10 +363,8 @@ class NumbaEngine:
         entry = self._entries.get(kernel)
         if entry is None:
             own = specialise(kernel, self.variant)
-            if kernel is advance_nb and hasattr(own, "py_func"):  # (with NUMBA_DISABLE_JIT, the loop is Python)
-                entry = self._entries[kernel] = self._enter(own, tuple(own.typeof_pyval(a) for a in args), args)
-            else:
-                entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
+            sig = tuple(own.typeof_pyval(a) for a in args)
+            entry = self._entries[kernel] = self._enter(own, sig, args) if kernel is advance_nb else own.compile(sig)
         return entry
 
     def _enter(self, own, sig, args):
