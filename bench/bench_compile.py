@@ -116,7 +116,9 @@ wall time is these over the share of a core the compile got):
   (what is left is the helper's wait for the state's types, from its imports to the engine's
   construction). --command 3 alternated with main 7877b5b: CPU along the longest chain
   24.9/24.3/26.5 s against 27.8/28.6/26.1 s at loads 4.1-5.5, and 24.3/24.4/23.8 s against
-  26.4/25.9/26.3 s at 7.9-12.2 (wall followed the load: medians 75.8 against 82.0 s at 4-5.5).
+  26.4/25.9/26.3 s at 7.9-12.2, 20.9/20.6/20.8 s against 23.8/23.5/21.5 s at 2.0-3.6 (the
+  compile's 19.9/19.7/20.0 against 22.8/22.5/20.6); wall followed the load (medians 39.5 against
+  40.4 s at 2-3.6, 75.8 against 82.0 s at 4-5.5: the helper got no core of its own).
   The price is one more native call per advance with the state's ~1,400 fields: 3.0-3.2 us an
   empty advance against 1.9-2.0 us, ~4 ms over the bundled trace's ~3,500 one-second advances;
   bench_events.py --quick's core 0.163 against 0.174 s and the million 6.39 against 6.16 s
