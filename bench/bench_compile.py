@@ -103,6 +103,26 @@ wall time is these over the share of a core the compile got):
   (a previous compile, a pip install): about 37-42 s for compiles of 19-20 s at load ~2; it now
   counts the tasks running as it is made, less this process's threads and its helper's: about
   22 s for compiles of 19-20 s.
+- advance_nb's entry apart (engine/loop.py `enter_nb`): advance_nb, compiled after every other
+  kernel, was the chain's serial tail, and its CPython wrapper (unboxing the state's ~200 arrays)
+  a quarter of it: advance_nb alone, its callees cached (load ~9), 7.07 s CPU with the wrapper,
+  5.27 s without (function passes 0.9, module passes 1.8 and machine code 1.6 over the inlined
+  tree, the rest numba's typing and lowering). The host now enters it through enter_nb, which
+  calls it at its native address (the intrinsic users' policies are called with) and types
+  nothing of it, so the helper compiles it (2.0 s) with the host's kernels meanwhile. A command
+  at load 8, CPU s per compile: this process reset_replica_nb 0.9, its share 15.0 (arrive 7.2,
+  finish_step 4.7, quiet_begin 1.0, ...), advance_nb 6.4; the helper schedule 16.0, enter_nb 2.0,
+  snapshot_nb 0.5, sync_lazy_nb 0.7, _window_percentiles_ranked 2.4: both halves within ~5%
+  (what is left is the helper's wait for the state's types, from its imports to the engine's
+  construction). --command 3 alternated with main 7877b5b: CPU along the longest chain
+  24.9/24.3/26.5 s against 27.8/28.6/26.1 s at loads 4.1-5.5, and 24.3/24.4/23.8 s against
+  26.4/25.9/26.3 s at 7.9-12.2, 20.9/20.6/20.8 s against 23.8/23.5/21.5 s at 2.0-3.6 (the
+  compile's 19.9/19.7/20.0 against 22.8/22.5/20.6); wall followed the load (medians 39.5 against
+  40.4 s at 2-3.6, 75.8 against 82.0 s at 4-5.5: the helper got no core of its own).
+  The price is one more native call per advance with the state's ~1,400 fields: 3.0-3.2 us an
+  empty advance against 1.9-2.0 us, ~4 ms over the bundled trace's ~3,500 one-second advances;
+  bench_events.py --quick's core 0.163 against 0.174 s and the million 6.39 against 6.16 s
+  (medians of 5 and 7 alternations at loads 5-7: within the noise), same summaries.
 """
 
 from __future__ import annotations

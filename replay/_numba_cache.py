@@ -75,8 +75,10 @@ _key_numba_cache()
 # busy machine slows its cores too); in one process the plain variant 34-36 s at loads of 5-7
 # (32.5-34 s at 4-6), the full one 49-53 s (every kernel took 63-66 s before the variants). numba
 # compiles on one thread, so its wall time is this over the share of a core it gets
-# (`core_share`), which the estimate says.
-COLD_COMPILE_CPU_S = {"plain": 22.0, "full": 40.0}
+# (`core_share`), which the estimate says. Since advance_nb's entry compiles apart, in the
+# helper (engine/loop.py `enter_nb`), the plain variant's chain is ~2 s shorter (22.9-23.4 s
+# against 24.9-25.4 s at loads 8-12, alternated): 20 s still errs long at a load of ~2.
+COLD_COMPILE_CPU_S = {"plain": 20.0, "full": 40.0}
 ONE_CORE_COMPILE_CPU_S = {"plain": 36.0, "full": 60.0}
 
 

@@ -1,6 +1,6 @@
 """The event loop: `advance_nb` runs every event of the fleet in (time, kind, replica) order up to
-a time, then hands back to the host (`numba_engine.py`); `snapshot_nb` and `reset_replica_nb`
-are the host's other entries.
+a time, then hands back to the host (`numba_engine.py`, which enters it through `enter_nb`);
+`snapshot_nb` and `reset_replica_nb` are the host's other entries.
 
 Kernels are compiled with `_nrt=False`: they never allocate, and without numba's reference
 counting every array read out of the state tuples would cost two atomic operations; measured,
@@ -12,7 +12,10 @@ site as numba's `inline="always"` did), and an inner kernel has no Python or C e
 (`no_cpython_wrapper`, `no_cfunc_wrapper`: the wrappers that unbox the state tuples were most of
 each function's compile). That cut the cold compile of a fresh install from ~140 to ~52 CPU
 seconds at the same replay speed (bench/bench_compile.py); only the host's entries below, and
-`release_held_nb`, have wrappers.
+`release_held_nb`, have wrappers. advance_nb's own is `enter_nb`, a kernel apart that calls it at
+its native address: the wrapper of the state's ~200 arrays was a quarter of advance_nb's compile,
+which comes after every other kernel's, and compiled apart it is done meanwhile, in a cold
+compile's helper process (engine/prebuild.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
 from replay.engine.events import update_event
@@ -41,12 +45,12 @@ from replay.engine.state import (
 )
 from replay.engine.transfer import finish_transfer
 from replay.engine.variants import WITH_PD, WITH_POLICIES, WITH_SESSIONS, WITH_USER
+from policies._native import _codegen as native_call  # the call by address users' policies use
 from policies._userview import E_STATUS
 
 
-# The host calls its kernels through their CPython wrappers: a C wrapper too, for the state
-# tuples' ~1,200 fields, was ~0.9 s of a cold compile for each kernel that takes them.
-@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
+# No wrapper: the host enters it through `enter_nb` (below).
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     """Process every event with time <= until, in (time, kind, replica) order (then `synced`)."""
     n = rq.arrival.shape[0]
@@ -126,6 +130,22 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@intrinsic
+def _call_at(typingctx, addr, rq, blocks, reps, pools, ev, th, tbs, until):
+    """advance_nb as compiled at the native address addr, for these arguments' types, in numba's
+    calling convention (policies/_native.py: an exception a user's policy raises propagates)."""
+    sig = types.int64(rq, blocks, reps, pools, ev, th, tbs, until)
+    return types.int64(addr, *sig.args), native_call(sig)
+
+
+# The host's entry: its CPython wrapper unboxes the state (a C wrapper too, for the state tuples'
+# ~1,200 fields, was ~0.9 s of a cold compile). It types nothing of advance_nb's, so compiles
+# alone; numba_engine.py hands it advance_nb's address, compiled for the same types.
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
+def enter_nb(advance, rq, blocks, reps, pools, ev, th, tbs, until):
+    return _call_at(advance, rq, blocks, reps, pools, ev, th, tbs, until)
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

@@ -5,10 +5,11 @@ lifecycle changes. Its reference twin is `reference/engine.py`.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from typing import NamedTuple
 
 import numpy as np
+from numba import types
 
 from replay.engine.common import (
     COUNTERS,
@@ -26,7 +27,7 @@ from replay.engine.common import (
 )
 from replay.engine.kvblocks import Blocks, table_size
 from replay.engine.lazy import sync_lazy_nb
-from replay.engine.loop import advance_nb, reset_replica_nb, snapshot_nb
+from replay.engine.loop import advance_nb, enter_nb, reset_replica_nb, snapshot_nb
 from replay.engine import prebuild
 from replay.engine.routing import release_held_nb
 from replay.engine.window import DEFAULT_CAPACITY, Window
@@ -366,10 +367,19 @@ class NumbaEngine:
         entry = self._entries.get(kernel)
         if entry is None:
             own = specialise(kernel, self.variant)
-            # its first compile, on a cold cache: its callees compiled ahead on two cores
-            with prebuild.compile_ahead(self.variant, args) if kernel is advance_nb else contextlib.nullcontext():
-                entry = self._entries[kernel] = own.compile(tuple(own.typeof_pyval(a) for a in args))
+            sig = tuple(own.typeof_pyval(a) for a in args)
+            entry = self._entries[kernel] = self._enter(own, sig, args) if kernel is advance_nb else own.compile(sig)
         return entry
+
+    def _enter(self, own, sig, args):
+        """advance_nb's entry: loop.enter_nb, which calls the loop at its native address. On a
+        cold cache, the loop's first compile has its callees, and enter_nb, compiled ahead on
+        two cores (engine/prebuild.py)."""
+        with prebuild.compile_ahead(self.variant, args):
+            own.compile(sig)
+        compiled = own.overloads[sig]
+        address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+        return functools.partial(enter_nb.compile((types.int64, *sig)), np.int64(address))
 
     def _kernel(self, kernel, *args):
         """Enter a kernel that may call a user's policy: an exception it raises is the policy's

@@ -9,7 +9,8 @@ module its callers link, `CPUCodeLibrary.serialize_using_object_code`). So on a 
 engine starts a helper interpreter as soon as its state exists (`start`); at the first
 `advance` it compiles `OWN` while the helper compiles `HELPER`, each callee for the types
 advance_nb calls it with; then advance_nb, which finds them all cached, while the helper
-compiles `HOST`, the kernels the replay calls next. Same code, same cache keys
+compiles `HOST`, the kernels the replay calls next: advance_nb's entry (`loop.enter_nb`, which
+unboxes the state and calls advance_nb by address, so it compiles without it) and the rest. Same code, same cache keys
 (replay/_numba_cache.py), same kernels as a compile in one process; a helper that fails or
 cannot start only costs time, as whatever is not cached is compiled where it is needed.
 
@@ -49,9 +50,10 @@ HELPER = (
     ("replay.engine.transfer", "finish_transfer", (*_STATE, "int64"), "pd"),
     ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
 )
-# ... and while advance_nb is compiled: the kernels a replay calls after it, the engine's and
-# the run's metrics (fleet/metrics.py `_window_stats`).
+# ... and while advance_nb is compiled: the kernels the host calls, advance_nb's entry (its
+# address an int64), the engine's and the run's metrics (fleet/metrics.py `_window_stats`).
 HOST = (
+    ("replay.engine.loop", "enter_nb", ("int64", *_STATE, "int64"), None),
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
