@@ -86,7 +86,9 @@ def prefix_hash_columns(hashes: pl.Series) -> tuple[np.ndarray, np.ndarray, np.n
     np.cumsum(hash_len[:-1], out=hash_off[1:])
     # (a null list explodes to one null, as an empty one does: dropped with them; a null entry
     # inside a list too, which the count then finds)
-    flat = hashes.explode().drop_nulls().to_numpy().astype(np.uint64, copy=False)
+    # a copy, writable: polars' zero-copy view is read-only, and numba types a read-only array apart,
+    # so a whole trace's hashes would compile the engine a second time (tests/unit/test_prebuild.py)
+    flat = hashes.explode().drop_nulls().to_numpy().astype(np.uint64)
     if len(flat) != int(hash_len.sum()):
         raise ValueError("prefix_hashes contain null entries")
     return hash_off, hash_len, flat
