@@ -201,10 +201,12 @@ def _start_helper() -> subprocess.Popen | None:
     import numba
 
     try:
-        # the same replay package as this process's, whatever put it on sys.path
+        # the same replay package as this process's, whatever put it on sys.path; -P: not the working
+        # directory's first (`-m` would put it there: run from a checkout beside a `pip install .`, the
+        # helper compiled the checkout's files, which numba's cache keys apart, and nothing was shared)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        return subprocess.Popen([sys.executable, "-m", "replay.engine.prebuild", numba.config.CACHE_DIR],
+        return subprocess.Popen([sys.executable, "-P", "-m", "replay.engine.prebuild", numba.config.CACHE_DIR],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     except OSError:
         return None  # compiled here instead, when advance_nb is typed

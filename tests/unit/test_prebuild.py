@@ -116,6 +116,19 @@ def test_a_spawned_helper_given_no_jobs_exits_when_its_stdin_closes(monkeypatch)
     proc.stdout.close()
 
 
+def test_the_helper_imports_this_process_package_not_one_in_the_working_directory(monkeypatch, tmp_path):
+    # The Quick start runs a `pip install .` from its checkout: a helper that imported the checkout's
+    # files would fill cache entries numba keys by those files, which this process never reads.
+    decoy = tmp_path / "replay"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit(7)  # not the package this process runs\n")
+    monkeypatch.chdir(tmp_path)
+    proc = prebuild._start_helper()
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 0
+    proc.stdout.close()
+
+
 def test_no_helper_is_spawned_once_the_kernels_are_cached(monkeypatch):
     _tiny_plan(monkeypatch)
     monkeypatch.setattr("replay._numba_cache.kernels_cached", lambda variant="plain": True)
