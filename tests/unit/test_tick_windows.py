@@ -103,16 +103,10 @@ def test_a_run_with_tiny_spans_has_the_same_tick_frame(monkeypatch):
     first tokens: the tick frame of one span, value for value."""
     from replay.config import build_config
     from replay.run import replay_trace
+    from tests.unit.test_window_run import SCALED
     from traces import load_trace
 
-    cfg = build_config(yaml.safe_load("""
-model: llama-3.1-8b
-pools:
-  - name: chat
-    replicas: 0
-    autoscaler: {policy: kpa, min_replicas: 0, max_replicas: 3, params: {container_concurrency: 4}}
-    lifecycle: {pod_start_s: 5}
-"""), "test", Path("."))
+    cfg = build_config(yaml.safe_load(SCALED), "test", Path("."))
     trace = load_trace("azure-conv-2023")
     trace = dataclasses.replace(trace, frame=trace.frame.head(1500))
     whole = replay_trace(trace, cfg)
