@@ -109,7 +109,8 @@ def one(case: str, jobs: int, requests: int) -> None:
 
 
 def _plans_inputs(trace, cfg):
-    from replay.fleet.cluster import build_inputs, plan_pools, split_requests
+    from replay.fleet.cluster import build_inputs, plan_pools
+    from replay.fleet.split import split_requests
 
     plans = plan_pools(cfg)
     return plans, build_inputs(trace.frame, trace.prefix_block_tokens, plans, split_requests(trace.frame, cfg, plans))

@@ -18,7 +18,8 @@ import sys
 from bench_replay import engine_run
 from replay.config import EngineArgs, FleetConfig, PoolConfig
 from replay.engine.state import C_STEPS
-from replay.fleet.cluster import assign_pools, build_inputs, plan_pools
+from replay.fleet.cluster import build_inputs, plan_pools
+from replay.fleet.split import assign_pools
 from traces import load_trace
 from traces.synthetic import poisson_trace
 

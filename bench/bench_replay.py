@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-from replay.fleet.cluster import assign_pools, build_inputs, make_engine, plan_pools
+from replay.fleet.cluster import build_inputs, make_engine, plan_pools
+from replay.fleet.split import assign_pools
 from replay.config import AutoscalerConfig, EngineArgs, FleetConfig, PoolConfig, SplitConfig
 from replay.run import replay_trace
 from traces import load_trace

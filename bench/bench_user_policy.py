@@ -74,7 +74,8 @@ def main() -> int:
 
     from policies import examples
     from replay.config import FleetConfig, PoolConfig
-    from replay.fleet.cluster import assign_pools, build_inputs, plan_pools
+    from replay.fleet.cluster import build_inputs, plan_pools
+    from replay.fleet.split import assign_pools
     from traces import load_trace
     from traces.synthetic import poisson_trace
 

@@ -382,7 +382,7 @@ AUTOSCALERS: dict[str, AutoscalerSpec] = {
 
 def split_function(name: str, key: str | None = None, source: str = "config") -> Callable[..., Any]:
     """A user's pool split: `fn(trace: polars.DataFrame, pools: list[str])` returning each
-    request's pool, by index or by name (`replay.fleet.cluster.split_requests` checks the result).
+    request's pool, by index or by name (`replay.fleet.split.split_requests` checks the result).
     Only a --plugin module's function or an installed entry point (policies/plugins.py)."""
     where = f"{source}: {key}: " if key else ""
     obj = user_object(name, "pool split", where)

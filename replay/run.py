@@ -171,10 +171,9 @@ def _simulate(trace: LoadedTrace, cfg: FleetConfig, plans: list[PoolPlan] | None
     replay can take it (replay/fleet/streamed.py `streams`), else read whole first."""
     if trace.stream is not None:
         plans = plans if plans is not None else plan_pools(cfg, run["config_source"])
-        if not streams(trace, cfg, plans, run["engine"], run["jobs"], on_tick):
-            trace = trace.whole()
-    if trace.stream is not None:
-        return trace, simulate_streamed(trace.stream, trace.prefix_block_tokens, cfg, plans, **run)
+        if streams(trace, cfg, plans, run["engine"], run["jobs"], on_tick):
+            return trace, simulate_streamed(trace.stream, trace.prefix_block_tokens, cfg, plans, **run)
+        trace = trace.whole()
     return trace, simulate(trace.frame, trace.prefix_block_tokens, cfg, plans=plans, on_tick=on_tick, **run)
 
 

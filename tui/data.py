@@ -106,6 +106,11 @@ class RunData:
     def end_us(self) -> int:
         return int(self.t_us[-1]) if len(self.t_us) else 0
 
+    @property
+    def pass_span_us(self) -> int:
+        """A span of the run that holds about FIRSTS_PER_PASS requests (what a pass reads at a time)."""
+        return max(self.end_us, 1) * FIRSTS_PER_PASS // max(self.table.height, 1)
+
     def has_scope(self, scope: str) -> bool:
         return scope in self.series
 
@@ -188,8 +193,7 @@ class RunData:
                 (pl.col("first_token_us") > t0) & (pl.col("first_token_us") <= t1)).sort("first_token_us"))
             return got["first_token_us"].to_numpy(), got["ttft_us"].to_numpy() / 1000.0
 
-        span = max(self.end_us, 1) * FIRSTS_PER_PASS // max(self.table.height, 1)  # about so many a pass
-        return percentiles_by_pass(read, lo, hi, self.window_us, percents, span)
+        return percentiles_by_pass(read, lo, hi, self.window_us, percents, self.pass_span_us)
 
     def order_of(self, name: str, values: np.ndarray) -> np.ndarray:
         """np.argsort(values), kept while `values` (a signal named `name`) is the same array."""

@@ -130,8 +130,7 @@ def _read_values(run: RunData, workload: str, keys: tuple[str, ...], lo: np.ndar
         return np.column_stack([_figure(run, signals, k, lo, hi, lambda k=k: np.argsort(signals[WORKLOAD_KEYS[k][0]][1]))
                                 for k in keys])
 
-    span_us = max(run.end_us, 1) * tui_data.FIRSTS_PER_PASS // max(run.table.height, 1)  # about so many rows a pass
-    return by_pass(read, of, lo, hi, max(run.tick_us, run.window_us), span_us, len(keys))
+    return by_pass(read, of, lo, hi, max(run.tick_us, run.window_us), run.pass_span_us, len(keys))
 
 
 def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.ndarray, order) -> np.ndarray:

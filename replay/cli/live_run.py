@@ -28,7 +28,7 @@ def cmd_run_tui(args: argparse.Namespace) -> int:
 
     from replay.cli.app import dashboard
     from replay.cli.run import prepare_run, report_trace_fixes
-    from replay.fleet.cluster import split_requests
+    from replay.fleet.split import split_requests
     from replay.fleet.live import LIVE_DIR, STATUS_FILE
     from replay.outputs.write import claimed
 

@@ -34,7 +34,7 @@ from replay.model.memory import Capacity, kv_capacity
 from replay.model.serving import ServingTerms, engine_arrivals, serving_terms, with_host_terms
 from replay.fleet.request_rows import stream_rows
 from replay.fleet.sessions import closed_loop_inputs, with_sent_times
-from replay.fleet.split import assign_pools, prefix_hash_columns, split_requests, user_split  # noqa: F401 (theirs)
+from replay.fleet.split import prefix_hash_columns, split_requests
 from replay.model.serving import defaults as serving_defaults  # a plan made without its pool's terms
 from replay.model.specs import GpuSpec, ModelSpec, get_gpu, get_model
 from replay.model.stepmodel import (KV_BYTES_PER_TOKEN, KV_BYTES_RATE, cudagraph_capture_limit, step_params,

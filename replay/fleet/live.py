@@ -32,7 +32,8 @@ import numpy as np
 import polars as pl
 import yaml
 
-from replay.fleet.cluster import PoolPlan, RawRun, replica_slots, split_requests
+from replay.fleet.cluster import PoolPlan, RawRun, replica_slots
+from replay.fleet.split import split_requests
 from replay.fleet.ticks import tick_arrays
 from replay.config import FleetConfig
 from replay.fleet.control import ControlEvents

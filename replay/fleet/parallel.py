@@ -2,7 +2,7 @@
 process forked from this one, merged into the run the whole fleet's engine would have made.
 
 Why the merged run is the serial run. The split fixes each request's pool before the replay
-(cluster.split_requests; the tokeniser's in-order hand-off, serving.engine_arrivals, is applied
+(split.split_requests; the tokeniser's in-order hand-off, serving.engine_arrivals, is applied
 to the whole trace first), and with no prefill/decode split nothing in an engine reads another
 pool: routers, queues, KV caches, admission buckets and the seeded xorshift streams are per pool
 (each keeps the seed of its pool index, `seed * 1000 + index`), and the control plane's

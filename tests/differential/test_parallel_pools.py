@@ -17,7 +17,8 @@ from common.errors import ConfigError
 from policies.registry import AUTOSCALERS
 from replay.config import build_config
 from replay.fleet import parallel
-from replay.fleet.cluster import build_inputs, plan_pools, simulate, split_requests
+from replay.fleet.cluster import build_inputs, plan_pools, simulate
+from replay.fleet.split import split_requests
 from replay.engine.common import EngineInputs
 from tests.strategies import routers
 from tests.e2e.test_plugins import PLUGINS
