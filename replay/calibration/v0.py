@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"families: {' / '.join(GROUPS)} (MAPE %)")
     print(f"fit on all {len(scenarios)} scenarios: v0_step_us {result.step_us:g}, v0_seq_us {result.seq_us:g}")
     print(f"  at the fit:           {_shown(result.mape)}")
-    print(f"  at 0, 0 (V1 terms):   {_shown(result.mape_zero)}")
+    held = 0.0 if args.seq_us is None else args.seq_us  # the grid's point without a step term
+    print(f"  at 0, {held:g} {'(V1 terms)' if held == 0 else '(no step term)'}:   {_shown(result.mape_zero)}")
     print(f"  leave-one-model-out:  {_shown(result.cv_mape)}")
     for model, point in result.cv_points.items():
         print(f"    without {model}: v0_step_us {point[0]:g}, v0_seq_us {point[1]:g}")

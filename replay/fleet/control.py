@@ -129,12 +129,12 @@ class FleetControl:
         if self.closed_loop:
             self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
         states, active_at = eng.replica_lifecycle()
-        logged = len(self.events.t_us)
         woke = (states == R_ACTIVE) & (self.prev_state == R_STARTING)
         if woke.any():
             for pc in self.pools:
                 for r in pc.slots[woke[pc.slots]]:
                     self.events.add(active_at[r], pc.name, r, "replica_active", "weights loaded; taking requests")
+        logged = len(self.events.t_us)  # (logging a wake changes no state)
         counts = self.by_state(states)
         draining = bool((states == R_DRAINING).any())
         for pc in self.pools:
