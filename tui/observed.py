@@ -251,9 +251,4 @@ def score_run_dir(overlay: Overlay, run_dir: Path, requests: pl.DataFrame | pl.L
 def score_data(overlay: Overlay, run) -> Overlay:
     """`score_run_dir` of the run the dashboard opened (a tui.data.RunData): its requests as the
     table reads them (the file as it was opened), a batch at a time, no column held."""
-    for _ in range(2):
-        by_path = run.table.unchanged()
-        scored = score_run_dir(overlay, run.path, run.table.scan())
-        if not by_path or run.table.unchanged():  # (replaced while read: again, from the handle's bytes)
-            return scored
-    return scored
+    return run.table.over(lambda requests: score_run_dir(overlay, run.path, requests))

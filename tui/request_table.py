@@ -1,11 +1,11 @@
 """requests.parquet as the dashboard's views read it: a query of the rows a view shows (`query`:
 the worst requests at the cursor, one request's life, a workload's windows), a pass that keeps
-only counts (`fold`: a replica's queue per chart column; `scan` for the observed overlay's
+only counts (`fold`: a replica's queue per chart column; `over` for the observed overlay's
 scoring), or one column at a time when asked for (`select`), never the whole table to open a run.
 
 A finished run's table is checked whole as it opens (tui/validate.py, in one pass a batch of
 rows at a time, that holds no column), then each column is read from the file the first time it is asked for and
-kept. The file is read through the handle opened then, so a run replaced in place (`run
+kept. The file is the one opened then (`RequestTable.over`), so a run replaced in place (`run
 --force --out` the same directory) keeps showing the run that was opened. A live run's table is
 the frames already read (`RequestTable.of_frame`).
 """
@@ -34,8 +34,11 @@ class RequestTable:
         self.height = height
         self.path = path
         self._handle = handle  # the file as opened (closed with the table)
+        self._opened = _own_path(handle)
+        self._bytes: bytes | None = None  # the handle's, once the path is found replaced (no _opened)
         self._held: dict[str, pl.Series] = dict(held or {})
-        self._lock = threading.Lock()  # (the views ask from the interface's thread and from workers)
+        # (the views ask from the interface's thread and from workers; `select` reads under it)
+        self._lock = threading.RLock()
 
     @classmethod
     def of_frame(cls, frame: pl.DataFrame) -> RequestTable:
@@ -62,54 +65,45 @@ class RequestTable:
         """What `plan` makes of the table as a lazy frame, collected by polars' streaming engine:
         of a finished run's file, it reads only the columns the plan names, skips the row groups
         its filters rule out by their statistics, and holds only the rows it keeps (a batch at a
-        time). The file as it was opened, as `select` reads it."""
-        if self.path is None:  # a live run's frames, or a file read whole
-            with self._lock:
-                frame = pl.DataFrame([self._held[name] for name in self.columns])
-            return plan(frame.lazy()).collect()
-        if self._same_file():
-            got = plan(pl.scan_parquet(self.path, glob=False)).collect(engine="streaming")
-            if self._same_file():
-                return got
-        with self._lock:  # replaced since it was opened: the handle's bytes (the table's only copy)
-            self._handle.seek(0)
-            whole = io.BytesIO(self._handle.read())
-        return plan(pl.scan_parquet(whole)).collect(engine="streaming")
+        time)."""
+        return self.over(lambda table: plan(table).collect(engine="streaming"))
 
     def fold(self, plan: Callable[[pl.LazyFrame], pl.LazyFrame], init: Callable[[], T],
              step: Callable[[T, pl.DataFrame], T], chunk_size: int) -> T:
         """`step(so_far, batch)` over what `plan` makes of the table, from `init()`, a batch of
         `chunk_size` rows at a time: a pass that holds no column, only what `step` keeps (counts
-        per chart column). The file as it was opened: a pass over a file replaced meanwhile is
-        done again over the handle's bytes."""
+        per chart column)."""
         def over(table: pl.LazyFrame) -> T:
             got = init()
             for batch in plan(table).collect_batches(chunk_size=chunk_size, engine="streaming"):
                 got = step(got, batch)
             return got
 
-        if self.path is not None and self._same_file():
-            got = over(pl.scan_parquet(self.path, glob=False))
-            if self._same_file():
-                return got
-        return over(self.scan())
+        return self.over(over)
 
-    def scan(self) -> pl.LazyFrame:
-        """The table as a lazy frame: a finished run's file as it was opened (by its path while
-        that is still the file, else the handle's bytes), a live run's frames."""
+    def over(self, read: Callable[[pl.LazyFrame], T]) -> T:
+        """`read(the table as a lazy frame)`: a live run's frames, or a finished run's file as it was
+        opened, whatever has replaced the run directory since. On Linux through the handle's own
+        path (/proc/self/fd/N names the inode opened), read as any path is, a page at a time; elsewhere by the
+        run's path while it is still that file (checked before and after, by inode), else
+        from the handle's bytes, read once and kept (polars given the open file object itself
+        crashed the process now and then: a segfault in the test suite, with the interface's
+        worker threads reading too; given a mapping, it copies all of it)."""
         if self.path is None:
             with self._lock:
-                return pl.DataFrame([self._held[name] for name in self.columns]).lazy()
+                frame = pl.DataFrame([self._held[name] for name in self.columns])
+            return read(frame.lazy())
+        if self._opened is not None:
+            return read(pl.scan_parquet(self._opened, glob=False))
         if self._same_file():
-            return pl.scan_parquet(self.path, glob=False)
+            got = read(pl.scan_parquet(self.path, glob=False))
+            if self._same_file():
+                return got
         with self._lock:
-            self._handle.seek(0)
-            return pl.scan_parquet(io.BytesIO(self._handle.read()))
-
-    def unchanged(self) -> bool:
-        """Whether a scan() taken earlier still reads the file as it was opened (the path is
-        still that file, or the table is not a file's)."""
-        return self.path is None or self._same_file()
+            if self._bytes is None:
+                self._handle.seek(0)
+                self._bytes = self._handle.read()
+        return read(pl.scan_parquet(io.BytesIO(self._bytes)))
 
     def __getitem__(self, name: str) -> pl.Series:
         return self.select(name)[name]
@@ -124,18 +118,7 @@ class RequestTable:
         return list(self._held)
 
     def _read(self, names: list[str]) -> pl.DataFrame:
-        # The file as it was opened, even if the run directory was replaced since: read by its
-        # path while that is still the file opened (checked before and after, by inode), which
-        # reads only the pages of these columns; else through the handle opened with the run,
-        # its bytes read here and handed over in memory (polars given the open file object
-        # itself crashed the process now and then: a segfault in the test suite, with the
-        # interface's worker threads reading too; given a mapping, it copies all of it).
-        if self.path is not None and self._same_file():
-            read = pl.read_parquet(self.path, columns=names)
-            if self._same_file():
-                return read
-        self._handle.seek(0)
-        return pl.read_parquet(io.BytesIO(self._handle.read()), columns=names)
+        return self.over(lambda table: table.select(names).collect())
 
     def _same_file(self) -> bool:
         try:
@@ -143,6 +126,18 @@ class RequestTable:
         except OSError:
             return False
         return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _own_path(handle: BinaryIO | None) -> str | None:
+    """The path that opens the same file as `handle` (Linux: /proc/self/fd/N), or None."""
+    if handle is None:
+        return None
+    own = f"/proc/self/fd/{handle.fileno()}"
+    try:
+        now, opened = os.stat(own), os.fstat(handle.fileno())
+    except OSError:
+        return None
+    return own if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino) else None
 
 
 def open_requests(file: Path, schema, opening: Callable[[pl.LazyFrame], T] | None,

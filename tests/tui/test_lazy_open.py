@@ -101,13 +101,20 @@ def test_the_table_is_the_file(run):
     assert data.requests.equals(pl.read_parquet(run / "requests.parquet"))
 
 
-def test_a_run_replaced_after_it_was_opened_still_shows_what_was_opened(run):
+@pytest.mark.parametrize("own_path", [True, False], ids=["by the handle's path", "by the handle's bytes"])
+def test_a_run_replaced_after_it_was_opened_still_shows_what_was_opened(run, own_path, monkeypatch):
+    if not own_path:  # as where no /proc/self/fd names the handle's file
+        monkeypatch.setattr("tui.request_table._own_path", lambda handle: None)
     data = load_run(run)
     before = pl.read_parquet(run / "requests.parquet")
     replaced = before.with_columns(workload=pl.lit("other"))
     replaced.write_parquet(run / "requests.tmp")
     (run / "requests.tmp").replace(run / "requests.parquet")  # as the writer publishes: a rename
     assert data.table["workload"].equals(before["workload"])
+    assert data.table.query(lambda req: req.select(pl.col("workload").unique().sort())).equals(
+        before.select(pl.col("workload").unique().sort()))
+    counted = data.table.fold(lambda req: req.select("workload"), int, lambda n, batch: n + batch.height, 7)
+    assert counted == before.height
 
 
 def _rewrite(**columns):
