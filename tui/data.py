@@ -202,6 +202,14 @@ class RunData:
             self._memo[key] = np.argsort(values)
         return self._memo[key]
 
+    def cumsum_of(self, name: str, values: np.ndarray) -> np.ndarray:
+        """[0, values' running sums]: how much the first k of them sum to (a signal by time), kept
+        as order_of keeps its order."""
+        key = ("cumsum", name, len(values), values.__array_interface__["data"][0])
+        if key not in self._memo:
+            self._memo[key] = np.concatenate(([0.0], np.cumsum(values)))
+        return self._memo[key]
+
 
 def _read_parquet(path: Path, schema: Reads) -> pl.DataFrame:
     try:

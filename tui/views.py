@@ -102,9 +102,10 @@ def workload_values(run: RunData, workload: str, key: str, lo_us: np.ndarray, hi
     lo_us, hi_us = np.asarray(lo_us, np.int64), np.asarray(hi_us, np.int64)
     if run.table.height <= tui_data.KEEP_FIRSTS:
         signal = WORKLOAD_KEYS[key][0]
-        values = _arrays(run, workload)[signal][1]
-        return _figure(run, _arrays(run, workload), key, lo_us, hi_us,
-                       lambda: run.order_of(f"{workload}:{signal}", values))
+        signals = _arrays(run, workload)
+        values, name = signals[signal][1], f"{workload}:{signal}"
+        return _figure(run, signals, key, lo_us, hi_us, lambda: run.order_of(name, values),
+                       lambda: run.cumsum_of(name, values))  # (kept: a cursor move is then two searches)
     keys = together if key in together else (key,)
     memo = ("workload-values", workload, keys, lo_us.tobytes(), hi_us.tobytes(), run.table.height)
     if memo not in run._memo:
@@ -133,8 +134,10 @@ def _read_values(run: RunData, workload: str, keys: tuple[str, ...], lo: np.ndar
     return by_pass(read, of, lo, hi, max(run.tick_us, run.window_us), run.pass_span_us, len(keys))
 
 
-def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.ndarray, order) -> np.ndarray:
-    """One key's figure per window from a signal's (times, values) holding every value of those windows."""
+def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.ndarray, order,
+            cumsum=None) -> np.ndarray:
+    """One key's figure per window from a signal's (times, values) holding every value of those windows;
+    `order()` their values' argsort, `cumsum()` (or None) the running sums of values sorted by time."""
     signal, how = WORKLOAD_KEYS[key]
     times, values = signals[signal]
     reach = run.tick_us if how == "rate" else run.window_us
@@ -142,7 +145,7 @@ def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.
         a = np.searchsorted(times, lo_us - reach, side="right")
         b = np.searchsorted(times, hi_us, side="right")
         return window_percentiles(values, a, b, [how], order)[:, 0]
-    (a, met_a), (b, met_b) = _at_most(times, values, lo_us - reach, hi_us)
+    (a, met_a), (b, met_b) = _at_most(times, values, lo_us - reach, hi_us, cum=cumsum() if cumsum else None)
     if how == "rate":
         return (b - a) / ((hi_us - lo_us + run.tick_us) / 1e6)
     out = np.full(len(a), np.nan)
@@ -151,12 +154,15 @@ def _figure(run: RunData, signals: dict, key: str, lo_us: np.ndarray, hi_us: np.
     return out
 
 
-def _at_most(times: np.ndarray, values: np.ndarray, *points: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def _at_most(times: np.ndarray, values: np.ndarray, *points: np.ndarray,
+             cum: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per array of points: (how many times are at most each, the sum of their values). Values of
     0 and 1 (counts, SLO met) sum exactly in any order, so unsorted times (a pass's, in file
-    order) are counted into the points' bins rather than sorted."""
-    if len(times) < 2 or (times[1:] >= times[:-1]).all():
+    order) are counted into the points' bins rather than sorted. `cum`: times are sorted and
+    these are their values' running sums from 0 (RunData.cumsum_of)."""
+    if cum is None and (len(times) < 2 or (times[1:] >= times[:-1]).all()):
         cum = np.concatenate(([0.0], np.cumsum(values)))
+    if cum is not None:
         return [(at, cum[at]) for at in (np.searchsorted(times, p, side="right") for p in points)]
     edges = np.unique(np.concatenate(points))
     slot = np.searchsorted(edges, times, side="left")  # bin k: edges[k - 1] < t <= edges[k]
