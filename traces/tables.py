@@ -25,6 +25,7 @@ from traces.fields import show
 from traces.source import Source, header_names
 
 HASH_LIST = pl.List(pl.UInt64)
+SLOW_CHUNK = 1 << 16  # records of a quoted CSV kept as Python strings at a time (_csv_slow)
 
 
 def line_of(src: Source, header: bool) -> Callable[[int], int]:
@@ -107,23 +108,50 @@ def _csv_fast(src: Source, header: list[str], wanted: list[str], types: dict[str
 
 
 def _csv_slow(src: Source, header: list[str], wanted: list[str]) -> pl.DataFrame:
-    reader = csv.reader(io.StringIO(src.text, newline=""))
-    next(reader, None)
+    # Quoted fields may hold commas and line endings: Python's csv reader, streamed over the
+    # text (`_text_stream`: the file's own lines are never held whole) and kept a chunk of
+    # records at a time as String columns, not as lists of every value.
     positions = [header.index(name) for name in wanted]
+    parts: list[pl.DataFrame] = []
     lines: list[int] = []
     values: list[list[str]] = [[] for _ in wanted]
-    end = reader.line_num
-    for record in reader:
-        start, end = end + 1, reader.line_num
-        if not record or (len(record) == 1 and not record[0].strip()):
-            continue
-        if len(record) != len(header):
-            _wrong_fields(src, start, header, len(record), ",".join(record))
-        lines.append(start)
-        for column, position in zip(values, positions):
-            column.append(record[position])
-    columns = {name: pl.Series(name, column, dtype=pl.String) for name, column in zip(wanted, values)}
-    return pl.DataFrame({"__line": pl.Series(lines, dtype=pl.Int64), **columns})
+
+    def flush() -> None:
+        parts.append(pl.DataFrame({"__line": pl.Series(lines, dtype=pl.Int64),
+                                   **{name: pl.Series(name, column, dtype=pl.String)
+                                      for name, column in zip(wanted, values)}}))
+        lines.clear()
+        for column in values:
+            column.clear()
+
+    with _text_stream(src) as text:
+        reader = csv.reader(text)
+        next(reader, None)
+        end = reader.line_num
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue
+            if len(record) != len(header):
+                _wrong_fields(src, start, header, len(record), ",".join(record))
+            lines.append(start)
+            for column, position in zip(values, positions):
+                column.append(record[position])
+            if len(lines) == SLOW_CHUNK:
+                flush()
+    flush()
+    return pl.concat(parts, rechunk=False)  # (no second copy of the columns at the end)
+
+
+def _text_stream(src: Source) -> io.TextIOBase:
+    """The text as csv reads it (newline="": its own line endings), decoded as it is read: from the
+    file when it is scannable, from the held bytes when they are its lines as they are (a
+    gzip's), else the text the source decoded (a BOM or CR line endings: held already)."""
+    if src.scannable:
+        return open(src.path, encoding="utf-8", newline="")  # noqa: SIM115 - the caller's `with` closes it
+    if src.plain:
+        return io.TextIOWrapper(io.BytesIO(src.held), encoding="utf-8", newline="")
+    return io.StringIO(src.text, newline="")
 
 
 def _wrong_fields(src: Source, line: int, header: list[str], found: int, text: str) -> None:

@@ -232,6 +232,30 @@ def test_quoted_csv_fields_take_the_python_csv_path(tmp_path):
     assert col(trace, "workload") == ["Chat, GPT", "GPT-4"]
 
 
+@pytest.mark.parametrize("kind", ["plain", "gzip", "bom", "cr"])
+def test_a_quoted_csv_is_read_a_chunk_of_records_at_a_time_without_its_text(tmp_path, kind, monkeypatch):
+    import gzip
+
+    import traces.tables
+    from traces.source import open_source
+
+    monkeypatch.setattr(traces.tables, "SLOW_CHUNK", 4096)
+    n = 40_000  # past the 1 MiB head a source keeps (a smaller file is decoded whole anyway)
+    rows = [f'{t},"Chat, GPT {t}",{10 + t},2,12,"API\nlog"' if t % 3 else f"{t},GPT-4,{10 + t},1,6,API log"
+            for t in range(n)]
+    text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "\n".join(rows) + "\n"
+    data = text.replace("\n", "\r") if kind == "cr" else text
+    data = ("\ufeff" if kind == "bom" else "") + data
+    path = tmp_path / ("q.csv.gz" if kind == "gzip" else "q.csv")
+    path.write_bytes(gzip.compress(data.encode()) if kind == "gzip" else data.encode())
+    trace = load_trace(path)
+    assert col(trace, "workload") == [f"Chat, GPT {t}" if t % 3 else "GPT-4" for t in range(n)]
+    assert col(trace, "prompt_tokens") == [10 + t for t in range(n)]
+    source = open_source(path)
+    traces.tables.read_csv(source, ["Timestamp", "Model"])
+    assert kind in ("bom", "cr") or "text" not in source.__dict__  # (those two hold their decoded text)
+
+
 def test_whole_number_floats_are_accepted(tmp_path):
     path = tmp_path / "f.csv"
     path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,12.0,3\n1,1e3,4\n")
