@@ -17,6 +17,7 @@ files that are not canonical.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import stat
@@ -25,7 +26,7 @@ from collections.abc import Iterator, Sequence
 import polars as pl
 
 from common.errors import TraceError
-from traces.schema import EXTRA_COLUMNS, TRACE_SCHEMA, cast_to_schema
+from traces.schema import DEFAULTS, EXTRA_COLUMNS, TRACE_SCHEMA, cast_to_schema
 from traces.source import Source
 from traces.tables import parquet_columns
 
@@ -57,18 +58,33 @@ class TraceBatches:
     hashed: bool  # whether any row has prefix hashes
     stored: tuple[str, ...]  # the file's columns of TRACE_SCHEMA (the others take their defaults)
     batch_rows: int = BATCH_ROWS
+    max_prompt_tokens: int = 0
+    # (row, its arrival) of rows along the trace, its first among them: where a read `since` a
+    # time may start (the first row of each batch of the loader's pass)
+    marks: tuple[tuple[int, int], ...] = ()
+    # Every row validated (open_batches' pass): a replay's reads cast and number the batches
+    # without checking them again (reading one costs a third of checking it)
+    checked: bool = False
 
-    def batches(self, columns: Sequence[str] = READ) -> Iterator[tuple[int, pl.DataFrame]]:
-        """(first request id, the batch) from the first row to the last, each cast and validated
-        as `cast_to_schema` does the whole trace (its first arrival against the batch before's
-        last): request_id and `columns` of TRACE_SCHEMA (the three required ones always)."""
+    def batches(self, columns: Sequence[str] = READ, since_us: int | None = None) -> Iterator[tuple[int, pl.DataFrame]]:
+        """(first request id, the batch) from the first row (`since_us`: from a row no later than
+        the first arriving at or after it) to the last, each cast and validated as `cast_to_schema`
+        does the whole trace (its first arrival against the batch before's last; `checked`: cast
+        only): request_id and `columns` of TRACE_SCHEMA (the three required ones always)."""
         wanted = {"request_id", "arrival_us", "prompt_tokens", "output_tokens", *columns}
         read = [c for c in READ if c in wanted and c in self.stored and not (c == "workload" and self.workload)]
-        lo, last = 0, None
-        for frame in _scan_batches(self.source, read, self.batch_rows):
+        lo = 0
+        if since_us is not None:
+            at = bisect.bisect_right([t for _, t in self.marks], since_us) - 1
+            lo = self.marks[at][0] if at >= 0 else 0
+        last = None
+        for frame in _scan_batches(self.source, read, self.batch_rows, lo):
             if self.workload is not None:
                 frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
-            frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
+            if self.checked and all(frame.schema[c] == TRACE_SCHEMA[c] for c in frame.columns):
+                frame = _conform(frame, lo)
+            else:
+                frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
             first, lo, last = lo, lo + frame.height, int(frame["arrival_us"][-1])
             yield first, frame.select([name for name in TRACE_SCHEMA if name in wanted])
             del frame  # (not held while the next batch is read: a hashed one's lists are large)
@@ -141,27 +157,32 @@ def open_batches(src: Source, workload: str | None, batch_rows: int | None = Non
     tenants: set[str] = set()
     workloads: set[str] = set()
     adapters = hashed = False
-    first = last = None
-    for _, batch in probe.batches():
+    marks: list[tuple[int, int]] = []
+    longest = last = 0
+    for lo, batch in probe.batches():
         hashed = hashed or batch["prefix_hashes"].null_count() < batch.height
         tenants.update(batch["tenant"].unique().to_list())
         workloads.update(batch["workload"].unique().to_list())
         adapters = adapters or batch["adapter"].null_count() < batch.height
-        first = int(batch["arrival_us"][0]) if first is None else first
+        marks.append((lo, int(batch["arrival_us"][0])))
+        longest = max(longest, int(batch["prompt_tokens"].max()))
         last = int(batch["arrival_us"][-1])
-    return TraceBatches(src, rows, workload, first, last, tuple(_sorted(tenants)), tuple(_sorted(workloads)),
-                        adapters, hashed, stored, batch_rows)
+    return TraceBatches(src, rows, workload, marks[0][1], last, tuple(_sorted(tenants)), tuple(_sorted(workloads)),
+                        adapters, hashed, stored, batch_rows, longest, tuple(marks), checked=True)
 
 
 def _sorted(labels: set[str]) -> list[str]:
     return sorted(labels, key=lambda s: s.encode())
 
 
-def _scan_batches(src: Source, columns: list[str], rows: int) -> Iterator[pl.DataFrame]:
+def _scan_batches(src: Source, columns: list[str], rows: int, start: int = 0) -> Iterator[pl.DataFrame]:
     """The file's `columns` in batches of about `rows`, in order, in one pass (polars' streaming
     engine): cast to TRACE_SCHEMA's types as they are read while every value casts (no wide copy
-    of a column is held), else from that row on as stored (cast_to_schema then names what does not)."""
+    of a column is held), else from that row on as stored (cast_to_schema then names what does not).
+    From row `start` (the reader skips the row groups before it)."""
     scan = pl.scan_parquet(src.parquet_source()).select(columns)
+    if start:
+        scan = scan.slice(start)
     done = 0
     try:
         for frame in scan.cast({k: TRACE_SCHEMA[k] for k in columns}, strict=True).collect_batches(chunk_size=rows):
@@ -178,3 +199,17 @@ def _scan_batches(src: Source, columns: list[str], rows: int) -> Iterator[pl.Dat
                 yield frame.slice(skip)
     except pl.exceptions.PolarsError as exc:
         raise TraceError(f"{src.display}: not a readable Parquet file ({str(exc).strip().splitlines()[0]})") from None
+
+
+def _conform(frame: pl.DataFrame, first_id: int) -> pl.DataFrame:
+    """A batch of rows `first_id`.. that open_batches' pass validated, already in TRACE_SCHEMA's
+    types, as `cast_to_schema` makes it (numbered, the missing columns and the nulls of those with
+    defaults filled) without checking it again."""
+    columns = [pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64).alias("request_id")]
+    for name, dtype in TRACE_SCHEMA.items():
+        if name in frame.columns:
+            column = pl.col(name)
+            columns.append(column.fill_null(DEFAULTS[name]) if name in DEFAULTS and frame[name].null_count() else column)
+        elif name != "request_id":
+            columns.append(pl.lit(DEFAULTS.get(name), dtype).alias(name))
+    return frame.select(columns)
