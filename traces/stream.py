@@ -5,9 +5,12 @@ no sort, no renumbering beyond an offset and no other row's values to cast a row
 read `BATCH_ROWS` rows at a time. `open_batches` reads it once to validate every batch as
 `cast_to_schema` validates the whole frame (the same messages, naming the same global rows; an
 arrival earlier than the last row of the batch before is unsorted too) and to learn what a
-replay needs up front: the row count, the first and last arrivals, and the distinct tenants and
-workloads (tenant ids are dense ranks over the whole trace; a workload split checks every label).
-A replay then reads the batches again as its request window fills (replay/fleet/streamed.py).
+replay needs up front: the row count, the first and last arrivals, the longest prompt, the
+arrival of every MARK_ROWS-th row (where a read of the trace's tail starts), and the distinct
+tenants and workloads (tenant ids are dense ranks over the whole trace; a workload split checks
+every label). It checks a batch with a few reductions, and only a batch that fails one (or holds
+prefix hashes) with cast_to_schema's masks, which name the row. A replay then reads the batches
+again as its request window fills (replay/fleet/streamed.py), cast and numbered, not checked again.
 
 A trace with prefix hashes is read so too, in shorter batches (HASH_BATCH hashes, about): the
 engine's window holds the hashes of the requests it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame

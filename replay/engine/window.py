@@ -5,8 +5,9 @@ The kernels index slots and never see the window. Between `advance` calls the ho
 keeps three promises the kernels rely on:
 
 - the arrival walk never reaches a slot not yet loaded: before `advance(until)` the slots are
-  loaded past the first request the walk stops at (one that arrives after `until`); slots not
-  loaded arrive never (`arrival` NO_EVENT, `gap` -1), so the walk could not pass them anyway;
+  loaded (a `step` at a time) past the first request the walk stops at (one that arrives after
+  `until`); slots not loaded arrive never (`arrival` NO_EVENT, `gap` -1), so the walk could not
+  pass them anyway;
 - a closed-loop turn's successor is loaded with it (`release_next` writes its arrival): the
   window ends only where no loaded request's `next_turn` lies beyond it;
 - every index a slot holds of another slot is a slot: when the oldest slots are all ended

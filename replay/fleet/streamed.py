@@ -11,7 +11,8 @@ Every figure is as the whole frame's path computes it (replay/fleet/cluster.py `
 with the same split and hash columns, replay/fleet/split.py, per batch): tenant ids are dense ranks over the whole trace's tenants (known from the loader's pass), the
 engine arrivals' running maximum carries across batches, and the control plane counts each tick's
 arrivals from the batches read (`StreamedControl`; the window always holds every request that
-arrived by the tick). `streams` says which replays can take this path; the rest read the whole
+arrived by the tick). The last engine arrival, which the tick loop needs before it starts, comes
+from the trace's tail (`_last_arrival`), not from a pass over every row. `streams` says which replays can take this path; the rest read the whole
 frame (LoadedTrace.whole) as before.
 """
 
