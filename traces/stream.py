@@ -64,11 +64,11 @@ class TraceBatches:
     stored: tuple[str, ...]  # the file's columns of TRACE_SCHEMA (the others take their defaults)
     batch_rows: int = BATCH_ROWS
     max_prompt_tokens: int = 0
-    # (row, its arrival) of every MARK_ROWS-th row, the first's first: where a read `since` a time
-    # may start
+    # (row, arrival) of every MARK_ROWS-th row of each batch, from the first: where a read `since`
+    # a time starts
     marks: tuple[tuple[int, int], ...] = ()
     # Every row validated (open_batches' pass): a replay's reads cast and number the batches
-    # without checking them again (reading one costs a third of checking it)
+    # without checking them again
     checked: bool = False
 
     def batches(self, columns: Sequence[str] = READ, since_us: int | None = None) -> Iterator[tuple[int, pl.DataFrame]]:
@@ -86,7 +86,8 @@ class TraceBatches:
         for frame in _scan_batches(self.source, read, self.batch_rows, lo):
             if self.workload is not None:
                 frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
-            typed = all(frame.schema[c] == TRACE_SCHEMA[c] for c in frame.columns)
+            schema = frame.schema
+            typed = all(schema[c] == TRACE_SCHEMA[c] for c in schema)
             if typed and (self.checked or _plainly_valid(frame, last)):
                 frame = _conform(frame, lo)
             else:  # (what breaks a check is named as the whole frame's checks name it)
@@ -215,9 +216,10 @@ def _scan_batches(src: Source, columns: list[str], rows: int, start: int = 0) ->
 
 def _plainly_valid(frame: pl.DataFrame, after_us: int | None) -> bool:
     """Whether a batch as read (in TRACE_SCHEMA's types) passes every check of `cast_to_schema`
-    (traces/schema.py _validate), found with a few reductions instead of a mask a check: where
+    (traces/schema.py _validate), found with a few reductions instead of one mask a check: where
     it does not, or where its prefix hashes need their entries checked, cast_to_schema checks it
-    and names the row (the m-large day: its checks took 1.9 s of the trace check's 4, loaded)."""
+    and names the row (the m-large day: its masks took 1.9 s of the check pass's 4, on a loaded
+    machine)."""
     if any(frame[name].null_count() for name in MARKERS):
         return False
     if frame["prompt_tokens"].min() < 1 or frame["output_tokens"].min() < 1 or frame["arrival_us"].min() < 0:
@@ -234,9 +236,9 @@ def _plainly_valid(frame: pl.DataFrame, after_us: int | None) -> bool:
 
 
 def _conform(frame: pl.DataFrame, first_id: int) -> pl.DataFrame:
-    """A batch of rows `first_id`.. that open_batches' pass validated, already in TRACE_SCHEMA's
-    types, as `cast_to_schema` makes it (numbered, the missing columns and the nulls of those with
-    defaults filled) without checking it again."""
+    """A batch of rows `first_id`.. that passes every check (`_plainly_valid`, or open_batches'
+    pass before), already in TRACE_SCHEMA's types, as `cast_to_schema` makes it (numbered, the
+    missing columns and the nulls of those with defaults filled), without checking it again."""
     columns = [pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64).alias("request_id")]
     for name, dtype in TRACE_SCHEMA.items():
         if name in frame.columns:

@@ -12,8 +12,8 @@ with the same split and hash columns, replay/fleet/split.py, per batch): tenant 
 engine arrivals' running maximum carries across batches, and the control plane counts each tick's
 arrivals from the batches read (`StreamedControl`; the window always holds every request that
 arrived by the tick). The last engine arrival, which the tick loop needs before it starts, comes
-from the trace's tail (`_last_arrival`), not from a pass over every row. `streams` says which replays can take this path; the rest read the whole
-frame (LoadedTrace.whole) as before.
+from the trace's tail (`_last_arrival`), not from a pass over every row. `streams` says which
+replays can take this path; the rest read the whole frame (LoadedTrace.whole) as before.
 """
 
 from __future__ import annotations
