@@ -413,16 +413,18 @@ class NumbaEngine:
 
     def _load(self, until_us: int) -> None:
         """Before advancing to until_us: while requests are left to load, the oldest ended
-        requests leave once they are half the window; then requests are loaded past the first
-        that the arrival walk stops at (a slide of at least a quarter of the window makes room
-        for them, else the window grows)."""
+        requests leave once they are half the window; then requests are loaded (a step at a
+        time, engine/window.py `Window.step`) past the first that the arrival walk stops at
+        (where no slot is free, a slide of at least a quarter of the window makes room for them,
+        else the window grows)."""
         w = self.window
         if w.end < w.total and w.ended_prefix(self.rq) >= w.capacity // 2:
             self._slide()
         while not w.walk_stops(self.rq, int(self.ev.clock[0]), until_us):
+            if w.fill(self.rq):
+                continue
             if w.ended_prefix(self.rq) < max(1, w.capacity // 4) or not self._slide():
                 self.rq, self.pools = w.grow(self.rq, self.pools)
-            w.fill(self.rq)
 
     def _slide(self) -> bool:
         k = self.window.ended

@@ -5,8 +5,9 @@ The kernels index slots and never see the window. Between `advance` calls the ho
 keeps three promises the kernels rely on:
 
 - the arrival walk never reaches a slot not yet loaded: before `advance(until)` the slots are
-  loaded past the first request the walk stops at (one that arrives after `until`); slots not
-  loaded arrive never (`arrival` NO_EVENT, `gap` -1), so the walk could not pass them anyway;
+  loaded (a `step` at a time) past the first request the walk stops at (one that arrives after
+  `until`); slots not loaded arrive never (`arrival` NO_EVENT, `gap` -1), so the walk could not
+  pass them anyway;
 - a closed-loop turn's successor is loaded with it (`release_next` writes its arrival): the
   window ends only where no loaded request's `next_turn` lies beyond it;
 - every index a slot holds of another slot is a slot: when the oldest slots are all ended
@@ -90,6 +91,7 @@ assert set(TRACE_FIELDS) | set(PROGRESS_FIELDS) | {"base"} == set(Requests._fiel
 
 DEFAULT_CAPACITY = 1 << 16
 SCAN = 4096  # slots ended_prefix reads at a time
+LOAD_STEP = 1024  # requests a fill loads at least (Window.step), unless the slots hold fewer
 
 
 # The narrowest type of each output column that holds every value it can take: counts of
@@ -159,14 +161,18 @@ class Window:
         return self.base + self.loaded
 
     def fill(self, rq: Requests) -> int:
-        """Load as many requests as the free slots hold (closed loop: up to a load end that
-        keeps each turn's successor in); the number loaded."""
-        end = min(self.total, self.base + self.capacity)
-        if self._ends is not None and end < self.total:
-            i = np.searchsorted(self._ends, end, side="right") - 1
-            end = int(self._ends[i]) if i >= 0 else 0
-        if end <= self.end:
+        """Load the next requests into free slots: `step` of them (where the slots do not hold the
+        whole trace), up to what the free slots hold (closed loop: up to a load end that keeps each
+        turn's successor in); the number loaded (0: no free slot, or no load end fits)."""
+        limit = min(self.total, self.base + self.capacity)
+        if self._ends is not None and limit < self.total:
+            i = np.searchsorted(self._ends, limit, side="right") - 1
+            limit = int(self._ends[i]) if i >= 0 else 0
+        if limit <= self.end:
             return 0
+        end = limit if self.capacity >= self.total else min(limit, self.end + self.step)
+        if self._ends is not None and end < limit:  # the first load end past the step (limit is one)
+            end = int(self._ends[np.searchsorted(self._ends, end)])
         lo, hi = self.loaded, end - self.base
         if self.inputs.requests is not None:  # a trace read in batches (replay/fleet/streamed.py)
             fields = self.inputs.requests.read(self.end, end)
@@ -184,6 +190,14 @@ class Window:
         turns[turns >= 0] -= self.base
         self.loaded = hi
         return hi - lo
+
+    @property
+    def step(self) -> int:
+        """Requests a fill loads at most (of a window smaller than the trace): a slide moves every
+        loaded slot past the ended ones, and most of those had not arrived yet when the window was
+        loaded to its end (the m-large day: ~31k of the ~32.5k slots each slide moved, 8 GB in
+        all); loaded a step ahead, a slide moves the requests in flight and at most a step more."""
+        return max(min(self.capacity, LOAD_STEP), self.capacity // 16)
 
     def _hold_hashes(self, rq: Requests, lo: int, hi: int, hashes: np.ndarray) -> None:
         """Slots [lo, hi), just loaded with offsets into `hashes`, index them after those held."""
@@ -225,7 +239,7 @@ class Window:
         if self.ended < self.loaded and rq.state[self.ended] != FINISHED and rq.state[self.ended] != REJECTED:
             return self.ended  # the oldest live request still is (most calls: one read, not a block's)
         while self.ended < self.loaded:  # in blocks: the oldest live request is mostly near
-            state = rq.state[self.ended:self.ended + SCAN]
+            state = rq.state[self.ended:min(self.ended + SCAN, self.loaded)]
             live = np.flatnonzero((state != FINISHED) & (state != REJECTED))
             self.ended += int(live[0]) if len(live) else len(state)
             if len(live):
@@ -292,7 +306,10 @@ class Window:
         for name in TRACE_FIELDS.keys() | PROGRESS_FIELDS.keys():
             a = getattr(rq, name)
             a[:keep] = a[k:self.loaded]
-            a[keep:self.loaded] = unloaded_value(name)
+        # The slots let go are unloaded again: what the arrival walk reads of them (it stops at
+        # them); `fill` writes every field of a slot it loads, so the rest may stay as they were.
+        for name in UNLOADED:
+            getattr(rq, name)[keep:self.loaded] = UNLOADED[name]
         for name in REQUEST_LINKS:
             shift_links(getattr(rq, name)[:keep], k)
         for name in REPLICA_LINKS:

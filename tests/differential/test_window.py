@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import replay.engine.window as window_module
 from replay.engine.numba_engine import NumbaEngine
 from tests.differential.test_closed_loop import session_trace
 from tests.differential.test_engines import _run_with_lifecycle
@@ -88,6 +89,24 @@ def test_window_matches_whole_on_closed_loop_sessions(window):
     assert_window_same(inputs, window)
     _, tight = session_trace(sessions, 0, kv_blocks=(60,), replicas=(1,), max_num_seqs=(8,))
     assert_window_same(tight, window, tick_us=50_000)
+
+
+@pytest.mark.parametrize("window", (16, 64))
+def test_window_loaded_a_step_ahead_matches_whole(monkeypatch, window):
+    """Fills of a few requests at a time (Window.step: 1 of 16 slots, 4 of 64), not to the
+    window's end: on long decodes, and on closed-loop sessions, whose load ends a step must
+    reach past (the end of a session) without passing the slots."""
+    monkeypatch.setattr(window_module, "LOAD_STEP", 1)
+    inputs = long_decodes()
+    inputs = dataclasses.replace(inputs, arrival_us=inputs.arrival_us * 6)
+    engine = assert_window_same(inputs, window, tick_us=37_000)
+    assert engine.window.step < engine.window.capacity < inputs.num_requests
+    rng = np.random.default_rng(5)
+    sessions = [(int(rng.integers(0, 300_000_000)), [(int(rng.integers(1, 200)), int(rng.integers(1, 300)))
+                                                   for _ in range(int(rng.integers(1, 6)))]) for _ in range(60)]
+    _, closed = session_trace(sessions, 200_000, kv_blocks=(400,), replicas=(2,), max_num_seqs=(16,))
+    engine = assert_window_same(closed, window)
+    assert engine.window.step < engine.window.capacity
 
 
 @settings(max_examples=80, deadline=None)

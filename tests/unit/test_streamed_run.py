@@ -17,9 +17,13 @@ import pytest
 import yaml
 
 import replay.fleet.cluster as cluster
+import traces.stream
 from common.errors import TraceError
 from replay.config import build_config
 from replay.engine.numba_engine import NumbaEngine
+from replay.fleet.streamed import StreamedRequests
+from replay.fleet.split import split_requests
+from replay.model.serving import engine_arrivals
 from replay.outputs.write import write_run
 from replay.run import replay_trace
 from tests.golden import file_digest
@@ -98,13 +102,21 @@ def test_a_trace_read_in_tiny_batches_replays_as_the_whole_frame(monkeypatch, tm
         assert pl.read_parquet(tmp_path / "whole" / "requests.parquet")["reject_reason"].drop_nulls().len() > 0
 
 
+def _set(frame: pl.DataFrame, row: int, **values) -> pl.DataFrame:
+    return frame.with_columns(**{name: pl.when(pl.col("request_id") == row).then(value).otherwise(name)
+                                 for name, value in values.items()})
+
+
 def test_the_batches_checks_name_the_rows_the_whole_frames_checks_name(tmp_path):
     frame = load_trace("azure-conv-2023").frame.head(40)
     for bad, expected in (
-        (frame.with_columns(arrival_us=pl.when(pl.col("request_id") == 21).then(0).otherwise("arrival_us")),
-         "row 21 (request_id 21): arrival_us is earlier than the previous row's"),
-        (frame.with_columns(prompt_tokens=pl.when(pl.col("request_id") == 33).then(0).otherwise("prompt_tokens")),
-         "row 33 (request_id 33): prompt_tokens < 1"),
+        (_set(frame, 21, arrival_us=0), "row 21 (request_id 21): arrival_us is earlier than the previous row's"),
+        (_set(frame, 33, prompt_tokens=0), "row 33 (request_id 33): prompt_tokens < 1"),
+        (_set(frame, 10, arrival_us=pl.col("arrival_us").shift(-1) + 1),  # inside a batch: row 11 is earlier
+         "row 11 (request_id 11): arrival_us is earlier than the previous row's"),
+        (_set(frame, 30, output_tokens=-2), "row 30 (request_id 30): output_tokens < 1"),
+        (_set(frame, 0, arrival_us=-5), "row 0 (request_id 0): arrival_us is negative"),
+        (_set(frame, 17, output_tokens=None), "row 17 (request_id 17): output_tokens is null"),
     ):
         path = tmp_path / "bad.parquet"
         write_canonical(bad, path, None)
@@ -168,3 +180,46 @@ def test_a_hashed_trace_without_a_block_size_is_refused_read_in_batches_as_whole
         with pytest.raises(TraceError, match=r"prefix_hashes without a block size .*; set prefix_block_tokens"):
             load_trace(path, stream=stream)
     assert load_trace(path, stream=True, prefix_block_tokens=256).stream is not None
+
+
+SLOW_TOKENIZER = """
+model: llama-3.1-8b
+split: {policy: by-prompt-length, prompt_thresholds: [800]}
+pools:
+  - {name: short, replicas: 1, serving: {api_server_us: 900, tokenize_us_per_token: 0.7}}
+  - {name: long, replicas: 1, serving: {api_server_us: 200, tokenize_us_per_token: 40}}
+"""
+
+
+@pytest.mark.parametrize("late", [0, 1, 5, 250])
+def test_the_last_engine_arrival_read_from_the_trace_tail_is_the_whole_traces(monkeypatch, tmp_path, late):
+    """The last request to reach its engine is found in the rows read from the tail of the trace
+    (TraceBatches.marks every 4 rows here), also when it is not the last to arrive: a long prompt
+    `late` rows before the end, tokenised slowly, reaches its engine after every later request."""
+    monkeypatch.setattr(traces.stream, "MARK_ROWS", 4)
+    cfg = build_config(yaml.safe_load(SLOW_TOKENIZER), "test", Path("."))
+    frame = load_trace("azure-conv-2023").frame.head(300)
+    frame = frame.with_columns(prompt_tokens=pl.when(pl.col("request_id") == 299 - late).then(60_000)
+                               .otherwise(pl.min_horizontal("prompt_tokens", 4000)))
+    path = tmp_path / "trace.parquet"
+    write_canonical(frame, path, None)
+    trace = load_trace(path, stream=True)
+    assert len(trace.stream.marks) == 75 and trace.stream.max_prompt_tokens == 60_000
+    plans = cluster.plan_pools(cfg)
+    terms = [p.serving for p in plans]
+    pools = split_requests(frame, cfg, plans)
+    expected = engine_arrivals(frame["arrival_us"].to_numpy(), frame["prompt_tokens"].to_numpy(), pools, terms)
+    starts = []
+    scan = traces.stream._scan_batches
+    monkeypatch.setattr(traces.stream, "_scan_batches", lambda src, columns, rows, start=0: (
+        starts.append(start), scan(src, columns, rows, start))[1])
+    requests = StreamedRequests(trace.stream, cfg, plans)
+    assert requests.last_arrival_us == int(expected[-1])
+    latest = int(np.searchsorted(expected, expected[-1]))  # the request that reaches its engine last
+    assert 0 < starts[0] <= latest, "read from the tail, from a row no later than the one that reaches it last"
+    # the scenario: a long prompt a few rows before the end reaches its engine last (a long one
+    # long before the end does not), the last arrival's own earlier where it is not the latest
+    assert (latest == 299 - late) == (late < 250)
+    own = engine_arrivals(frame["arrival_us"].to_numpy()[-1:], frame["prompt_tokens"].to_numpy()[-1:],
+                          pools[-1:], terms)
+    assert (int(own[-1]) < requests.last_arrival_us) == (0 < late < 250)
