@@ -11,10 +11,11 @@ for, the run's requests.parquet as it is (a hard link into the run directory, no
 
 The file's bytes are those of the sink of the same chunks at the end: the sink cuts row groups at
 the chunks' own boundaries (the trace batches' and the RowStream's, replay/fleet/request_rows.py),
-whether it pulls them from a queue or scans them from parts (the day's runs: the digests of
-/work/ref are unchanged). Before, the chunks were spilled as lz4 Parquet parts, read back by the
-summary and sunk into requests.parquet at the write: every row encoded twice and decoded once more
-(m-large's day: 4.5 s of spills, most of write_run's 7.3 s).
+whether it pulls them from a queue or scans them from parts (m-large's day: the same digests).
+Before, the chunks were spilled as lz4 Parquet parts, read back by the summary and sunk into
+requests.parquet at the write: every row encoded twice and decoded once more (m-large's day: 4.5 s
+of spills, most of write_run's 7.3 s). The price: the summary and the tick windows read zstd pages,
+not lz4 ones (~25% more per pass).
 
 The file is made beside the run directory with write_run's temp prefix
 (`.<out>.tmp-<pid>-<start>-rows-`), so a replay that is killed leaves nothing that the next run on
