@@ -14,7 +14,7 @@ from replay.memory import return_freed_memory
 from replay.fleet.metrics import event_frame, summarize, tick_frame
 from replay.fleet.request_rows import RowMaker
 from replay.outputs.rows import RequestRows
-from replay.outputs.write import RunOutputs
+from replay.outputs.write import RunOutputs, file_metadata
 from replay.outputs.verdict import verdict
 from traces import LoadedTrace
 
@@ -106,7 +106,9 @@ def replay_trace(
     when they were). `spill_dir`: the run directory to be, beside which a large run's request
     rows are spilled as they are made (replay/outputs/rows.py; default: the system's temp folder)."""
     started = time.perf_counter()
-    rows = RequestRows(spill_dir)
+    # requests.parquet's metadata, known before its rows: a large run's file is made as they come
+    rows = RequestRows(spill_dir, metadata=file_metadata({"version": tool_version(), "config_sha256": cfg.sha256(),
+                                                          "trace_sha256": trace.sha256}))
     run = dict(engine=engine, detailed_events=detailed_events, progress=progress, config_source=config_source,
                jobs=jobs, rows=rows)
     trace, raw = _simulate(trace, cfg, plans, on_tick, run)

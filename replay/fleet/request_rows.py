@@ -21,8 +21,18 @@ STATUS_NAMES = ("finished", "rejected", "unfinished")
 CHUNK_ROWS = 1 << 18  # requests a frame of rows is made from (as the engine hands them over, or at the end)
 
 
-def _when(values: np.ndarray) -> pl.Series:
-    return pl.Series(values, dtype=pl.Int64).replace(-1, None)
+_STATUS = pl.Series(STATUS_NAMES, dtype=pl.String)
+_REJECT = pl.Series([name or None for name in REJECT_NAMES], dtype=pl.String)  # none: null
+
+
+def _masked(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """`values`, null where not `valid` (polars reads a masked array's mask as its validity)."""
+    return pl.Series(np.ma.masked_array(values, ~valid))
+
+
+def _when(values: np.ndarray, dtype=np.int64) -> pl.Series:
+    """An engine column with -1 for none, as `dtype` with nulls."""
+    return _masked(values.astype(dtype, copy=False), values != -1)
 
 
 def windowed(plans: list) -> bool:
@@ -47,89 +57,96 @@ class RowMaker:
         self.windowed = windowed(plans)
         self.window_step_us: dict[int, float] | None = None
         self.pd = pd_inputs(cfg, plans)
-        slo = cfg.slo
-        self.targets = {
-            name: pl.col("workload").replace_strict({w: getattr(c, name) * 1000 for w, c in slo.by_workload.items()},
-                                                    default=getattr(slo, name) * 1000, return_dtype=pl.Float64)
-            for name in ("ttft_ms", "tpot_ms")}
+        self.slo = cfg.slo
+        self._pool_or_none = pl.Series([*self.pool_names, None], dtype=pl.String)  # the last: no prefill pool
 
     def frame(self, lo: int, cols: dict[str, np.ndarray]) -> pl.DataFrame:
         """The rows of requests [lo, lo + n), n the length of `cols`' arrays (`sent_us` among
-        them: a closed-loop run's)."""
+        them: a closed-loop run's).
+
+        Every column is made in numpy and handed to polars once, its nulls as a mask (a numpy
+        masked array: a bitmap, no copy): the polars expressions this was (a replace per column,
+        five with_columns, ~19 small queries a chunk) took 3.4 s of m-large's day. The trace's
+        columns are its own slices, in its batches' chunks: requests.parquet's row groups are cut
+        at those (replay/outputs/rows.py), every other column is one chunk, as before."""
         n = len(cols["state"])
         trace = self.trace.slice(lo, n)
         pools = self.pool_index[lo:lo + n]
         state = cols["state"]
         status = np.where(state == FINISHED, 0, np.where(state == REJECTED, 1, 2))
         prefill = cols["prefill_replica"]
-        if len(self.replica_pool):
-            prefill_pool = pl.Series(np.where(prefill >= 0, self.replica_pool[np.maximum(prefill, 0)], -1))
-        else:
-            prefill_pool = pl.Series(np.full(n, -1, np.int64))
-        df = pl.DataFrame(
-            {
-                "request_id": trace["request_id"],
-                "workload": trace["workload"],
-                "pool": self.pool_names.gather(pools),
-                "replica": _when(cols["replica"]).cast(pl.Int32),
-                # closed loop: when the client sent it, after the turn before it ended
-                "arrival_us": pl.Series(cols["sent_us"], dtype=pl.Int64) if "sent_us" in cols else trace["arrival_us"],
-                "prompt_tokens": trace["prompt_tokens"],
-                "output_tokens": trace["output_tokens"],
-                "cached_tokens": pl.Series(cols["cached_tokens"]).cast(pl.Int32),
-                "first_scheduled_us": _when(cols["first_scheduled_us"]),
-                "first_token_us": _when(cols["first_token_us"]),
-                "finished_us": _when(cols["finished_us"]),
-                "preemptions": pl.Series(cols["preemptions"]).cast(pl.Int32),
-                "status": pl.Series(STATUS_NAMES, dtype=pl.String).gather(status),
-                "reject_reason": pl.Series(REJECT_NAMES, dtype=pl.String).gather(cols["reject"].astype(np.int64))
-                .replace("", None),
-                "prefill_pool": self.pool_names.gather(prefill_pool.replace(-1, None)),
-                "prefill_replica": _when(prefill).cast(pl.Int32),
-                "prefill_end_us": _when(cols["prefill_end_us"]),
-                "kv_transfer_start_us": _when(cols["kv_transfer_start_us"]),
-                "kv_transfer_end_us": _when(cols["kv_transfer_end_us"]),
-            }
-        )
-        held = None
-        if self.windowed:
-            held = window_delay_us(trace["output_tokens"].to_numpy(), cols["first_token_us"], cols["finished_us"],
-                                   cols["replica"], self.windows[pools], self.window_step_us)
-        return self._derived(df, trace, pools, "sent_us" in cols, held)
-
-    def _derived(self, df: pl.DataFrame, trace: pl.DataFrame, pools: np.ndarray, sent: bool,
-                 held: np.ndarray | None) -> pl.DataFrame:
-        # The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
-        # with the prefill (replay/engine/transfer.py), so kv_transfer_end_us - kv_transfer_start_us is only
-        # the part that outlasted the prefill
-        pd = self.pd
-        if pd:
-            whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
-            df = df.with_columns(kv_transfer_us=pl.when(pl.col("kv_transfer_end_us").is_not_null()).then(pl.Series(whole)))
-        else:
-            df = df.with_columns(kv_transfer_us=pl.lit(None, pl.Int64))
+        prefill_pool = (np.where(prefill >= 0, self.replica_pool[np.maximum(prefill, 0)], -1) if len(self.replica_pool)
+                        else np.full(n, -1, np.int64))
+        output = trace["output_tokens"].to_numpy()
+        sent = "sent_us" in cols  # closed loop: when the client sent it, after the turn before it ended
+        arrival = cols["sent_us"].astype(np.int64, copy=False) if sent else trace["arrival_us"].to_numpy()
         # Tokens reach the client token_return_us after their step (replay/model/serving.py): the request's
-        # first_token_us and finished_us are when its client sees them.
-        lag = pl.Series(token_return_us(pools, self.servings))
-        df = df.with_columns(first_token_us=pl.col("first_token_us") + lag, finished_us=pl.col("finished_us") + lag)
-        if held is not None:  # a decode window's end, past the last token's step
-            df = df.with_columns(finished_us=pl.col("finished_us") + pl.Series(held))
-        df = df.with_columns(
-            ttft_us=pl.col("first_token_us") - pl.col("arrival_us"),
-            tpot_us=pl.when(pl.col("output_tokens") > 1).then(
-                (pl.col("finished_us") - pl.col("first_token_us")) / (pl.col("output_tokens") - 1)
-            ),
-            e2e_us=pl.col("finished_us") - pl.col("arrival_us"),
-        )
-        # Each request against its class's targets (slo.by_workload), else the fleet's.
-        met = (
-            (pl.col("status") == "finished")
-            & (pl.col("ttft_us") <= self.targets["ttft_ms"])
-            & (pl.col("tpot_us").is_null() | (pl.col("tpot_us") <= self.targets["tpot_ms"]))
-        )
-        df = df.with_columns(slo_met=met.fill_null(False)).select(REQUEST_COLUMNS)
+        # first_token_us and finished_us are when its client sees them; a decode window's end is later still.
+        lag = token_return_us(pools, self.servings)
+        first, finished = cols["first_token_us"], cols["finished_us"]
+        has_first, has_finished = first != -1, finished != -1
+        first_us = first + lag
+        finished_us = finished + lag
+        if self.windowed:
+            finished_us += window_delay_us(output, first, finished, cols["replica"], self.windows[pools],
+                                           self.window_step_us)
+        ttft = first_us - arrival
+        decoded = (output > 1) & has_first & has_finished
+        with np.errstate(divide="ignore", invalid="ignore"):  # one output token: no TPOT (masked below)
+            # as polars divided them: both sides as float64
+            tpot = (finished_us - first_us).astype(np.float64) / (output.astype(np.float64) - 1.0)
+        # Each request against its class's targets (slo.by_workload), else the fleet's: ints
+        # compared as float64, as polars compares an Int64 column with a Float64 one.
+        met = ((status == 0) & has_first & (ttft <= self._target("ttft_ms", trace))
+               & (~decoded | (tpot <= self._target("tpot_ms", trace))))
+        columns = {
+            "request_id": trace["request_id"],
+            "workload": trace["workload"],
+            "pool": self.pool_names.gather(pools),
+            "replica": _when(cols["replica"], np.int32),
+            "arrival_us": pl.Series(arrival, dtype=pl.Int64) if sent else trace["arrival_us"],
+            "prompt_tokens": trace["prompt_tokens"],
+            "output_tokens": trace["output_tokens"],
+            "cached_tokens": pl.Series(cols["cached_tokens"].astype(np.int32, copy=False)),
+            "first_scheduled_us": _when(cols["first_scheduled_us"]),
+            "first_token_us": _masked(first_us, has_first),
+            "finished_us": _masked(finished_us, has_finished),
+            "ttft_us": _masked(ttft, has_first),
+            "tpot_us": _masked(tpot, decoded),
+            "e2e_us": _masked(finished_us - arrival, has_finished),
+            "preemptions": pl.Series(cols["preemptions"].astype(np.int32, copy=False)),
+            "status": _STATUS.gather(status),
+            "reject_reason": _REJECT.gather(cols["reject"].astype(np.int64)),
+            "slo_met": pl.Series(met),
+            "prefill_pool": self._pool_or_none.gather(np.where(prefill_pool >= 0, prefill_pool, len(self.pool_names))),
+            "prefill_replica": _when(prefill, np.int32),
+            "prefill_end_us": _when(cols["prefill_end_us"]),
+            "kv_transfer_start_us": _when(cols["kv_transfer_start_us"]),
+            "kv_transfer_end_us": _when(cols["kv_transfer_end_us"]),
+            "kv_transfer_us": self._transfer_us(trace, cols["kv_transfer_end_us"]),
+        }
+        df = pl.DataFrame([s.alias(name) for name, s in columns.items()]).select(REQUEST_COLUMNS)
         # A closed-loop run keeps the trace's own arrival too, last (only there: other runs keep their shape).
         return df.with_columns(recorded_arrival_us=trace["arrival_us"]) if sent else df
+
+    def _target(self, name: str, trace: pl.DataFrame) -> np.ndarray | float:
+        """A latency target (us, float64) per request, by its workload's class, or the fleet's."""
+        slo = self.slo
+        default = getattr(slo, name) * 1000
+        if not slo.by_workload:
+            return default
+        targets = {w: getattr(c, name) * 1000 for w, c in slo.by_workload.items()}
+        return trace["workload"].replace_strict(targets, default=default, return_dtype=pl.Float64).to_numpy()
+
+    def _transfer_us(self, trace: pl.DataFrame, end_us: np.ndarray) -> pl.Series:
+        """The KV transfer's whole time: the engines' transfer_us before a layerwise transfer's overlap
+        with the prefill (replay/engine/transfer.py), so kv_transfer_end_us - kv_transfer_start_us is only
+        the part that outlasted the prefill."""
+        pd = self.pd
+        if not pd:
+            return pl.repeat(None, len(end_us), dtype=pl.Int64, eager=True)
+        whole = np.ceil(trace["prompt_tokens"].to_numpy() * pd["pd_us_per_token"]).astype(np.int64) + pd["pd_base_us"]
+        return _masked(whole, end_us != -1)
 
     def chunks(self, cols: dict[str, np.ndarray], rows, chunk_rows: int | None = None) -> None:
         """Every request's rows, from the whole trace's columns, appended to `rows` a chunk at a time."""

@@ -153,13 +153,19 @@ def claimed(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> It
         yield
 
 
-def _write_files(tmp: Path, run: RunOutputs) -> None:
-    meta = {
+def file_metadata(summary: dict) -> dict[str, str]:
+    """The Parquet files' key-value metadata, from the summary's version and hashes (or a dict
+    of just those: replay_trace knows them before the rows, replay/outputs/rows.py)."""
+    return {
         **SCHEMA_METADATA,
-        "llm_replay.version": str(run.summary.get("version", "")),
-        "llm_replay.config_sha256": str(run.summary.get("config_sha256", "")),
-        "llm_replay.trace_sha256": str(run.summary.get("trace_sha256", "")),
+        "llm_replay.version": str(summary.get("version", "")),
+        "llm_replay.config_sha256": str(summary.get("config_sha256", "")),
+        "llm_replay.trace_sha256": str(summary.get("trace_sha256", "")),
     }
+
+
+def _write_files(tmp: Path, run: RunOutputs) -> None:
+    meta = file_metadata(run.summary)
     run.request_rows.write(tmp / "requests.parquet", meta, write_parquet)
     for name, frame in (("ticks", run.ticks), ("events", run.events)):
         write_parquet(frame, tmp / f"{name}.parquet", meta)

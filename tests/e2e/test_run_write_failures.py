@@ -103,8 +103,8 @@ def test_a_replay_killed_before_the_write_leaves_no_run(write, tmp_path, cli):
 
 
 def test_a_replay_killed_after_its_rows_spilled_leaves_no_run_and_the_next_run_cleans_up(write, tmp_path, cli):
-    """A large run's request rows go to Parquet parts beside --out while it replays
-    (replay/outputs/rows.py); killed before the write, those parts are all it leaves, and the next
+    """A large run's request rows go to requests.parquet beside --out while it replays
+    (replay/outputs/rows.py); killed before the write, that file is all it leaves, and the next
     run on the same --out removes them."""
     write("fleet.yaml", small_fleet("{path: azure-code-2023, window: {end_s: 20}}"))
     script = KILLED_WRITER.replace("outputs.write_parquet = killed",

@@ -95,8 +95,8 @@ def test_kv_transfer_us_is_null_without_prefill_decode():
 
 @pytest.mark.parametrize("threshold", [0, 1000])
 def test_a_spilled_pd_runs_figures_are_those_of_its_rows_in_one_frame(monkeypatch, tmp_path, threshold):
-    """Rows spilled to Parquet parts every 30 rows (replay/outputs/rows.py): the tick windows and
-    summary, transfer figures and prefill pool's saturation included, come from the parts a batch
+    """Rows spilled past 30 to their Parquet file as they come (replay/outputs/rows.py): the tick windows and
+    summary, transfer figures and prefill pool's saturation included, come from the file a batch
     of rows at a time (percentiles by replay/fleet/selection.py) and equal those of the rows held whole."""
     from polars.testing import assert_frame_equal
 

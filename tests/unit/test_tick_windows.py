@@ -84,7 +84,7 @@ def test_spans_of_any_size_give_every_tick_the_whole_sorts_value(seed, span_rows
 
 
 def test_rows_spilled_as_parts_read_a_span_at_a_time_match(tmp_path):
-    """Rows in Parquet parts (replay/outputs/rows.py), as a day's are: the spans' filtered reads
+    """Rows in their Parquet file (replay/outputs/rows.py), as a day's are: the spans' filtered reads
     (row groups skipped by their statistics) hold the same first tokens."""
     from replay.outputs.rows import RequestRows
 
