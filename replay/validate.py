@@ -305,8 +305,8 @@ def measure(requests: pl.DataFrame) -> dict[str, float | None]:
     if done.height == 0:
         return out
     span_s = (int(done["finished_us"].max()) - int(requests["arrival_us"].min())) / 1e6
-    out_tokens = float(done["output_tokens"].sum())
-    all_tokens = out_tokens + float(done["prompt_tokens"].sum())
+    out_tokens = float(done["output_tokens"].cast(pl.Int64).sum())
+    all_tokens = out_tokens + float(done["prompt_tokens"].cast(pl.Int64).sum())
     if span_s > 0:
         out["output_throughput_tok_s"] = out_tokens / span_s
         out["total_throughput_tok_s"] = all_tokens / span_s

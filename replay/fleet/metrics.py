@@ -407,11 +407,13 @@ def summarize(requests: pl.DataFrame | pl.LazyFrame, ticks: pl.DataFrame, raw: R
         return copy.deepcopy(fleet_service) if every else service_figures(reqs, span_s)
 
     def block(reqs: pl.LazyFrame, tks: pl.DataFrame, hit: int, query: int, out_tokens: int, figures: dict) -> dict:
-        sums = reqs.select(prompt=pl.col("prompt_tokens").filter(SERVED).sum(),
-                           preemptions=pl.col("preemptions").sum()).collect(engine="streaming").row(0, named=True)
+        # (Int32 columns: polars sums them in Int32, wrapping past 2^31: a day's prompts)
+        sums = reqs.select(prompt=pl.col("prompt_tokens").filter(SERVED).cast(pl.Int64).sum(),
+                           preemptions=pl.col("preemptions").cast(pl.Int64).sum()
+                           ).collect(engine="streaming").row(0, named=True)
         cost = float(tks.group_by("pool").agg(pl.col("cost_usd").last())["cost_usd"].sum()) if tks.height else 0.0
         all_tokens = out_tokens + int(sums["prompt"] or 0)
-        gpu_hours = float(tks["gpus"].sum()) * raw.tick_us / 1e6 / 3600.0
+        gpu_hours = float(tks["gpus"].cast(pl.Int64).sum()) * raw.tick_us / 1e6 / 3600.0
         return {
             **figures,
             "output_tokens_per_s": round(out_tokens / span_s, 2) if span_s > 0 else None,

@@ -95,7 +95,7 @@ def measure(exp: Experiment, requests: pl.DataFrame, stage: int,
         out["throughput_req_s"] = done.height / span_s
         # output tokens as the harness counted them (its re-tokenised count, as for ITL)
         out["throughput_output_tok_s"] = done.height * counted / span_s
-        out["throughput_input_tok_s"] = float(done["prompt_tokens"].sum()) / span_s
+        out["throughput_input_tok_s"] = float(done["prompt_tokens"].cast(pl.Int64).sum()) / span_s
     return out
 
 
