@@ -185,10 +185,12 @@ def clear_table(blocks, off, size):
 # and which one an allocation takes changes nothing. So only the blocks that are or will be
 # found have an id in use: the cached ones (in the table; held, or free in the queue) and a
 # request's blocks that are offered to the prefix cache as they fill (grow_request). A request's
-# other own blocks are held as a count, from its block `counted_from` on (`first_counted`): in a
-# replay without shared prefixes every block of a request never preempted, taken, held and freed
-# in O(1) a request instead of a step a block. Blocks held by id were a chain walked on every
-# take and free: ~23% of the day's kernel time (perf, bench/perf_lines.py), the walks ~16%.
+# other own blocks are held as a count, from its block `counted_from` on (`first_counted`), and
+# taken and freed as one: in a replay without shared prefixes, every block of a request never
+# preempted, at a cost per request, not per block, and without touching the block arrays. When
+# every block had an id, a request's were a chain walked as they were taken (take_uncached):
+# 15% of the kernels' samples on the m-large 4 h trace, 23% of the day's kernel time (perf,
+# bench/perf_lines.py); the KV kernels are now 4% of them.
 # The ids in use are then at most the blocks not counted, so the unused ids (a stack linked by
 # fnext from `utop`, then those never used from `fresh`, in id order: a replica is laid out
 # without writing its blocks, whose pages stay calloc's until they are used) never run out when
