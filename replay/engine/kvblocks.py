@@ -3,7 +3,8 @@
 Reproduces vLLM V1's block pool (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`): one
 doubly linked free queue per replica in LRU order; a freed request's blocks are appended tail
 first, so a prefix's last block is evicted before its first; a free block keeps its hash (and
-stays a cache hit) until it is popped for a new allocation. Hashes identify a block together
+stays a cache hit) until it is popped for a new allocation (here only the blocks that can be
+found have ids: the others are counts, see below). Hashes identify a block together
 with its whole prefix (chained), so a lookup walks a prompt's blocks and stops at the first miss.
 
 Two deliberate simplifications, both of which can only lower hit rates against vLLM's:
@@ -23,10 +24,7 @@ import replay._numba_cache  # noqa: F401  (before any kernel is defined)
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import config, njit, types
-from numba.core import cgutils
-from numba.core.extending import intrinsic
+from numba import njit
 
 U64 = np.uint64
 _GOLDEN = U64(0x9E3779B97F4A7C15)
@@ -37,19 +35,20 @@ _MASK64 = (1 << 64) - 1
 
 
 class Blocks(NamedTuple):
-    """Every replica's blocks and hash table, concatenated; `Replicas` holds each one's offsets
-    (and its free queue's head, tail and count: see "free queue" below)."""
+    """Every replica's block ids and hash table, concatenated; `Replicas` holds each one's
+    offsets (and its free queue's head, tail and count). Only the blocks that can be found have
+    an id in use; the others are counted (see "free queue, ids and counts" below)."""
 
-    ref: np.ndarray  # int32[B] requests holding the block; -n: a stacked chain of n (release_chain)
+    ref: np.ndarray  # int32[B] requests holding the block (0: cached and free)
     key: np.ndarray  # uint64[B] prefix hash while the block is in its replica's cache, else 0
     fprev: np.ndarray  # int32[B] free-queue links of a cached free block (global ids, -1 = none);
-    fnext: np.ndarray  # fnext also links the stack of uncached free blocks
+    fnext: np.ndarray  # fnext also links the stack of unused ids
     gap: np.ndarray  # int32[B] uncached free blocks queued just before a cached free block
-    cprev: np.ndarray  # int32[B] previous block of the owning request's own (non-hit) blocks
+    cprev: np.ndarray  # int32[B] the previous of its request's own blocks held by id (-1 = none)
     htab_key: np.ndarray  # uint64[H] open addressing, linear probing, 0 = empty slot
     htab_val: np.ndarray  # int32[H] global block id
-    utop: np.ndarray  # int64[R] a replica's most recently freed uncached block (-1 = none)
-    fresh: np.ndarray  # int64[R] its first block never taken since it was laid out (the rest follow)
+    utop: np.ndarray  # int64[R] a replica's most recently unused id (-1 = none)
+    fresh: np.ndarray  # int64[R] its first id never used since it was laid out (the rest follow)
     tgap: np.ndarray  # int64[R] uncached free blocks queued after its last cached free block
 
 
@@ -103,30 +102,6 @@ def block_key_ref(trace_hashes, hash_off, hash_len, trace_block_tokens, prompt_t
         if tb < hash_len:
             return mix64_ref(int(trace_hashes[hash_off + tb]), end)
     return mix64_ref(request ^ 0xD6E8FEB86659FD93, j)
-
-
-@intrinsic
-def prefetch(typingctx, array, index):
-    """A hint that array[index] is read soon: the CPU starts loading its cache line (x86
-    `prefetcht0`) and goes on; no fault, whatever the index."""
-
-    def codegen(context, builder, signature, args):
-        ty = signature.args[0]
-        view = context.make_array(ty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, ty, view, [args[1]], wraparound=False, boundscheck=False)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep in every level, data
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
-
-
-if config.DISABLE_JIT:  # the kernels run as Python, where an intrinsic cannot be called
-
-    def prefetch(array, index):  # noqa: F811
-        pass
 
 
 # --- hash table: one power-of-two slice per replica ------------------------------------------
@@ -195,46 +170,71 @@ def clear_table(blocks, off, size):
     for i in range(off, off + size):
         if blocks.htab_key[i] != U64(0):
             blocks.htab_key[i] = U64(0)
-
-
-# --- free queue and allocation ---------------------------------------------------------------
+# --- free queue, ids and counts ----------------------------------------------------------------
 #
 # vLLM's free queue holds every free block in LRU order and allocation pops its head; what that
 # order decides is which cached blocks are evicted, and when: a cached block leaves once the
 # blocks freed before it are gone. Here only the cached free blocks are linked in LRU order
 # (fprev/fnext from `reps.free_head` to `reps.free_tail`), each with the number of uncached
-# free blocks queued just before it (`gap`; those after the last one: `tgap`), and the uncached
-# free blocks form a stack (linked by fnext from `utop`). Allocation takes an uncached block
-# while the queue's head is one (the cached blocks' gaps say), else the first cached block,
-# evicting its hash: the same blocks are evicted at the same allocations as from one queue,
-# so hits and every output are identical (the differential tests hold it), while the block
-# taken is the most recently freed of the uncached ones, still in the CPU's caches, or when
-# none is, the replica's next block never taken (`fresh`, in id order: a replica is laid out
-# without writing its blocks, whose pages stay calloc's until they are used). One queue
-# handed out the block freed ~28k allocations earlier, scattered over the fleet's ~70 MB of
-# block arrays: the loads of that pop were half of a million-request replay (perf). Which
-# uncached block is taken is not observable; the reference pool (reference/kvblocks.py) keeps
-# one queue, so block ids differ from its (tests/property/test_kvblocks.py maps them).
+# free blocks queued just before it (`gap`; those after the last one: `tgap`). Allocation takes
+# an uncached block while the queue's head is one (the cached blocks' gaps say), else the first
+# cached block, evicting its hash: the same blocks are evicted at the same allocations as from
+# one queue, so hits and every output are identical (the differential tests hold it).
+#
+# An uncached block is never observable by id: no lookup finds it, a free one is only counted,
+# and which one an allocation takes changes nothing. So only the blocks that are or will be
+# found have an id in use: the cached ones (in the table; held, or free in the queue) and a
+# request's blocks that are offered to the prefix cache as they fill (grow_request). A request's
+# other own blocks are held as a count, from its block `counted_from` on (`first_counted`), and
+# taken and freed as one: in a replay without shared prefixes, every block of a request never
+# preempted, at a cost per request, not per block, and without touching the block arrays. When
+# every block had an id, a request's were a chain walked as they were taken (take_uncached):
+# 15% of the kernels' samples on the m-large 4 h trace, 23% of the day's kernel time (perf,
+# bench/perf_lines.py); the KV kernels are now 4% of them.
+# The ids in use are then at most the blocks not counted, so the unused ids (a stack linked by
+# fnext from `utop`, then those never used from `fresh`, in id order: a replica is laid out
+# without writing its blocks, whose pages stay calloc's until they are used) never run out when
+# a block needs one; the most recently unused id is reused first, still in the CPU's caches.
+# The reference pool (reference/kvblocks.py) keeps every block in one queue by id, so its ids
+# differ (tests/property/test_kvblocks.py maps them).
+
+NO_COUNT = np.int64(1 << 62)  # counted_from of a request whose every block is held by id
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def take_id(blocks, r):
+    """An unused id of replica r: the most recently unused, else the first never used."""
+    b = blocks.utop[r]
+    if b >= 0:
+        blocks.utop[r] = blocks.fnext[b]
+    else:
+        b = blocks.fresh[r]
+        blocks.fresh[r] += 1
+        blocks.key[b] = U64(0)  # a block of the replica's last life may hold one
+    return b
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def put_id(blocks, r, b):
+    """Id b, uncached and unheld, is unused again."""
+    blocks.fnext[b] = blocks.utop[r]
+    blocks.utop[r] = b
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def fq_append(blocks, reps, r, b):
-    """Block b, no longer held, joins the free queue's tail."""
-    if blocks.key[b] == U64(0):
-        blocks.fnext[b] = blocks.utop[r]
-        blocks.utop[r] = b
-        blocks.tgap[r] += 1
+    """Cached block b, no longer held, joins the free queue's tail, after the uncached blocks
+    freed since the last cached one."""
+    tail = reps.free_tail[r]
+    blocks.fprev[b] = tail
+    blocks.fnext[b] = -1
+    if tail >= 0:
+        blocks.fnext[tail] = b
     else:
-        tail = reps.free_tail[r]
-        blocks.fprev[b] = tail
-        blocks.fnext[b] = -1
-        if tail >= 0:
-            blocks.fnext[tail] = b
-        else:
-            reps.free_head[r] = b
-        reps.free_tail[r] = b
-        blocks.gap[b] = blocks.tgap[r]
-        blocks.tgap[r] = 0
+        reps.free_head[r] = b
+    reps.free_tail[r] = b
+    blocks.gap[b] = blocks.tgap[r]
+    blocks.tgap[r] = 0
     reps.nfree[r] += 1
 
 
@@ -261,127 +261,57 @@ def fq_remove(blocks, reps, r, b):
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def alloc_block(blocks, reps, r):
-    """Take the free queue's head, evicting its cached hash; the caller checked nfree."""
+def evict_head(blocks, reps, r):
+    """The free queue's head, a cached block, leaves it and the prefix cache; returns its id."""
+    b = reps.free_head[r]
+    fq_remove(blocks, reps, r, b)
+    ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], blocks.key[b])
+    blocks.key[b] = U64(0)
+    return b
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def take_block(blocks, reps, r):
+    """Take the free queue's head as a block with an id (held once, uncached); the caller
+    checked nfree."""
     h = reps.free_head[r]
-    if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first: the most recently freed
-        b = blocks.utop[r]
-        if b >= 0 and blocks.ref[b] < -1:  # a chain: the block after b in it is the new top
-            c = blocks.cprev[b]
-            blocks.fnext[c] = blocks.fnext[b]
-            blocks.ref[c] = blocks.ref[b] + 1 if blocks.ref[b] < -2 else 0
-            blocks.fprev[c] = blocks.fprev[b]  # the chain's bottom
-            blocks.utop[r] = c
-            prefetch(blocks.cprev, c)  # the next take reads it
-        elif b >= 0:
-            blocks.utop[r] = blocks.fnext[b]
-        else:
-            b = blocks.fresh[r]
-            blocks.fresh[r] += 1
-            blocks.key[b] = U64(0)  # a block of the replica's last life may hold one
-        blocks.fnext[b] = -1
+    if h < 0 or blocks.gap[h] > 0:  # an uncached block comes first
         if h >= 0:
             blocks.gap[h] -= 1
         else:
             blocks.tgap[r] -= 1
         reps.nfree[r] -= 1
+        b = take_id(blocks, r)
     else:
-        b = h
-        fq_remove(blocks, reps, r, b)
-        ht_delete(blocks, reps.htab_off[r], reps.htab_mask[r], blocks.key[b])
-        blocks.key[b] = U64(0)
+        b = evict_head(blocks, reps, r)
     blocks.ref[b] = 1
-    blocks.cprev[b] = -1
     return b
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def take_uncached(blocks, reps, r, tail, need):
-    """Up to `need` uncached blocks at once, while the free queue's head is uncached (as
-    alloc_block would take them), from the top stack entry only (or, the stack empty, the
-    blocks never taken), linked as grow_request links a request's blocks: each block's cprev
-    the one before it, the first's `tail`. Returns (first, last, how many); 0: the head is cached.
-
-    Which uncached blocks are taken is not observable (see above), so a stacked chain is taken
-    where it costs least: a chain's links already run as a request's, so its bottom part is
-    taken as it lies (its first block linked to `tail`), found by walking down from the top
-    past what stays, or its top part is walked down and relinked in passing, whichever walks
-    fewer blocks; a whole chain is taken in O(1) (release_chain keeps its bottom on its top).
-    Either way only the entry left on top is written: an inner block of a chain still has
-    ref 1, a held block's fnext is never read. Taking a prompt's blocks one at a time was ~30%
-    of a million-request replay (perf: each block's ref, cprev and fnext lines, the next top's)."""
-    h = reps.free_head[r]
-    m = need if h < 0 else min(need, blocks.gap[h])
-    if m <= 0:
-        return np.int64(-1), np.int64(-1), np.int64(0)
-    b = blocks.utop[r]
-    if b >= 0:
-        n = -blocks.ref[b] if blocks.ref[b] < -1 else 1
-        m = min(m, n)
-        if n - m < m:  # the bottom m: walk down to the block above them, the bottom of the rest
-            first = blocks.fprev[b] if n > 1 else b
-            last = b
-            above = np.int64(-1)
-            for _ in range(n - m):
-                above = last
-                last = blocks.cprev[last]
-            blocks.cprev[first] = tail
-            if m < n:
-                blocks.ref[b] = -(n - m) if n - m > 1 else 0
-                blocks.fprev[b] = above
-            else:
-                blocks.ref[b] = 1
-                blocks.utop[r] = blocks.fnext[b]
-        else:  # the top m, relinked in passing; the block below them heads the rest
-            first = b
-            blocks.ref[b] = 1
-            last = tail
-            x = b
-            for _ in range(m):
-                c = blocks.cprev[x]
-                blocks.cprev[x] = last
-                last = x
-                x = c
-            blocks.fnext[x] = blocks.fnext[b]
-            blocks.ref[x] = -(n - m) if n - m > 1 else 0
-            blocks.fprev[x] = blocks.fprev[b]
-            blocks.utop[r] = x
-            prefetch(blocks.cprev, x)  # the next take's walk starts there
-    else:
-        first = blocks.fresh[r]
-        last = tail
-        for x in range(first, first + m):
-            blocks.key[x] = U64(0)  # a block of the replica's last life may hold one
-            blocks.ref[x] = 1
-            blocks.cprev[x] = last
-            last = x
-        blocks.fresh[r] += m
-    if h >= 0:
-        blocks.gap[h] -= m
-    else:
-        blocks.tgap[r] -= m
-    reps.nfree[r] -= m
-    return first, last, m
+def take_counted(blocks, reps, r, n):
+    """Take n blocks from the free queue's head as a count: the uncached ones a gap at a time,
+    each cached one evicted (its id unused again); the caller checked nfree."""
+    while n > 0:
+        h = reps.free_head[r]
+        if h < 0:
+            blocks.tgap[r] -= n
+            reps.nfree[r] -= n
+            return
+        k = min(n, np.int64(blocks.gap[h]))
+        blocks.gap[h] -= k
+        reps.nfree[r] -= k
+        n -= k
+        if n > 0:
+            put_id(blocks, r, evict_head(blocks, reps, r))
+            n -= 1
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def release_chain(blocks, reps, r, b, n, bottom):
-    """Free the n blocks from b down its `cprev` chain to `bottom`, each held by one request
-    only and none in the prefix cache, as one entry of the uncached stack (ref = -n and fprev =
-    bottom on b, an uncached free block's fprev being otherwise unused), without the walk
-    down the chain: its blocks come off the stack as they are taken (take_uncached), the
-    walk's steps then due on blocks freed lately, still in the CPU's caches. A block inside a stacked
-    chain keeps its stale ref (1) until it is taken; nothing reads it (only cached blocks are
-    looked up, and only held ones released)."""
-    blocks.fnext[b] = blocks.utop[r]
-    blocks.utop[r] = b
-    blocks.ref[b] = -n if n > 1 else 0
-    blocks.fprev[b] = bottom
+def free_counted(blocks, reps, r, n):
+    """n uncached blocks join the free queue's tail."""
     blocks.tgap[r] += n
     reps.nfree[r] += n
-    # The next take reads it: written when b was taken for the request that freed it, a cache
-    # miss by now, which the take would wait for.
-    prefetch(blocks.cprev, b)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -394,15 +324,25 @@ def touch_block(blocks, reps, r, b):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def release_block(blocks, reps, r, b):
+    """A holder lets block b go; once none holds it, it is free: cached, in the queue, else a
+    count at its tail (its id unused)."""
     blocks.ref[b] -= 1
     if blocks.ref[b] == 0:
-        fq_append(blocks, reps, r, b)
+        if blocks.key[b] != U64(0):
+            fq_append(blocks, reps, r, b)
+        else:
+            free_counted(blocks, reps, r, 1)
+            put_id(blocks, r, b)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def cache_block(blocks, reps, r, b, key):
+    """Offer block b to the prefix cache under key; returns False (b stays uncached) when the
+    key is cached already."""
     if ht_insert(blocks, reps.htab_off[r], reps.htab_mask[r], key, b):
         blocks.key[b] = key
+        return True
+    return False
 
 
 def table_size(num_blocks: int) -> int:
@@ -414,6 +354,10 @@ def table_size(num_blocks: int) -> int:
 
 
 # --- a request's KV: its blocks, grown and freed, and its prefix-cache hits -------------------
+#
+# Request q holds nblocks[q] blocks: its nhit[q] prefix-cache hits (found again by their keys
+# when it lets them go), then its own blocks: by id from its block nhit[q] up to counted_from[q]
+# (linked from tail[q] through cprev, the last first), and as a count from there on.
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -422,32 +366,104 @@ def request_key(rq, th, tbs, q, j, bs):
     return block_key_nb(th, rq.hash_off[q], rq.hash_len[q], tbs, rq.hash_tokens[q], rq.base[0] + q, j, bs)
 
 
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def shared_blocks(rq, tbs, q, bs):
+    """How many of request q's leading blocks have keys other requests share (block_key_nb: full
+    blocks inside its hashed prefix); every later block's key is its own."""
+    if rq.hash_len[q] <= 0:
+        return np.int64(0)
+    return min(rq.hash_tokens[q], rq.hash_len[q] * tbs) // bs
+
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q):
-    """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first)."""
+def own_block(rq, tbs, q, j, bs):
+    """Whether block j of request q has a key of its own, which no other request can look up."""
+    return j >= shared_blocks(rq, tbs, q, bs)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def first_counted(rq, tbs, bs, caching, q):
+    """The first of request q's blocks it holds as a count. Its blocks are offered to the
+    prefix cache as they fill, and so need ids, when caching is on: after a preemption each one,
+    else those with keys other requests share. One with a key of its own waits until the request
+    is released unfinished (free_request_blocks: `offer`): until then nothing else can put one
+    of its keys in a table, so the table maps the same keys to the same blocks as if each had
+    been offered when it filled (only the slots differ, which nothing reads), and a request that
+    finishes never hashes them into the table (nor deletes them from it when they are reused),
+    the probes that dominated a replay without shared prefixes. Fixed while q holds blocks:
+    its preemptions change only once it holds none."""
+    if not caching:
+        return np.int64(0)
+    if rq.preemptions[q] > 0:
+        return NO_COUNT
+    return shared_blocks(rq, tbs, q, bs)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def by_id(rq, q):
+    """Request q's own blocks held by id: from its block nhit[q] up to this one."""
+    return max(min(rq.nblocks[q], rq.counted_from[q]), rq.nhit[q])
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def add_blocks(rq, blocks, reps, r, q, need):
+    """`need` more own blocks for request q, at its tail (by id while below counted_from[q], as
+    a count from there); the caller checked that enough are free."""
+    if need <= 0:
+        return
+    n = rq.nblocks[q]
+    for _ in range(min(max(rq.counted_from[q] - n, 0), need)):
+        b = take_block(blocks, reps, r)
+        blocks.cprev[b] = rq.tail[q]
+        rq.tail[q] = b
+        n += 1
+    take_counted(blocks, reps, r, rq.nblocks[q] + need - n)
+    rq.nblocks[q] += need
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
+    """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
+    become full to the prefix cache (those held by id: first_counted). The caller checked that
+    enough blocks are free."""
+    rq.counted_from[q] = first_counted(rq, tbs, bs, caching, q)
+    add_blocks(rq, blocks, reps, r, q, (num_tokens + bs - 1) // bs - rq.nblocks[q])
+    if caching:
+        full = num_tokens // bs
+        if full > rq.ncached[q]:
+            # The blocks to cache are the newest ones: walk back from the tail.
+            b = rq.tail[q]
+            for j in range(by_id(rq, q) - 1, rq.ncached[q] - 1, -1):
+                if j < full:
+                    cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
+                b = blocks.cprev[b]
+            rq.ncached[q] = full
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q, offer):
+    """Release a request's blocks tail first (vLLM frees in reverse so tails are evicted first).
+    `offer`: it is released unfinished (preempted, or its KV sent to a decode replica) from a
+    replica that caches prefixes, so its full blocks held as a count, whose keys are its own
+    (first_counted), are offered to the cache first, each with an id; only this request can
+    look such a key up, and only from now on. Blocks held as a count go back as one."""
+    top = by_id(rq, q)
+    upto = max(min(rq.ncached[q], rq.nblocks[q]), top) if offer else top
+    free_counted(blocks, reps, r, rq.nblocks[q] - upto)  # the rest of the count: not cached
+    for j in range(upto - 1, top - 1, -1):
+        b = take_id(blocks, r)
+        if cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs)):
+            blocks.ref[b] = 0
+            fq_append(blocks, reps, r, b)
+        else:
+            put_id(blocks, r, b)
+            free_counted(blocks, reps, r, 1)
     b = rq.tail[q]
-    for _ in range(rq.nblocks[q] - rq.nhit[q]):
+    for _ in range(top - rq.nhit[q]):
         prev = blocks.cprev[b]
         release_block(blocks, reps, r, b)
         b = prev
     release_hits(rq, blocks, reps, th, tbs, bs, r, q)
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def free_finished_blocks(rq, blocks, reps, th, tbs, bs, caching, r, q):
-    """`free_request_blocks` for a request that finished: its own blocks go back as one chain
-    (release_chain) when none of them is in the prefix cache. None is when it was never
-    preempted: its own-keyed blocks were held back (grow_request) and never offered
-    (offer_own_blocks runs only before an unfinished release, which frees them at once), and
-    the others are cached as they fill, unless caching is off or it has none (own_block holds
-    from some block on, so its first own block after its hits says)."""
-    own = rq.nblocks[q] - rq.nhit[q]
-    if own > 0 and rq.preemptions[q] == 0 and (not caching or own_block(rq, tbs, q, rq.nhit[q], bs)):
-        release_chain(blocks, reps, r, rq.tail[q], own, rq.head[q])
-        release_hits(rq, blocks, reps, th, tbs, bs, r, q)
-    else:
-        free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -465,79 +481,12 @@ def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def add_blocks(rq, blocks, reps, r, q, need):
-    """`need` more own blocks for request q, at its tail; the caller checked that enough are free."""
-    while need > 0:
-        first, b, k = take_uncached(blocks, reps, r, rq.tail[q], need)
-        if k == 0:  # the free queue's head is a cached block: evict it
-            b = alloc_block(blocks, reps, r)
-            blocks.cprev[b] = rq.tail[q]
-            first = b
-            k = 1
-        if rq.tail[q] < 0:
-            rq.head[q] = first
-        rq.tail[q] = b
-        rq.nblocks[q] += k
-        need -= k
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def grow_request(rq, blocks, reps, th, tbs, bs, caching, r, q, num_tokens):
-    """Allocate blocks so the request holds `num_tokens` tokens of KV, and offer the blocks that
-    become full to the prefix cache. The caller checked that enough blocks are free."""
-    add_blocks(rq, blocks, reps, r, q, (num_tokens + bs - 1) // bs - rq.nblocks[q])
-    if caching:
-        full = num_tokens // bs
-        if full > rq.ncached[q]:
-            # The blocks to cache are the newest ones: walk back from the tail. A block whose key
-            # is the request's own waits until it is released unfinished (offer_own_blocks).
-            # Keys are the request's own from some block on: when that is the first to offer,
-            # every one waits and the walk is skipped.
-            defer = rq.preemptions[q] == 0
-            if not (defer and own_block(rq, tbs, q, rq.ncached[q], bs)):
-                b = rq.tail[q]
-                for j in range(rq.nblocks[q] - 1, rq.ncached[q] - 1, -1):
-                    if j < full and not (defer and own_block(rq, tbs, q, j, bs)):
-                        cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
-                    b = blocks.cprev[b]
-            rq.ncached[q] = full
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def own_block(rq, tbs, q, j, bs):
-    """Whether block j of request q has a key of its own (block_key_nb: past its hashed prefix),
-    which no other request can look up."""
-    end = (j + 1) * bs
-    return not (rq.hash_len[q] > 0 and end <= rq.hash_tokens[q] and (end - 1) // tbs < rq.hash_len[q])
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q):
-    """Before a request never preempted releases its blocks unfinished (preempted, or handed to a
-    decode replica), offer the prefix cache the full blocks with keys of its own that grow_request
-    held back. Only this request can look such a key up, and only once it has been released:
-    a request that finishes never does, so its own blocks are never hashed into the table (nor
-    deleted from it when they are reused), the probes that dominated a replay without shared
-    prefixes. Until its first release nothing else can put one of its keys in a table and its
-    blocks are held, so the table then maps the same keys to the same blocks as if each had
-    been offered when it filled (only the slots differ, which nothing reads)."""
-    if rq.preemptions[q] != 0:
-        return
-    b = rq.tail[q]
-    for j in range(rq.nblocks[q] - 1, rq.nhit[q] - 1, -1):
-        if j < rq.ncached[q] and own_block(rq, tbs, q, j, bs):
-            cache_block(blocks, reps, r, b, request_key(rq, th, tbs, q, j, bs))
-        b = blocks.cprev[b]
-
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def keys_unseen(rq, tbs, bs, q):
     """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
     its probe, a cache miss in a table of 24 bytes a block, is skipped): every key is its own
     (own_block holds from its first block on) and none was ever offered, which needs a release
-    unfinished: a preemption (offer_own_blocks, then grow_request as blocks fill) or a KV
-    transfer (offer_own_blocks when it completes)."""
+    unfinished: a preemption (free_request_blocks' offer, then grow_request as blocks fill) or
+    a KV transfer (free_request_blocks' offer when it completes)."""
     return rq.preemptions[q] == 0 and rq.xfers[q] == 0 and own_block(rq, tbs, q, 0, bs)
 
 
@@ -554,7 +503,6 @@ def prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q):
             break
         hits += 1
     return hits
-
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)

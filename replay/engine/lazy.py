@@ -34,7 +34,7 @@ from numba import njit
 
 from replay.engine.common import EV_FINISH, FINISHED
 from replay.engine.events import record
-from replay.engine.kvblocks import add_blocks, free_finished_blocks, grow_request
+from replay.engine.kvblocks import add_blocks, free_request_blocks, grow_request
 from replay.engine.queues import heap_pop, heap_push, heap_replace_top
 from replay.engine.sessions import release_next
 from replay.engine.state import C_FINISHED, C_OUTPUT
@@ -138,7 +138,7 @@ def finish_lazy(rq, blocks, reps, pools, ev, th, tbs, r, t):
 def finish_request(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     """Request q emitted its last token in the step that ended at t (a lazy one from the finish
     heap, any other from scheduling.finish_running): its blocks go back, its session goes on."""
-    free_finished_blocks(rq, blocks, reps, th, tbs, bs, pools.prefix_caching[reps.pool[r]] != 0, r, q)
+    free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q, False)
     rq.state[q] = FINISHED
     rq.finished[q] = t
     if WITH_SESSIONS:

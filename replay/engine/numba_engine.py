@@ -111,8 +111,9 @@ def make_blocks(layout: KvLayout) -> Blocks:
     construction for those active from the start, at `start_replica` for the others), so a
     fleet that may scale to hundreds of replicas does not write every one of them up front."""
     hsize = int(layout.tsize.sum())
-    # int32 block ids, links and counts: a chain walk reads 16 links a cache line, a take or a
-    # free touches half the bytes (2**31 blocks would be tens of terabytes of KV at the least)
+    # int32 block ids, links and counts: a walk of a request's blocks held by id reads 16 links a
+    # cache line, a take or a free touches half the bytes (2**31 blocks would be tens of
+    # terabytes of KV at the least)
     assert layout.total_blocks < 2**31
     return Blocks(
         ref=np.zeros(layout.total_blocks, np.int32),

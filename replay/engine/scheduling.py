@@ -25,7 +25,6 @@ from replay.engine.kvblocks import (
     free_request_blocks,
     grow_request,
     ht_find,
-    offer_own_blocks,
     prompt_hits,
     request_key,
     touch_block,
@@ -305,9 +304,7 @@ def preempt(rq, blocks, reps, pools, ev, th, tbs, bs, r, q, t):
     the step pays for); otherwise recompute (progress forgotten; returns 0)."""
     held = rq.nblocks[q]
     swapped = pools.swap[reps.pool[r]] != 0 and held <= reps.host_free[r]
-    if pools.prefix_caching[reps.pool[r]] != 0:
-        offer_own_blocks(rq, blocks, reps, th, tbs, bs, r, q)
-    free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+    free_request_blocks(rq, blocks, reps, th, tbs, bs, r, q, pools.prefix_caching[reps.pool[r]] != 0)
     if swapped:
         reps.host_free[r] -= held
         rq.swapped[q] = rq.computed[q]

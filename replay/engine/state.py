@@ -38,8 +38,8 @@ class Requests(NamedTuple):
     reject: np.ndarray
     qprev: np.ndarray  # waiting-queue links
     qnext: np.ndarray
-    tail: np.ndarray  # last of the request's own blocks (-1 = none)
-    head: np.ndarray  # first of its own blocks (read only while it has some: tail >= 0)
+    tail: np.ndarray  # last of the request's own blocks held by id (-1 = none)
+    counted_from: np.ndarray  # its blocks from this one on are held as a count (kvblocks.first_counted)
     nhit: np.ndarray  # leading blocks taken from the prefix cache
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
     ncached: np.ndarray  # leading blocks already offered to the cache

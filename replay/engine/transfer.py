@@ -11,7 +11,7 @@ from numba import njit
 
 from replay.engine.common import EV_ARRIVE, TRANSFERRING, WAITING
 from replay.engine.events import record, wake_idle
-from replay.engine.kvblocks import free_request_blocks, grow_request, offer_own_blocks
+from replay.engine.kvblocks import free_request_blocks, grow_request
 from replay.engine.queues import heap_pop, heap_push, wq_push_back
 from replay.engine.state import PD_BASE_US, PD_DECODE, PD_INFLIGHT, PD_LAYERS
 
@@ -106,9 +106,8 @@ def finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t):
     q = xheap_pop(pools)
     r = rq.preplica[q]
     d = rq.dreplica[q]
-    if pools.prefix_caching[reps.pool[r]] != 0:
-        offer_own_blocks(rq, blocks, reps, th, tbs, pools.block_size[reps.pool[r]], r, q)
-    free_request_blocks(rq, blocks, reps, th, tbs, pools.block_size[reps.pool[r]], r, q)
+    free_request_blocks(rq, blocks, reps, th, tbs, pools.block_size[reps.pool[r]], r, q,
+                        pools.prefix_caching[reps.pool[r]] != 0)
     reps.outgoing[r] -= 1
     if reps.nwait[r] > 0:
         wake_idle(reps, r, t)

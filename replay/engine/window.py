@@ -62,7 +62,7 @@ PROGRESS_FIELDS = {
     "replica": (-1, np.int64), "state": (PENDING, np.int8), "computed": (0, np.int64), "generated": (0, np.int64),
     "sched_new": (0, np.int64), "first_sched": (-1, np.int64), "first_token": (-1, np.int64),
     "finished": (-1, np.int64), "preemptions": (0, np.int64), "cached": (0, np.int64), "reject": (0, np.int8),
-    "qprev": (-1, np.int64), "qnext": (-1, np.int64), "tail": (-1, np.int64), "head": (-1, np.int64),
+    "qprev": (-1, np.int64), "qnext": (-1, np.int64), "tail": (-1, np.int64), "counted_from": (0, np.int64),
     "nhit": (0, np.int64), "nblocks": (0, np.int64), "ncached": (0, np.int64), "swapped": (0, np.int64),
     "dreplica": (-1, np.int64),
     "preplica": (-1, np.int64), "pf_start": (-1, np.int64), "pf_end": (-1, np.int64),

@@ -56,7 +56,7 @@ def test_preemption_and_prefix_hits_on_a_busy_replica():
 def test_a_preempted_request_hits_its_own_blocks_again(case):
     """A trace without prefix hashes: every block's key is its request's own, so a prefix-cache
     hit can only be a preempted request finding its own blocks again (the numba engine offers
-    those to the cache only when the request is released unfinished: kvblocks.offer_own_blocks)."""
+    those to the cache only when the request is released unfinished: kvblocks.free_request_blocks' offer)."""
     rng = np.random.default_rng(11)
     n = 80
     shape = dict(replicas=(2,), kv_blocks=(50,), max_num_seqs=(8,))
