@@ -307,6 +307,11 @@ def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
     )
 
 
+_NO_EVENTS = {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
+for _empty in _NO_EVENTS.values():
+    _empty.flags.writeable = False
+
+
 class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
@@ -471,8 +476,10 @@ class NumbaEngine:
     def take_events(self) -> dict[str, np.ndarray]:
         self._drain()
         chunks, self._chunks = self._chunks, []
-        if not chunks:
-            return {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
+        if not chunks:  # most ticks': one read-only empty array per column, not five new ones
+            return dict(_NO_EVENTS)
+        if len(chunks) == 1:
+            return chunks[0]
         return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
     def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
