@@ -69,10 +69,10 @@ def scrape_nb(snap, prev_snap, has_prev, states, prev_states, ids, bounds, dt_us
     sums[p] = its rows of `snap` summed; counts[p, s] = its replicas in state s; means[2p] =
     the mean over its active replicas of used / max(total, 1) KV blocks, means[2p + 1] over its
     serving ones (active or draining) of the busy time since `prev_snap` (all of it if
-    `has_prev` is 0) over dt_us, within [0, 1]; a mean of none is 0.0. Returns how many of the pools' replicas
-    are active now and were starting at the last tick (`prev_states`). `scratch`: float64, at
-    least as long as `ids`."""
-    woke = 0
+    `has_prev` is 0) over dt_us, within [0, 1]; a mean of none is 0.0. Returns how many of the
+    pools' replicas are active now and were starting at the last tick (`prev_states`), and how
+    many are draining. `scratch`: float64, at least as long as `ids`."""
+    woke = draining = 0
     cols = snap.shape[1]
     for p in range(len(bounds) - 1):
         for c in range(cols):
@@ -86,6 +86,7 @@ def scrape_nb(snap, prev_snap, has_prev, states, prev_states, ids, bounds, dt_us
                 sums[p, c] += snap[r, c]
             state = states[r]
             counts[p, state] += 1
+            draining += state == R_DRAINING
             if state == R_ACTIVE:
                 woke += prev_states[r] == R_STARTING
                 scratch[bounds[p] + nkv] = snap[r, KV_USED] / max(snap[r, KV_TOTAL], 1)
@@ -99,7 +100,7 @@ def scrape_nb(snap, prev_snap, has_prev, states, prev_states, ids, bounds, dt_us
                 scratch[bounds[p] + nbusy] = min(max(busy / dt_us, 0.0), 1.0)
                 nbusy += 1
         means[2 * p + 1] = pairwise_sum_nb(scratch, bounds[p], nbusy) / nbusy if nbusy else 0.0
-    return woke
+    return woke, draining
 
 
 class Scrape:
@@ -114,11 +115,13 @@ class Scrape:
         self.scratch = np.zeros(len(self.ids))
 
     def read(self, snap: np.ndarray, prev_snap: np.ndarray | None, states: np.ndarray, prev_states: np.ndarray,
-             dt_us: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(sums [pool, column], counts [pool, state], replicas that woke); `self.means` the means."""
+             dt_us: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """(sums [pool, column], counts [pool, state], replicas that woke, replicas draining);
+        `self.means` the means."""
         npool = len(self.bounds) - 1
         sums = np.empty((npool, self.columns), np.int64)
         counts = np.empty((npool, self.states), np.int64)
-        woke = scrape_nb(snap, snap if prev_snap is None else prev_snap, np.int64(prev_snap is not None), states, prev_states,
-                         self.ids, self.bounds, np.int64(dt_us), sums, counts, self.means, self.scratch)
-        return sums, counts, int(woke)
+        has_prev = np.int64(prev_snap is not None)
+        woke, draining = scrape_nb(snap, snap if prev_snap is None else prev_snap, has_prev, states, prev_states,
+                                   self.ids, self.bounds, np.int64(dt_us), sums, counts, self.means, self.scratch)
+        return sums, counts, woke, draining

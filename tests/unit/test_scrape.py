@@ -37,7 +37,7 @@ def test_a_large_pool_reads_as_numpy_gathers_it(n, seed):
     ids = rng.permutation(n)
     dt = 1_000_000
     scrape = Scrape([ids], cols)
-    sums, counts, woke = scrape.read(snap, prev, states, prev_states, dt)
+    sums, counts, woke, draining = scrape.read(snap, prev, states, prev_states, dt)
     active = ids[states[ids] == R_ACTIVE]
     serving = ids[(states[ids] == R_ACTIVE) | (states[ids] == R_DRAINING)]
     kv = snap[active, KV_USED] / np.maximum(snap[active, KV_TOTAL], 1)
@@ -45,5 +45,6 @@ def test_a_large_pool_reads_as_numpy_gathers_it(n, seed):
     assert sums.tolist() == [snap.sum(axis=0).tolist()]
     assert counts.tolist() == [np.bincount(states, minlength=4).tolist()]
     assert woke == int(((states == R_ACTIVE) & (prev_states == R_STARTING)).sum())
+    assert draining == int((states == R_DRAINING).sum())
     assert scrape.means.tobytes() == np.array([kv.mean() if len(kv) else 0.0,
                                                busy.mean() if len(busy) else 0.0]).tobytes()
