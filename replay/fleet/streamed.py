@@ -243,7 +243,7 @@ def simulate_streamed(batches: TraceBatches, trace_block_tokens: int | None, cfg
     if stream is None:
         raise InvariantViolation("a streamed replay hands its rows over as they leave the engine")
     last = requests.last_arrival_us
-    loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last, last + round(cfg.max_drain_s * 1e6),
+    loop = TickLoop(eng, control, len(plans), tick_us, last, last + round(cfg.max_drain_s * 1e6),
                     progress=progress)
     loop.run()
     stream.flush(eng)

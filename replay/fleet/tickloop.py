@@ -25,7 +25,7 @@ class TickLoop:
     engine's own (requests held at a pool placed on a replica it started), one batch per tick,
     so that a pool worker can say where they fall among another worker's (parallel.py)."""
 
-    def __init__(self, eng: Engine, control: FleetControl, replica_pool: np.ndarray, num_pools: int, tick_us: int,
+    def __init__(self, eng: Engine, control: FleetControl, num_pools: int, tick_us: int,
                  last_arrival_us: int, limit_us: int, *, progress: Callable[[int, int], None] | None = None,
                  on_tick: Callable[..., None] | None = None, host_events: bool = False):
         self.eng, self.control = eng, control
