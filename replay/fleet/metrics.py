@@ -246,6 +246,7 @@ def _span_percentiles(requests: pl.LazyFrame, t: np.ndarray, window: np.int64) -
     # first tokens are ordered does not matter: a window holds all of them or none.
     by_time = np.argsort(first, kind="stable")
     first = first[by_time]
+    first.flags.writeable = False  # as polars hands a column over: the kernel's one signature (engine/prebuild.py)
     ttft_ms = firsts["ttft_us"].to_numpy().astype(np.float64)[by_time]
     del firsts, by_time
     ttft_ms /= 1000.0  # in place (numpy's division: polars' may round differently)
