@@ -27,6 +27,7 @@ _KERNEL_SOURCES = (
     "engine/loop.py",
     "model/stepmodel.py",
     "fleet/metrics.py",
+    "fleet/scrape.py",
 )
 # The per-step policies' kernels (policies/<family>/*.py) are inlined into the engine's too.
 _POLICY_KERNEL_DIRS = ("routers", "victims", "queue_orders", "admission")

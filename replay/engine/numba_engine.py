@@ -308,6 +308,12 @@ def make_events(inputs: EngineInputs, event_capacity: int) -> Events:
     )
 
 
+_NEVER = np.iinfo(np.int64).max
+_NO_EVENTS = {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
+for _empty in _NO_EVENTS.values():
+    _empty.flags.writeable = False
+
+
 class NumbaEngine:
     """The `Engine` over the numba kernels."""
 
@@ -336,6 +342,8 @@ class NumbaEngine:
         self._chunks: list[dict[str, np.ndarray]] = []
         self._entries: dict = {}
         self.now = 0
+        # No replica starts before start_replica (routing may promote one first: then this is early)
+        self._next_active_at = _NEVER
 
     @property
     def th(self) -> np.ndarray:
@@ -474,14 +482,21 @@ class NumbaEngine:
     def take_events(self) -> dict[str, np.ndarray]:
         self._drain()
         chunks, self._chunks = self._chunks, []
-        if not chunks:
-            return {k: np.zeros(0, np.int64) for k in ("t_us", "kind", "replica", "request", "value")}
+        if not chunks:  # most ticks': one read-only empty array per column, not five new ones
+            return dict(_NO_EVENTS)
+        if len(chunks) == 1:
+            return chunks[0]
         return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
     def replica_lifecycle(self) -> tuple[np.ndarray, np.ndarray]:
-        # Promote replicas whose loading finished by now, as routing would.
-        starting = (self.reps.state == R_STARTING) & (self.reps.active_at <= self.now)
-        self.reps.state[starting] = R_ACTIVE
+        # Promote replicas whose loading finished by now, as routing would; looked for only once
+        # one may be due (most ticks' control plane calls this with none starting).
+        if self.now >= self._next_active_at:
+            starting = self.reps.state == R_STARTING
+            due = starting & (self.reps.active_at <= self.now)
+            self.reps.state[due] = R_ACTIVE
+            later = self.reps.active_at[starting & ~due]
+            self._next_active_at = int(later.min()) if len(later) else _NEVER
         return self.reps.state.copy(), self.reps.active_at.copy()
 
     def start_replica(self, r: int, active_at_us: int) -> None:
@@ -490,6 +505,7 @@ class NumbaEngine:
         reset_replica_nb(self.blocks, self.reps, r)
         self.reps.state[r] = R_STARTING
         self.reps.active_at[r] = active_at_us
+        self._next_active_at = min(self._next_active_at, int(active_at_us))
         # The requests held at its pool now wait on it; each placement records at most one event,
         # so they go in batches that fit the event buffer.
         p = np.int64(self.reps.pool[r])

@@ -51,13 +51,16 @@ HELPER = (
     ("replay.engine.routing", "refresh_views", (*_QUIET, "int64"), "policies"),
 )
 # ... and while advance_nb is compiled: the kernels the host calls, advance_nb's entry (its
-# address an int64), the engine's and the run's metrics (fleet/metrics.py `_window_stats`).
+# address an int64), the engine's and the run's metrics (fleet/metrics.py `_window_stats`), the
+# control plane's scrape (fleet/scrape.py).
 HOST = (
     ("replay.engine.loop", "enter_nb", ("int64", *_STATE, "int64"), None),
     ("replay.engine.loop", "snapshot_nb", ("reps", "int64", "counts"), None),
     ("replay.engine.lazy", "sync_lazy_nb", ("rq", "reps"), None),
     ("replay.fleet.metrics", "_window_percentiles_ranked", ("times", "floats", "ints", "ints", "int64", "floats"),
      None),
+    ("replay.fleet.scrape", "scrape_nb", ("counts", "counts", "int64", "ints", "ints", "ints", "ints", "int64",
+                                          "counts", "counts", "floats", "floats"), None),
 )
 # This process's share, before advance_nb's compile.
 OWN = (
@@ -236,6 +239,7 @@ def _helper_main() -> None:
     numba.config.CACHE_DIR = sys.argv[1]  # before any kernel is defined, the policies' included
     import replay.engine.loop  # noqa: F401 - the engine's kernels and the policies', while the parent imports
     import replay.fleet.metrics  # noqa: F401
+    import replay.fleet.scrape  # noqa: F401
 
     payload = sys.stdin.buffer.read()
     if not payload:

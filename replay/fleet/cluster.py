@@ -499,7 +499,7 @@ def simulate(
     control = make_control(plans, inputs, cfg, tick_us)
     control.start(eng)
     stream = stream_rows(eng, rows, frame, plans, pool_index, inputs, cfg) if on_tick is None and not closed else None
-    loop = TickLoop(eng, control, inputs.replica_pool, len(plans), tick_us, last_arrival,
+    loop = TickLoop(eng, control, len(plans), tick_us, last_arrival,
                     last_arrival + round(cfg.max_drain_s * 1e6), progress=progress, on_tick=on_tick)
     loop.run()
     if stream is not None:

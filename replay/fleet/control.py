@@ -17,6 +17,7 @@ import numpy as np
 
 from policies.api import Decision, PoolMetrics, ReplicaModel, ScalingContext
 from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING, SNAPSHOT_COLUMNS, Engine
+from replay.fleet.scrape import Scrape
 
 COL = {name: k for k, name in enumerate(SNAPSHOT_COLUMNS)}
 
@@ -74,7 +75,8 @@ class FleetControl:
         self.events = ControlEvents()
         self.prev_state = np.full(num_replicas, R_OFF, np.int64)
         self.prev_snap: np.ndarray | None = None
-        self.prev_sums: np.ndarray | None = None  # prev_snap summed per pool
+        self.sums: np.ndarray | None = None  # the last tick's snapshot summed per pool
+        self.prev_sums: np.ndarray | None = None  # prev_snap's
         # Per pool, its arrivals' times and prompt and output tokens, to report mean request sizes
         # (each tick sums its own; a pool that sees every request reads the inputs' arrays, not
         # copies: a day's would be 24 bytes a request). A prefill pool sees the arrivals of its
@@ -92,13 +94,13 @@ class FleetControl:
         self.closed_loop = closed_loop
         self._sees = {pc.index: (sees_arrivals_of or {}).get(pc.index, pc.index) for pc in pools}
         self._arrived = self._arrived_prev = np.zeros((len(pools), 3), np.int64)
-        # Each pool's replicas as a slice where they are contiguous (every fleet's are: one view,
-        # not a gather, per read); replicas by (pool, state) in one bincount over `_code`.
-        self._sel = [_as_slice(pc.slots) for pc in pools]
+        # Replicas by (pool, state) in one bincount over `_code` (billed_gpus, after a tick's own calls).
         self._all = np.concatenate([pc.slots for pc in pools]) if pools else np.zeros(0, np.int64)
         self._code = np.repeat(np.arange(len(pools), dtype=np.int64) * 4, [len(pc.slots) for pc in pools])
         self._sizes = np.array([len(pc.slots) for pc in pools], np.int64)
         self._gpus = np.array([pc.gpus_per_replica for pc in pools], np.int64)
+        self._scrape = Scrape([pc.slots for pc in pools], len(SNAPSHOT_COLUMNS))
+        self._prev_counts: np.ndarray | None = None  # by_state(prev_state), when known
         # Per pool, where its arrivals up to `last_t` end (times[:cursor] <= last_t): each tick
         # searches only for its own end.
         self._cursor = {pc.index: (0, int(np.searchsorted(self._seen[pc.index][0], 0, side="right")))
@@ -113,40 +115,40 @@ class FleetControl:
             pc.desired = int((states[pc.slots] != R_OFF).sum())
         self.prev_state = states
 
-    def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None,
-             sums: np.ndarray | None = None) -> np.ndarray:
+    def tick(self, t: int, eng: Engine, snap: np.ndarray, counters: dict[str, np.ndarray] | None = None
+             ) -> np.ndarray:
         """Run the control plane at t; returns replicas by state per pool [pool, 4 states] as
         they were at t, before this tick's decisions (what a dashboard scraped at t shows).
         `counters`: the engine's pool counters at t (`Engine.pool_counters`; read here if not given):
         requests held at each pool on no replica yet, and in closed loop the arrivals so far.
-        `sums`: the snapshot summed over each pool's replicas [pool, column] (the tick loop's row;
-        summed here if not given)."""
+        After it, `self.sums` is the snapshot summed over each pool's replicas [pool, column]."""
         c = eng.pool_counters() if counters is None else counters
-        if sums is None:
-            sums = np.array([snap[sel].sum(axis=0) for sel in self._sel], np.int64)
-            sums = sums.reshape(len(self.pools), snap.shape[1])
         held = c["held"]
         if self.closed_loop:
             self._arrived = np.stack([c["arrivals"], c["arrived_prompt_tokens"], c["arrived_output_tokens"]], axis=1)
         states, active_at = eng.replica_lifecycle()
-        woke = (states == R_ACTIVE) & (self.prev_state == R_STARTING)
-        if woke.any():
+        # the pools' sums, replicas by state and scrape means, and the wake-ups, in one kernel call
+        self.sums, counts, woke, draining = self._scrape.read(snap, self.prev_snap, states, self.prev_state,
+                                                              t - self.last_t)
+        if woke:
+            woke_at = (states == R_ACTIVE) & (self.prev_state == R_STARTING)
             for pc in self.pools:
-                for r in pc.slots[woke[pc.slots]]:
+                for r in pc.slots[woke_at[pc.slots]]:
                     self.events.add(active_at[r], pc.name, r, "replica_active", "weights loaded; taking requests")
         logged = len(self.events.t_us)  # (logging a wake changes no state)
-        counts = self.by_state(states)
-        draining = bool((states == R_DRAINING).any())
         for pc in self.pools:
             for r in pc.slots[states[pc.slots] == R_DRAINING] if draining else ():
                 if eng.idle(int(r)):
                     eng.retire_replica(int(r))
                     self.events.add(t, pc.name, r, "replica_gone", "drained")
             if pc.decide is not None:
-                self._scale(pc, t, eng, states, snap, int(held[pc.index]), counts[pc.index], sums)
+                self._scale(pc, t, eng, states, snap, int(held[pc.index]), counts[pc.index])
         # Only the control plane's own calls (each logged) change replica states after the first read.
-        self.prev_state = states if len(self.events.t_us) == logged else eng.replica_lifecycle()[0]
-        self.prev_snap, self.prev_sums = snap, sums
+        if len(self.events.t_us) == logged:
+            self.prev_state, self._prev_counts = states, counts
+        else:
+            self.prev_state, self._prev_counts = eng.replica_lifecycle()[0], None
+        self.prev_snap, self.prev_sums = snap, self.sums
         self._arrived_prev = self._arrived
         self.last_t = t
         return counts
@@ -157,29 +159,18 @@ class FleetControl:
 
     def billed_gpus(self) -> np.ndarray:
         """GPUs per pool that cost money from now until the next tick: every replica not OFF."""
-        return (self._sizes - self.by_state(self.prev_state)[:, R_OFF]) * self._gpus
+        counts = self.by_state(self.prev_state) if self._prev_counts is None else self._prev_counts
+        return (self._sizes - counts[:, R_OFF]) * self._gpus
 
     # --- autoscaling ---------------------------------------------------------------------------
 
-    def _metrics(self, pc: PoolControl, t: int, states: np.ndarray, snap: np.ndarray, held: int,
-                 counts: np.ndarray, sums: np.ndarray) -> PoolMetrics:
+    def _metrics(self, pc: PoolControl, t: int, held: int, counts: np.ndarray) -> PoolMetrics:
         """The pool's scrape at t. Sums come from the pool's rows (integers: exact in any order);
         the two means are over the pool's replicas in id order, as numpy's mean sums them (the
-        same floats as gathering them by id)."""
-        sel = self._sel[pc.index]
-        now = snap[sel]
-        state = states[sel]
-        active = state == R_ACTIVE
-        serving = active | (state == R_DRAINING)
+        same floats as gathering them by id: replay/fleet/scrape.py)."""
         dt_s = (t - self.last_t) / 1e6
-        total = sums[pc.index]
+        total = self.sums[pc.index]
         grew = total - self.prev_sums[pc.index] if self.prev_sums is not None else total
-        kv = now[active, COL["kv_used_blocks"]] / np.maximum(now[active, COL["kv_total_blocks"]], 1)
-        busy = now[serving, COL["busy_us"]]
-        if self.prev_snap is not None:
-            busy = busy - self.prev_snap[sel][serving, COL["busy_us"]]
-        # np.clip's floats (no -0.0 to tell apart: an integer over a positive one), without its wrapper
-        busy = np.minimum(np.maximum(busy / (t - self.last_t), 0.0), 1.0)
         n, prompt_tokens, output_tokens = self._arrivals_since_last(pc, t)
         return PoolMetrics(
             now_us=t,
@@ -191,8 +182,8 @@ class FleetControl:
             # handles in `total_num_requests`: they are what scales a pool up from zero.
             waiting=int(total[COL["waiting"]]) + held,
             running=int(total[COL["running"]]),
-            kv_usage=_mean(kv),
-            gpu_busy=_mean(busy),
+            kv_usage=float(self._scrape.means[2 * pc.index]),
+            gpu_busy=float(self._scrape.means[2 * pc.index + 1]),
             arrivals_per_s=n / dt_s,
             prompt_tokens_per_s=float(grew[COL["prefill_tokens"]]) / dt_s,
             output_tokens_per_s=float(grew[COL["output_tokens"]]) / dt_s,
@@ -210,14 +201,16 @@ class FleetControl:
         times, prompt, output = self._seen[pc.index]
         at, lo = self._cursor[pc.index]
         if at != self.last_t:  # not read at the last tick
-            lo = int(np.searchsorted(times, self.last_t, side="right"))
-        hi = int(np.searchsorted(times, t, side="right"))
+            lo = int(times.searchsorted(self.last_t, side="right"))
+        hi = int(times.searchsorted(t, side="right"))
         self._cursor[pc.index] = (t, hi)
-        return hi - lo, int(prompt[lo:hi].sum(dtype=np.int64)), int(output[lo:hi].sum(dtype=np.int64))
+        # (the ufunc's reduce and the method: numpy's Python wrappers of sum and searchsorted cost more)
+        prompt_tokens = int(np.add.reduce(prompt[lo:hi], dtype=np.int64))
+        return hi - lo, prompt_tokens, int(np.add.reduce(output[lo:hi], dtype=np.int64))
 
     def _scale(self, pc: PoolControl, t: int, eng: Engine, states: np.ndarray, snap: np.ndarray, held: int,
-               counts: np.ndarray, sums: np.ndarray) -> None:
-        pc.scrapes.append(self._metrics(pc, t, states, snap, held, counts, sums))
+               counts: np.ndarray) -> None:
+        pc.scrapes.append(self._metrics(pc, t, held, counts))
         while len(pc.scrapes) > pc.scrape_delay_ticks + 1:
             pc.scrapes.popleft()
         ctx = ScalingContext(
@@ -251,19 +244,6 @@ class FleetControl:
                 eng.drain_replica(int(r))
                 self.events.add(t, pc.name, r, "replica_draining", "scale-down: no new requests")
         pc.desired = target
-
-
-def _mean(values: np.ndarray) -> float:
-    """np.mean's float (its pairwise sum over the count) without its Python wrapper; 0 when empty."""
-    return float(np.add.reduce(values)) / len(values) if len(values) else 0.0
-
-
-def _as_slice(slots: np.ndarray) -> slice | np.ndarray:
-    """`slots` as the slice it spans when they are consecutive ids (the same replicas, in the same
-    order, read as a view), else the ids."""
-    if len(slots) and np.array_equal(slots, np.arange(slots[0], slots[0] + len(slots))):
-        return slice(int(slots[0]), int(slots[0]) + len(slots))
-    return slots
 
 
 def _show(value) -> str:

@@ -346,7 +346,7 @@ def _work(conn, clock, k: int, group: Group, run: _Run) -> None:
         def tell(t: int, _: int) -> None:
             clock[k] = t
 
-        loop = TickLoop(eng, control, group.inputs.replica_pool, run.num_pools, run.tick_us, run.last_arrival_us,
+        loop = TickLoop(eng, control, run.num_pools, run.tick_us, run.last_arrival_us,
                         run.limit_us, progress=tell, host_events=True)
         while not loop.tick():
             loop.check_drain()

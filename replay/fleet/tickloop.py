@@ -25,21 +25,14 @@ class TickLoop:
     engine's own (requests held at a pool placed on a replica it started), one batch per tick,
     so that a pool worker can say where they fall among another worker's (parallel.py)."""
 
-    def __init__(self, eng: Engine, control: FleetControl, replica_pool: np.ndarray, num_pools: int, tick_us: int,
+    def __init__(self, eng: Engine, control: FleetControl, num_pools: int, tick_us: int,
                  last_arrival_us: int, limit_us: int, *, progress: Callable[[int, int], None] | None = None,
                  on_tick: Callable[..., None] | None = None, host_events: bool = False):
         self.eng, self.control = eng, control
         self.tick_us, self.last_arrival_us, self.limit_us = tick_us, last_arrival_us, limit_us
         self.num_pools = num_pools  # of the whole fleet: the drain bound counts its rows
         self.progress, self.on_tick = progress, on_tick
-        # one-hot [replica, pool]: turns a per-replica snapshot into per-pool sums in one product
-        membership = np.zeros((len(replica_pool), len(control.pools)), np.int64)
-        membership[np.arange(len(replica_pool)), replica_pool] = 1
-        self.membership_t = np.ascontiguousarray(membership.T)  # [pool, replica]
-        self.snapshots: list[np.ndarray] = []
-        self.pool_counts: list[np.ndarray] = []
-        self.by_state: list[np.ndarray] = []
-        self.billed: list[np.ndarray] = []
+        self.rows = TickRows(len(control.pools))
         self.events: list[dict[str, np.ndarray]] = []
         self.host: list[dict[str, np.ndarray]] | None = [] if host_events else None
         self.control_marks = [len(control.events.t_us)]  # control events logged by the start, then by each tick
@@ -49,29 +42,24 @@ class TickLoop:
         """Advance one tick; True when the run may end here: every request done after the last
         arrival, or the drain allowance spent."""
         eng, control = self.eng, self.control
-        self.billed.append(control.billed_gpus())  # what the interval (t, t + tick] costs
+        gpus = control.billed_gpus()  # what the interval (t, t + tick] costs
         self.t += self.tick_us
         t = self.t
         eng.advance(t)
         snap = eng.snapshot(t)
-        sums = self.membership_t @ snap  # [pool, column]
         pc = eng.pool_counters()
-        # Requests held at a pool (no replica to wait on yet) are waiting too: the pool's
-        # `waiting` counts them, and `held` says how many of them are.
-        self.snapshots.append(sums.copy())
-        self.snapshots[-1][:, WAITING] += pc["held"]
-        # np.stack(..., axis=1)'s rows, in a tenth of its time
-        self.pool_counts.append(np.array([pc["arrivals"], pc["rejected"], pc["held"]]).T)
         self.events.append(eng.take_events())
-        self.by_state.append(control.tick(t, eng, snap, pc, sums))
+        states = control.tick(t, eng, snap, pc)
+        self.rows.add(control.sums, pc, states, gpus)
         self.control_marks.append(len(control.events.t_us))
         if self.host is not None:
             self.host.append(eng.take_events())
         if self.progress is not None:
             self.progress(t, self.last_arrival_us)  # past the last arrival: the fleet drains
         if self.on_tick is not None:
-            self.on_tick(t_us=t, end_us=self.last_arrival_us, pools=self.snapshots[-1], counts=self.pool_counts[-1],
-                         states=self.by_state[-1], gpus=self.billed[-1], events=self.events[-1],
+            rows = self.rows
+            self.on_tick(t_us=t, end_us=self.last_arrival_us, pools=rows.pools[-1].copy(),
+                         counts=rows.counts[-1].copy(), states=states, gpus=gpus, events=self.events[-1],
                          control_events=control.events, request_columns=eng.request_columns)
         return (t >= self.last_arrival_us and eng.done) or t >= self.limit_us
 
@@ -90,13 +78,59 @@ class TickLoop:
             gc.unfreeze()
 
     def check_drain(self) -> None:
-        check_drain(len(self.snapshots), self.num_pools, self.tick_us, self.last_arrival_us)
+        check_drain(self.rows.n, self.num_pools, self.tick_us, self.last_arrival_us)
 
     def tick_arrays(self) -> dict[str, np.ndarray]:
-        return tick_arrays(self.snapshots, self.pool_counts, self.by_state, self.billed, self.tick_us)
+        rows = self.rows
+        return tick_arrays(rows.pools, rows.counts, rows.states, rows.gpus, self.tick_us)
 
     def engine_events(self) -> dict[str, np.ndarray]:
         return concat_events(self.events)
+
+
+class TickRows:
+    """Each tick's rows per pool, in arrays that double when full (a day's 86,400 ticks kept as
+    lists of small arrays cost an allocation or four each, and a stack at the end): `pools`
+    [tick, pool, snapshot column] (the pool's sums; `waiting` counts the requests held at it,
+    on no replica yet, too), `counts` [tick, pool, (arrivals, rejected, held)], `states` [tick,
+    pool, replica state], `gpus` [tick, pool]: views of the ticks so far."""
+
+    def __init__(self, num_pools: int, capacity: int = 1024):
+        self.n = 0
+        self._pools = np.zeros((capacity, num_pools, len(SNAPSHOT_COLUMNS)), np.int64)
+        self._counts = np.zeros((capacity, num_pools, 3), np.int64)
+        self._states = np.zeros((capacity, num_pools, 4), np.int64)
+        self._gpus = np.zeros((capacity, num_pools), np.int64)
+
+    def add(self, sums: np.ndarray, counters: dict[str, np.ndarray], states: np.ndarray, gpus: np.ndarray) -> None:
+        if self.n == len(self._gpus):
+            self._pools, self._counts, self._states, self._gpus = (
+                np.concatenate((a, np.zeros_like(a))) for a in (self._pools, self._counts, self._states, self._gpus))
+        k = self.n
+        row = self._pools[k]
+        row[...] = sums
+        row[:, WAITING] += counters["held"]
+        counts = self._counts[k]
+        counts[:, 0], counts[:, 1], counts[:, 2] = counters["arrivals"], counters["rejected"], counters["held"]
+        self._states[k] = states
+        self._gpus[k] = gpus
+        self.n = k + 1
+
+    @property
+    def pools(self) -> np.ndarray:
+        return self._pools[: self.n]
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self._counts[: self.n]
+
+    @property
+    def states(self) -> np.ndarray:
+        return self._states[: self.n]
+
+    @property
+    def gpus(self) -> np.ndarray:
+        return self._gpus[: self.n]
 
 
 def concat_events(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ tick_s that would fit; and the per-tick rows the cluster loop collected, as RawR
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -67,12 +68,14 @@ def _tick_s_that_fits(seconds: float, pools: int) -> float:
     return float(f"{digit * scale:.6g}")
 
 
-def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_state: list[np.ndarray],
-                billed: list[np.ndarray], tick_us: int) -> dict[str, np.ndarray]:
-    """RawRun.ticks from the per-tick rows the loop collected: each column [tick, pool]."""
-    per_pool = np.stack(snapshots)  # [tick, pool, column]
-    counts = np.stack(pool_counts)
-    states = np.stack(by_state)  # [tick, pool, replica state]
+def tick_arrays(snapshots: Sequence[np.ndarray] | np.ndarray, pool_counts: Sequence[np.ndarray] | np.ndarray,
+                by_state: Sequence[np.ndarray] | np.ndarray, billed: Sequence[np.ndarray] | np.ndarray,
+                tick_us: int) -> dict[str, np.ndarray]:
+    """RawRun.ticks from the per-tick rows the cluster loop collected (each a [tick, ...] array,
+    or a list of a tick's rows): each column [tick, pool]."""
+    per_pool = _stacked(snapshots)  # [tick, pool, column]
+    counts = _stacked(pool_counts)
+    states = _stacked(by_state)  # [tick, pool, replica state]
     ticks = {name: per_pool[:, :, k] for k, name in enumerate(SNAPSHOT_COLUMNS)}
     ticks["arrivals"], ticks["rejected"], ticks["held"] = counts[:, :, 0], counts[:, :, 1], counts[:, :, 2]
     ntick, npool = per_pool.shape[:2]
@@ -80,5 +83,9 @@ def tick_arrays(snapshots: list[np.ndarray], pool_counts: list[np.ndarray], by_s
     ticks["replicas_loading"] = states[:, :, R_STARTING]
     ticks["replicas_active"] = states[:, :, R_ACTIVE]
     ticks["replicas_draining"] = states[:, :, R_DRAINING]
-    ticks["gpus"] = np.stack(billed)
+    ticks["gpus"] = _stacked(billed)
     return ticks
+
+
+def _stacked(rows: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    return rows if isinstance(rows, np.ndarray) else np.stack(rows)

@@ -1,7 +1,6 @@
-"""The control plane's scrape of a pool (replay/fleet/control.py): read from per-pool sums and one
-view of the pool's replicas, it is what reading each replica by id gave before issue 15, float for
-float, whether the tick loop hands it the sums or it sums the snapshot itself, and whatever order
-the pool's replica ids come in."""
+"""The control plane's scrape of a pool (replay/fleet/control.py): read from per-pool sums and
+means one kernel call makes (replay/fleet/scrape.py), it is what reading each replica by id gave
+before issue 15, float for float, whatever order the pool's replica ids come in."""
 
 from __future__ import annotations
 
@@ -75,13 +74,13 @@ def fleets(draw):
     arrivals = np.sort(np.array(draw(st.lists(st.integers(0, ticks * tick_us), max_size=40)), np.int64))
     tokens = np.array(draw(st.lists(st.integers(1, 8192), min_size=len(arrivals), max_size=len(arrivals))), np.int32)
     held = np.array(draw(st.lists(st.integers(0, 5), min_size=len(sizes), max_size=len(sizes))), np.int64)
-    return slots, states, tick_us, snaps, arrivals, tokens, held, draw(st.booleans())
+    return slots, states, tick_us, snaps, arrivals, tokens, held
 
 
 @settings(max_examples=150, deadline=None)
 @given(fleets())
 def test_scrape_is_the_gathered_one(fleet):
-    slots, states, tick_us, snaps, arrivals, tokens, held, loop_sums = fleet
+    slots, states, tick_us, snaps, arrivals, tokens, held = fleet
     seen = []
     pools = [PoolControl(i, f"p{i}", s, 1, tick_us, decide=lambda ctx: seen.append(ctx.metrics) or Decision(
         ctx.desired, None), policy="recorder", max_replicas=len(states)) for i, s in enumerate(slots)]
@@ -97,11 +96,12 @@ def test_scrape_is_the_gathered_one(fleet):
     for k, snap in enumerate(snaps):
         t, last_t = (k + 1) * tick_us, k * tick_us
         seen.clear()
-        counts = control.tick(t, eng, snap, eng.pool_counters(), membership @ snap if loop_sums else None)
+        counts = control.tick(t, eng, snap, eng.pool_counters())
         want = [reference_scrape(s, t, last_t, states, snap, prev, int(held[i]), arrivals, tokens, tokens)
                 for i, s in enumerate(slots)]
         assert [_bits(m) for m in seen] == [_bits(m) for m in want]
         assert counts.tolist() == [np.bincount(states[s], minlength=4).tolist() for s in slots]
+        assert control.sums.tolist() == (membership @ snap).tolist()
         assert control.billed_gpus().tolist() == [int((states[s] != R_OFF).sum()) for s in slots]
         prev = snap
 

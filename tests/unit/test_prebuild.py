@@ -40,7 +40,7 @@ def _typed_afresh(kernel, sig):
     fresh.compile(sig)
 
 
-_HOST_CALLED = ("enter_nb", "snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked")
+_HOST_CALLED = ("enter_nb", "snapshot_nb", "sync_lazy_nb", "_window_percentiles_ranked", "scrape_nb")
 
 
 @pytest.mark.parametrize("variant", ["plain", "full"])
