@@ -107,8 +107,8 @@ def replay_trace(
     rows are spilled as they are made (replay/outputs/rows.py; default: the system's temp folder)."""
     started = time.perf_counter()
     # requests.parquet's metadata, known before its rows: a large run's file is made as they come
-    rows = RequestRows(spill_dir, metadata=file_metadata({"version": tool_version(), "config_sha256": cfg.sha256(),
-                                                          "trace_sha256": trace.sha256}))
+    ids = {"version": tool_version(), "config_sha256": cfg.sha256(), "trace_sha256": trace.sha256}
+    rows = RequestRows(spill_dir, metadata=file_metadata(ids))
     run = dict(engine=engine, detailed_events=detailed_events, progress=progress, config_source=config_source,
                jobs=jobs, rows=rows)
     trace, raw = _simulate(trace, cfg, plans, on_tick, run)
@@ -129,13 +129,13 @@ def replay_trace(
         **summary["fleet"],
         "sim_span_s": round(span_s, 3),
         "engine": engine,
-        "config_sha256": cfg.sha256(),
+        "config_sha256": ids["config_sha256"],
         "trace_sha256": trace.sha256,
         "trace": str(trace.source),
         "trace_rows": trace.rows,
         "trace_dropped": dict(trace.dropped),
         "trace_reordered": trace.reordered,
-        "version": tool_version(),
+        "version": ids["version"],
         "pools": summary["pools"],
         "workloads": summary["workloads"],
         "pool_plans": {

@@ -217,12 +217,21 @@ class _ParquetStream:
         self._raise_failure()
 
     def abort(self) -> None:
-        """Stop the sink without waiting for it (the rows were dropped, or the process exits)."""
+        """Stop the sink and wait for it (the rows were dropped, or the process exits): a daemon
+        thread still inside polars' sink when the interpreter finalises aborts the process
+        (glibc: "FATAL: exception not rethrown", exit 134 in place of 2 or 130)."""
         self._aborted = True
+        while True:  # room for the end mark: the sink takes it (or a frame) and stops
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
         try:
             self._queue.put_nowait(None)
         except queue.Full:
             pass
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
 
     def _raise_failure(self) -> None:
         if self._error is None and self._thread.is_alive():

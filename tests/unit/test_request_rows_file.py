@@ -9,6 +9,8 @@ import errno
 import gc
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -131,6 +133,30 @@ def test_rows_dropped_before_they_settle_stop_their_writer_and_leave_nothing(tmp
     del rows
     gc.collect()
     assert _leftovers(tmp_path) == []
-    for writer in writers:
-        writer.join(timeout=30)
-        assert not writer.is_alive()
+    assert not any(writer.is_alive() for writer in writers)  # stopped, not left to the interpreter's exit
+
+
+@pytest.mark.parametrize("how", ["caught, then exit 2", "uncaught"])
+def test_a_run_that_fails_midway_exits_with_its_own_code(tmp_path, how):
+    """The writer thread is stopped before the interpreter exits: left inside polars' sink, it
+    aborted the process (exit 134) now and then."""
+    script = f"""
+import sys
+import polars as pl
+from replay.outputs.rows import RequestRows
+rows = RequestRows(spill_dir={str(tmp_path / "run")!r}, memory_rows=100)
+try:
+    for i in range(40):
+        rows.append(pl.DataFrame({{"request_id": list(range(i * 50, i * 50 + 50))}}))
+    raise RuntimeError("midway")
+except RuntimeError:
+    if {how == "uncaught"}:
+        raise
+    del rows
+    sys.exit(2)
+"""
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == (2 if how != "uncaught" else 1), done.stderr
+        assert "FATAL" not in done.stderr
+    assert _leftovers(tmp_path) == []
