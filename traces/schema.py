@@ -35,17 +35,19 @@ EXTRA_COLUMNS: dict[str, pl.DataType] = {**OBSERVED_COLUMNS, **SESSION_COLUMNS}
 
 
 def cast_to_schema(frame: pl.DataFrame, source: str = "trace", first_id: int = 0,
-                   after_us: int | None = None) -> pl.DataFrame:
+                   after_us: int | None = None, check: bool = True) -> pl.DataFrame:
     """`frame` cast to TRACE_SCHEMA (columns in order, defaults filled), or a TraceError naming
     the column and row that break it: nulls, tokens < 1, negative or unsorted arrivals, ids not 0..n-1.
     Missing optional columns get their defaults; a missing `request_id` is numbered 0..n-1.
     A batch of a larger trace (traces/stream.py) is rows `first_id`.. of it, numbered and named
     so, and its first arrival may not precede `after_us` (the last of the batch before).
+    `check=False`: rows validated already (a second read of a checked trace), cast only.
     """
     for name in ("arrival_us", "prompt_tokens", "output_tokens"):
         if name not in frame.columns:
             raise TraceError(f"{source}: missing column {name!r} (expected {', '.join(TRACE_SCHEMA)})")
-    if "request_id" not in frame.columns:
+    numbered = "request_id" not in frame.columns  # (numbered here: in sequence, not checked)
+    if numbered:
         frame = frame.with_columns(pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64).alias("request_id"))
     columns = []
     for name, dtype in TRACE_SCHEMA.items():
@@ -65,31 +67,59 @@ def cast_to_schema(frame: pl.DataFrame, source: str = "trace", first_id: int = 0
         if name in frame.columns:
             columns.append(frame[name].cast(dtype, strict=False).rename(name))
     out = pl.DataFrame(columns)
-    _validate(out, source, first_id, after_us)
+    if check:
+        _validate(out, source, first_id, after_us, numbered)
     return out
 
 
-def _validate(frame: pl.DataFrame, source: str, first_id: int = 0, after_us: int | None = None) -> None:
+def _validate(frame: pl.DataFrame, source: str, first_id: int = 0, after_us: int | None = None,
+              numbered: bool = False) -> None:
+    """Each check a reduction over its column (a null count, a minimum, a sortedness test per
+    chunk); only a check that fails makes its mask, to name the first row that breaks it (a
+    day's batches: the masks were half of the check pass)."""
     def fail(mask: pl.Series, what: str) -> None:
         if mask.any():
             row = int(mask.arg_true()[0])
             raise TraceError(f"{source}: row {first_id + row} (request_id {frame['request_id'][row]}): {what}")
 
+    if not frame.height:
+        return
     for name in TRACE_SCHEMA:
-        if name not in NULLABLE:
+        if name not in NULLABLE and frame[name].null_count():
             fail(frame[name].is_null(), f"{name} is null (expected a value)")
-    fail(frame["prompt_tokens"] < 1, "prompt_tokens < 1 (expected at least 1 token)")
-    fail(frame["output_tokens"] < 1, "output_tokens < 1 (expected at least 1 token)")
-    fail(frame["arrival_us"] < 0, "arrival_us is negative (expected >= 0)")
-    # a request's list may be null (no hashes), not an entry in it: the engine has no id for that block
-    null_entry = frame["prefix_hashes"].list.eval(pl.element().is_null().any()).list.first()
-    fail(null_entry.fill_null(False), "prefix_hashes holds a null hash (expected one id per prefix block, or a null list)")
-    if "think_time_us" in frame.columns:
-        fail(frame["think_time_us"] < 0, "think_time_us is negative (expected >= 0 microseconds, or null)")
+    for name, least, what in (("prompt_tokens", 1, "prompt_tokens < 1 (expected at least 1 token)"),
+                              ("output_tokens", 1, "output_tokens < 1 (expected at least 1 token)"),
+                              ("arrival_us", 0, "arrival_us is negative (expected >= 0)"),
+                              ("think_time_us", 0, "think_time_us is negative (expected >= 0 microseconds, or null)")):
+        if name in frame.columns and (low := frame[name].min()) is not None and low < least:
+            fail(frame[name] < least, what)
+    hashes = frame["prefix_hashes"]
+    if hashes.null_count() < frame.height:
+        # a request's list may be null (no hashes), not an entry in it: the engine has no id for that block
+        null_entry = hashes.list.eval(pl.element().is_null().any()).list.first()
+        fail(null_entry.fill_null(False), "prefix_hashes holds a null hash (expected one id per prefix block, or a null list)")
     arrival = frame["arrival_us"]
-    fail(arrival < arrival.shift(1, fill_value=after_us), "arrival_us is earlier than the previous row's (expected sorted)")
-    expected = pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64, eager=True)
-    fail(frame["request_id"] != expected, "request_id out of sequence (expected 0..n-1 in order)")
+    if not _ascending(arrival, after_us):
+        fail(arrival < arrival.shift(1, fill_value=after_us), "arrival_us is earlier than the previous row's (expected sorted)")
+    ids = frame["request_id"]
+    if not numbered and not (ids[0] == first_id and ids[-1] == first_id + frame.height - 1 and _ascending(ids, None, strictly=True)):
+        expected = pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64, eager=True)
+        fail(ids != expected, "request_id out of sequence (expected 0..n-1 in order)")
+
+
+def _ascending(column: pl.Series, after: int | None, strictly: bool = False) -> bool:
+    """Whether a non-null integer column never decreases (`strictly`: always increases), from
+    `after` on; read a chunk at a time as numpy views (no copy of the column)."""
+    last = after
+    for chunk in column.get_chunks():
+        values = chunk.to_numpy()
+        if not len(values):
+            continue
+        step = values[1:] <= values[:-1] if strictly else values[1:] < values[:-1]
+        if (last is not None and (values[0] <= last if strictly else values[0] < last)) or step.any():
+            return False
+        last = values[-1]
+    return True
 
 
 def finish(frame: pl.DataFrame, checker, *, strict: bool,

@@ -8,9 +8,9 @@ arrival earlier than the last row of the batch before is unsorted too) and to le
 replay needs up front: the row count, the first and last arrivals, the longest prompt, the
 arrival of every MARK_ROWS-th row (where a read of the trace's tail starts), and the distinct
 tenants and workloads (tenant ids are dense ranks over the whole trace; a workload split checks
-every label). It checks a batch with a few reductions, and only a batch that fails one (or holds
-prefix hashes) with cast_to_schema's masks, which name the row. A replay then reads the batches
-again as its request window fills (replay/fleet/streamed.py), cast and numbered, not checked again.
+every label). cast_to_schema checks each batch with a reduction a check, its mask only where one
+fails, to name the row (traces/schema.py). A replay then reads the batches again as its request
+window fills (replay/fleet/streamed.py), cast and numbered, not checked again.
 
 A trace with prefix hashes is read so too, in shorter batches (HASH_BATCH hashes, about): the
 engine's window holds the hashes of the requests it holds (replay/engine/window.py). What needs more than one batch keeps the whole frame
@@ -26,11 +26,10 @@ import os
 import stat
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 import polars as pl
 
 from common.errors import TraceError
-from traces.schema import DEFAULTS, EXTRA_COLUMNS, TRACE_SCHEMA, cast_to_schema
+from traces.schema import EXTRA_COLUMNS, TRACE_SCHEMA, cast_to_schema
 from traces.source import Source
 from traces.tables import parquet_columns
 
@@ -86,12 +85,7 @@ class TraceBatches:
         for frame in _scan_batches(self.source, read, self.batch_rows, lo):
             if self.workload is not None:
                 frame = frame.with_columns(pl.lit(self.workload, pl.String).alias("workload"))
-            schema = frame.schema
-            typed = all(schema[c] == TRACE_SCHEMA[c] for c in schema)
-            if typed and (self.checked or _plainly_valid(frame, last)):
-                frame = _conform(frame, lo)
-            else:  # (what breaks a check is named as the whole frame's checks name it)
-                frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last)
+            frame = cast_to_schema(frame, source=self.source.display, first_id=lo, after_us=last, check=not self.checked)
             first, lo, last = lo, lo + frame.height, int(frame["arrival_us"][-1])
             yield first, frame.select([name for name in TRACE_SCHEMA if name in wanted])
             del frame  # (not held while the next batch is read: a hashed one's lists are large)
@@ -212,38 +206,3 @@ def _scan_batches(src: Source, columns: list[str], rows: int, start: int = 0) ->
                 yield frame.slice(skip)
     except pl.exceptions.PolarsError as exc:
         raise TraceError(f"{src.display}: not a readable Parquet file ({str(exc).strip().splitlines()[0]})") from None
-
-
-def _plainly_valid(frame: pl.DataFrame, after_us: int | None) -> bool:
-    """Whether a batch as read (in TRACE_SCHEMA's types) passes every check of `cast_to_schema`
-    (traces/schema.py _validate), found with a few reductions instead of one mask a check: where
-    it does not, or where its prefix hashes need their entries checked, cast_to_schema checks it
-    and names the row (the m-large day: its masks took 1.9 s of the check pass's 4, on a loaded
-    machine)."""
-    if any(frame[name].null_count() for name in MARKERS):
-        return False
-    if frame["prompt_tokens"].min() < 1 or frame["output_tokens"].min() < 1 or frame["arrival_us"].min() < 0:
-        return False
-    if "prefix_hashes" in frame.columns and frame["prefix_hashes"].null_count() < frame.height:
-        return False
-    last = after_us
-    for chunk in frame["arrival_us"].get_chunks():  # (views of each chunk: no copy of the column)
-        arrival = chunk.to_numpy()
-        if len(arrival) and ((last is not None and arrival[0] < last) or np.any(arrival[1:] < arrival[:-1])):
-            return False
-        last = arrival[-1] if len(arrival) else last
-    return True
-
-
-def _conform(frame: pl.DataFrame, first_id: int) -> pl.DataFrame:
-    """A batch of rows `first_id`.. that passes every check (`_plainly_valid`, or open_batches'
-    pass before), already in TRACE_SCHEMA's types, as `cast_to_schema` makes it (numbered, the
-    missing columns and the nulls of those with defaults filled), without checking it again."""
-    columns = [pl.int_range(first_id, first_id + frame.height, dtype=pl.Int64).alias("request_id")]
-    for name, dtype in TRACE_SCHEMA.items():
-        if name in frame.columns:
-            column = pl.col(name)
-            columns.append(column.fill_null(DEFAULTS[name]) if name in DEFAULTS and frame[name].null_count() else column)
-        elif name != "request_id":
-            columns.append(pl.lit(DEFAULTS.get(name), dtype).alias(name))
-    return frame.select(columns)
