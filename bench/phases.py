@@ -21,7 +21,7 @@ PHASES = (
     ("replay.memory", "check_fits", "memory estimate"),
     ("traces.loader", "open_batches", "trace check pass"),
     ("replay.outputs.report", "engine_ready", "kernels loaded (numba cache)"),
-    ("replay.fleet.streamed", "StreamedRequests._last_arrival", "last-arrival pass"),
+    ("replay.fleet.streamed", "StreamedRequests._last_arrival", "last arrival (trace's tail)"),
     ("replay.fleet.streamed", "StreamedRequests._next_batch", "batches read for the window"),
     ("replay.fleet.streamed", "StreamedRequests.slice", "batches read for the rows"),
     ("replay.engine.numba_engine", "NumbaEngine._kernel", "kernel (advance_nb, release_held)"),

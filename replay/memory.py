@@ -26,7 +26,7 @@ from traces.limits import DEFAULT_LIMITS, human_bytes
 # bench/bench_day.py's KPA-scaled m-large day, `llm-replay run` in a fresh process: its first 4 h
 # (3.10M requests) peaked at ~0.96 GB and the whole day (24.13M) at 4.1-4.4 GB, ~160 bytes a
 # request over ~0.47 GB. The engine keeps no per-request output columns (its window hands finished
-# requests over as rows, replay/engine/window.py), the rows are spilled to Parquet parts past 1M
+# requests over as rows, replay/engine/window.py), the rows are written to requests.parquet as they come past 1M
 # (replay/outputs/rows.py) and the summary reads them a few columns at a time; what is left per
 # request is the trace's frame (~75 B: two String columns, an empty List one) and the engine's input
 # columns (~24 B). A replay that keeps every request's output columns to its end (the reference
