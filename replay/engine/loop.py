@@ -64,12 +64,9 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
         # Earliest replica event: a step end (kind 0; a quiet run's last priced) or a wake-up (kind 3).
-        best_r = reps.tree[1]
-        best_t, best_kind = NO_EVENT, 4
-        if reps.ekey[1] != NO_EVENT:
-            best_t, best_kind = reps.ekey[1] // 4, reps.ekey[1] % 4
-        else:
-            best_r = -1
+        key = reps.ekey[1]  # the tree's root
+        best_r = reps.tree[1] if key != NO_EVENT else -1
+        best_t, best_kind = (key // 4, key % 4) if key != NO_EVENT else (NO_EVENT, 4)
         a = skip_released(rq, pools, ev.clock[0])
         ev.clock[0] = a
         t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
@@ -85,9 +82,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
                     return synced(rq, blocks, reps, pools, th, tbs, until)
-                d = rq.dreplica[pools.xh_q[0]]  # the transfer's request joins d's queue
-                finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
-                least_set(reps, pools, d)
+                transfer_done(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
         if WITH_POLICIES and ref_p >= 0:  # only the other built-in routers read a scraped view
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
@@ -135,6 +130,14 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def transfer_done(rq, blocks, reps, pools, ev, th, tbs, t):
+    """The earliest KV transfer in flight completes at t: its request joins its decode replica's queue."""
+    d = rq.dreplica[pools.xh_q[0]]
+    finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t)
+    least_set(reps, pools, d)
 
 
 @intrinsic
