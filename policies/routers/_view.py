@@ -16,6 +16,10 @@ first .. first + n - 1), numpy arrays in the numba engine and lists in the refer
     rr          per-pool counter a router may keep (round-robin's next replica)
     req, q      the request's columns (policies._userview.RequestColumns) and its index
     user        the pool's user router, if it has one (policies._userview.UserCall)
+    least       per pool, its active replica with the fewest live waiting + running requests
+                (the lowest index on ties), which the numba engine keeps as they change rather
+                than scan every replica at every arrival (replay/engine/events.py); None in the
+                reference engine, whose routers scan
 
 A kernel's signature: `kernel(v, p, first, n, active, need, prm)`: pool p, its `active`
 routable replicas, `need` = prompt blocks of the request, and `prm` the float64 row of the
@@ -50,6 +54,7 @@ class RouterView(NamedTuple):
     req: Any
     q: Any
     user: Any
+    least: Any = None
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from policies.routers._view import R_ACTIVE, RouterView, active_replicas
+from policies.routers._view import RouterView, active_replicas
 
 Params = None
 READS_VIEW = False
@@ -24,16 +24,9 @@ def reads_prefix(prm) -> bool:
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def kernel(v, p, first, n, active, need, prm):
-    best = -1
-    best_load = 0
-    for r in range(first, first + n):
-        if v.state[r] != R_ACTIVE:
-            continue
-        load = v.live_wait[r] + v.live_run[r]  # integers: no conversion in a loop run at every arrival
-        if best < 0 or load < best_load:
-            best = r
-            best_load = load
-    return best
+    # The engine keeps the pool's least loaded active replica (RouterView.least): a scan of every
+    # replica here, at every arrival, was ~5% of a day's kernel (perf). `reference` is the scan.
+    return v.least[p]
 
 
 def reference(v: RouterView, p: int, first: int, n: int, active: int, need: int, prm) -> int:

@@ -27,7 +27,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from replay.engine.common import NO_EVENT, R_ACTIVE, R_DRAINING, R_STARTING
-from replay.engine.events import update_event
+from replay.engine.events import least_rebuild, least_set, update_event
 from replay.engine.quiet import quiet_begin, quiet_catch_up, quiet_extend, quiet_land
 from replay.engine.kvblocks import clear_table
 from replay.engine.routing import arrive, check_policy_ids, refresh_views
@@ -57,18 +57,16 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
     cap = ev.t.shape[0]
     if ev.clock[6] != 0 or not check_policy_ids(pools, ev):
         return STATUS_UNKNOWN_POLICY
+    least_rebuild(reps, pools)  # the host may have started, drained, stopped or reset replicas
     while True:
         if WITH_USER and pools.u_router.err[E_STATUS] != 0:  # a user's policy chose wrong (its link says how)
             return STATUS_USER_POLICY
         if ev.clock[1] + ev.clock[3] > cap:
             return STATUS_EVENTS_FULL
         # Earliest replica event: a step end (kind 0; a quiet run's last priced) or a wake-up (kind 3).
-        best_r = reps.tree[1]
-        best_t, best_kind = NO_EVENT, 4
-        if best_r >= 0 and reps.ekey[best_r] != NO_EVENT:
-            best_t, best_kind = reps.ekey[best_r] // 4, reps.ekey[best_r] % 4
-        else:
-            best_r = -1
+        key = reps.ekey[1]  # the tree's root
+        best_r = reps.tree[1] if key != NO_EVENT else -1
+        best_t, best_kind = (key // 4, key % 4) if key != NO_EVENT else (NO_EVENT, 4)
         a = skip_released(rq, pools, ev.clock[0])
         ev.clock[0] = a
         t_arr, q_arr = next_arrival(rq, pools, a)  # request a, or a session's released turn
@@ -84,7 +82,7 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             if (t_x < best_t or (t_x == best_t and best_kind > 0)) and t_x <= t_ref and t_x <= t_arr:
                 if t_x > until:
                     return synced(rq, blocks, reps, pools, th, tbs, until)
-                finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t_x)
+                transfer_done(rq, blocks, reps, pools, ev, th, tbs, t_x)
                 continue
         if WITH_POLICIES and ref_p >= 0:  # only the other built-in routers read a scraped view
             if (t_ref < best_t or (t_ref == best_t and best_kind > 1)) and t_ref <= t_arr:
@@ -110,9 +108,11 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             if not quiet_extend(reps, pools, r):  # else r's quiet run goes on, its next steps priced
                 quiet_land(rq, blocks, reps, pools, th, tbs, r)
                 finish_step(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+                least_set(reps, pools, r)  # its finished requests left it
             continue
         reps.wake[r] = NO_EVENT
         dur, preempted = schedule(rq, blocks, reps, pools, ev, th, tbs, r, best_t)
+        least_set(reps, pools, r)  # after each of r's events (admitting or preempting keeps its count: O(1))
         if dur > 0:
             reps.step_start[r] = best_t
             reps.busy_until[r] = best_t + dur
@@ -130,6 +130,14 @@ def advance_nb(rq, blocks, reps, pools, ev, th, tbs, until):
             ev.clock[5] = best_t
             return STATUS_STUCK
         update_event(reps, r)
+
+
+@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def transfer_done(rq, blocks, reps, pools, ev, th, tbs, t):
+    """The earliest KV transfer in flight completes at t: its request joins its decode replica's queue."""
+    d = rq.dreplica[pools.xh_q[0]]
+    finish_transfer(rq, blocks, reps, pools, ev, th, tbs, t)
+    least_set(reps, pools, d)
 
 
 @intrinsic

@@ -62,6 +62,11 @@ def _slot_in_pool(inputs: EngineInputs) -> np.ndarray:
     return np.arange(int(inputs.pool_replicas.sum())) - np.repeat(inputs.pool_first_replica, inputs.pool_replicas)
 
 
+def _leaves(pool_replicas: np.ndarray) -> np.ndarray:
+    """Leaves of each pool's tree of its least loaded replica: a power of two, one per replica."""
+    return np.array([1 << max(int(n) - 1, 0).bit_length() for n in pool_replicas], np.int64)
+
+
 def _tree(nrep: int) -> np.ndarray:
     """An idle tournament tree: leaves hold replica ids (-1 pads), every node its left-most leaf."""
     leaves = 1
@@ -156,7 +161,7 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         step_start=full(nrep, 0),
         wake=full(nrep, NO_EVENT),
         counters=np.zeros((nrep, len(COUNTERS)), dtype=i64),
-        ekey=full(nrep, NO_EVENT),
+        ekey=full(len(_tree(nrep)), NO_EVENT),
         tree=_tree(nrep),
         state=np.where(_slot_in_pool(inputs) < inputs.initial_replicas[rep_pool], R_ACTIVE, R_OFF).astype(i64),
         active_at=full(nrep, 0),
@@ -192,6 +197,8 @@ def make_replicas(inputs: EngineInputs, layout: KvLayout) -> Replicas:
         qr_steps=full(nrep, 0),
         qr_from=full(nrep, 0),
         qr_dur=np.zeros((nrep, QUIET_DURS + 2), i64),
+        ll_key=full(int(2 * _leaves(inputs.pool_replicas).sum()), NO_EVENT),  # built at each kernel entry
+        ll_win=full(int(2 * _leaves(inputs.pool_replicas).sum()), -1),
     )
 
 
@@ -266,6 +273,11 @@ def make_pools(inputs: EngineInputs, lazy: bool = True, slots: int | None = None
         rl_t=full(max(n, 1), 0),
         rl_q=full(max(n, 1), 0),
         lazy=lazy_pools(inputs, lazy),
+        ll_off=np.concatenate(([0], np.cumsum(2 * _leaves(inputs.pool_replicas))[:-1])).astype(i64),
+        ll_leaves=_leaves(inputs.pool_replicas),
+        nactive=full(npool, 0),
+        start_due=full(npool, NO_EVENT),
+        least=full(npool, -1),
         **user_calls(inputs),
     )
 

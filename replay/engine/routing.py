@@ -25,7 +25,7 @@ from replay.engine.common import (
     R_STARTING,
     WAITING,
 )
-from replay.engine.events import record, wake_idle
+from replay.engine.events import least_of, least_rebuild, least_set, promote_due, record, wake_idle
 from replay.engine.kvblocks import prefix_hit_blocks
 from replay.engine.queues import held_push, wq_push_back
 from replay.engine.quiet import quiet_cancel, quiet_catch_up_pool
@@ -56,14 +56,6 @@ NUM_ROUTERS, NUM_VICTIMS, NUM_QUEUES = len(ROUTER_MODULES), len(VICTIM_MODULES),
 NUM_ADMISSIONS = len(ADMISSION_MODULES)
 
 
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def routable(reps, r, t):
-    """Active at t; a starting replica whose loading has finished by t becomes active here."""
-    if reps.state[r] == R_STARTING and reps.active_at[r] <= t:
-        reps.state[r] = R_ACTIVE
-    return reps.state[r] == R_ACTIVE
-
-
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def refresh_views(rq, blocks, reps, pools, th, tbs, p, t):
     """The pool's routers see each replica as it is now (after its quiet steps that end by t),
@@ -88,22 +80,23 @@ def route(rq, blocks, reps, pools, th, tbs, p, q, t):
     """Pick an active replica of pool p for request q, -1 if none, ROUTE_UNKNOWN if the pool's
     router id has no kernel. The router (policies/routers/) sees a RouterView; the engine first
     promotes the starting replicas whose loading has finished and, for a router that reads
-    them, finds the request's prefix-cache hits on each active replica."""
+    them, finds the request's prefix-cache hits on each active replica. Its active replicas
+    are counted and its least loaded one known without a scan (events.py)."""
     first = pools.first_replica[p]
     n = pools.num_replicas[p]
     bs = pools.block_size[p]
-    hits = pools.route_hits[p] != 0
-    active = np.int64(0)  # typed: the router is typed once, not first for a literal 0
-    for r in range(first, first + n):
-        if routable(reps, r, t):
-            active += 1
-            if WITH_POLICIES and hits:
-                reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+    promote_due(reps, pools, p, t)
+    active = pools.nactive[p]
     if active == 0:
         return -1
+    if WITH_POLICIES and pools.route_hits[p] != 0:
+        for r in range(first, first + n):
+            if reps.state[r] == R_ACTIVE:
+                reps.hits[r] = prefix_hit_blocks(rq, blocks, reps, th, tbs, bs, r, q)
+    pools.least[p] = least_of(reps, pools, p)
     view = RouterView(reps.state, reps.view_wait, reps.view_run, reps.view_kv, reps.nblocks, reps.nwait, reps.nrun,
                       reps.wait_tokens, reps.hits, pools.rng, pools.rr_next, request_columns(rq, pools), q,
-                      pools.u_router)
+                      pools.u_router, pools.least)
     need = (rq.prompt[q] + bs - 1) // bs
     return route_dispatch(pools.router[p], view, p, first, n, active, need, pools.router_params[p])
 
@@ -269,6 +262,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
         record(ev, t, np.int64(EV_ARRIVE), r, q, np.int64(0))
     rq.queued[q] = t
     wq_push_back(rq, reps, r, q)
+    least_set(reps, pools, r)
     wake_idle(reps, r, t)
 
 
@@ -276,6 +270,7 @@ def place(rq, blocks, reps, pools, ev, th, tbs, q, t):
 def release_held_nb(rq, blocks, reps, pools, ev, th, tbs, p, t, limit):
     """Place up to `limit` of the requests held at pool p, oldest first, at t (a replica of p has
     just started; each records at most one event). Returns how many were placed."""
+    least_rebuild(reps, pools)  # a kernel's entry: the host has changed replicas since the last
     n = min(limit, pools.nheld[p])
     for _ in range(n):
         q = pools.held_head[p]

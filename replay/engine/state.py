@@ -93,8 +93,9 @@ class Replicas(NamedTuple):
     step_start: np.ndarray
     wake: np.ndarray  # time the replica should try to schedule, NO_EVENT when none
     counters: np.ndarray  # int64[R, len(COUNTERS)]
-    # Tournament tree over the replicas' next events, so the loop finds the earliest in O(log R):
-    # ekey[r] = time * 4 + kind (0 step end, 3 wake-up), NO_EVENT when none; tree[1] is the winner.
+    # Tournament tree over the replicas' next events, so the loop finds the earliest in O(log R)
+    # (events.tree_set): node i's winner tree[i] and its key ekey[i] = time * 4 + kind (0 step end,
+    # 3 wake-up), NO_EVENT when none; node 1 the root, replica r's leaf len(tree) // 2 + r.
     # (Kinds 1 and 2 are the routers' view refreshes and arrivals, which are not per replica.)
     ekey: np.ndarray
     tree: np.ndarray
@@ -146,6 +147,10 @@ class Replicas(NamedTuple):
     qr_steps: np.ndarray
     qr_from: np.ndarray
     qr_dur: np.ndarray
+    # Each pool's least loaded active replica (events.least_set): a tournament tree per pool at
+    # Pools.ll_off, keyed by live waiting + running requests (NO_EVENT: not active).
+    ll_key: np.ndarray
+    ll_win: np.ndarray
 
 
 
@@ -205,6 +210,15 @@ class Pools(NamedTuple):
     rl_t: np.ndarray
     rl_q: np.ndarray
     lazy: np.ndarray  # 1: the pool's steady decoders may be kept lazily (engine/lazy.py)
+    # Each pool's tree of its least loaded replica (Replicas.ll_key/ll_win: node j at ll_off + j,
+    # ll_leaves leaves), its active replicas, the earliest ready time of its starting ones
+    # (NO_EVENT: none), all as of the kernel's entry and kept since (events.py); and the least
+    # loaded one, as the routers read it (RouterView.least).
+    ll_off: np.ndarray
+    ll_leaves: np.ndarray
+    nactive: np.ndarray
+    start_due: np.ndarray
+    least: np.ndarray
     # The pools' user-written policies, one UserCall per family (policies/_userview.py); every
     # family's shares one err array, which advance_nb checks after each event.
     u_router: UserCall

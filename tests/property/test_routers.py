@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
 
-from replay.engine import routing
+from replay.engine import events, routing
 from replay.engine.common import R_ACTIVE, R_DRAINING, R_OFF, R_STARTING
 from replay.engine.numba_engine import NumbaEngine
 from tests.strategies import make_inputs, routers
@@ -16,6 +16,7 @@ from tests.strategies import make_inputs, routers
 # The engine's inner kernels have no Python entry (no_cpython_wrapper, see replay/engine/loop.py):
 # the test calls a copy of `route` that has one.
 route = njit(_nrt=False)(routing.route.py_func)
+least_rebuild = njit(_nrt=False)(events.least_rebuild.py_func)
 STATES = st.sampled_from([R_OFF, R_STARTING, R_ACTIVE, R_DRAINING])
 
 
@@ -38,8 +39,10 @@ def test_routers_pick_an_active_replica_of_the_pool(router, pools, data):
         reps.state[r] = data.draw(STATES)
         reps.active_at[r] = data.draw(st.sampled_from([0, now, now + 1]))
         reps.nwait[r] = reps.view_wait[r] = data.draw(st.integers(0, 50))
+        reps.nrun[r] = data.draw(st.integers(0, 8))
         reps.view_run[r] = data.draw(st.integers(0, 50))
         reps.view_kv[r] = data.draw(st.integers(0, 64))
+    least_rebuild(reps, pools_nt)  # as at a kernel's entry, after the host set the states
     before = reps.state.copy()
     ready = (before == R_ACTIVE) | ((before == R_STARTING) & (reps.active_at <= now))
     for p in range(pools):
@@ -51,6 +54,9 @@ def test_routers_pick_an_active_replica_of_the_pool(router, pools, data):
         else:
             assert lo <= r < hi, (r, lo, hi)
             assert ready[r] and reps.state[r] == R_ACTIVE
+            if router == "least-outstanding":  # the engine's tree (events.py) gives the scan's pick
+                load = reps.nwait + reps.nrun
+                assert r == min(np.flatnonzero(ready[lo:hi]) + lo, key=lambda x: load[x])
     # Nothing else changed state: only starting replicas whose loading is done became active.
     changed = before != reps.state
     assert np.all(before[changed] == R_STARTING) and np.all(reps.state[changed] == R_ACTIVE)
