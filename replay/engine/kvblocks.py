@@ -170,6 +170,8 @@ def clear_table(blocks, off, size):
     for i in range(off, off + size):
         if blocks.htab_key[i] != U64(0):
             blocks.htab_key[i] = U64(0)
+
+
 # --- free queue, ids and counts ----------------------------------------------------------------
 #
 # vLLM's free queue holds every free block in LRU order and allocation pops its head; what that
@@ -182,15 +184,13 @@ def clear_table(blocks, off, size):
 # one queue, so hits and every output are identical (the differential tests hold it).
 #
 # An uncached block is never observable by id: no lookup finds it, a free one is only counted,
-# and which one an allocation takes changes nothing. So only the blocks that are or will be
-# found have an id in use: the cached ones (in the table; held, or free in the queue) and a
-# request's blocks that are offered to the prefix cache as they fill (grow_request). A request's
-# other own blocks are held as a count, from its block `counted_from` on (`first_counted`), and
-# taken and freed as one: in a replay without shared prefixes, every block of a request never
-# preempted, at a cost per request, not per block, and without touching the block arrays. When
-# every block had an id, a request's were a chain walked as they were taken (take_uncached):
-# 15% of the kernels' samples on the m-large 4 h trace, 23% of the day's kernel time (perf,
-# bench/perf_lines.py); the KV kernels are now 4% of them.
+# and which one an allocation takes changes nothing. So only the cached blocks (in the table;
+# held, or free in the queue) and a request's blocks below `counted_from` (those offered to the
+# prefix cache as they fill: grow_request) have an id in use. A request's other own blocks are
+# held as a count, from its block `counted_from` on (`first_counted`), and taken and freed as
+# one: in a replay without shared prefixes, every block of a request never preempted, at a cost
+# per request, not per block, and without touching the block arrays (perf, bench/perf_lines.py:
+# the KV kernels 4% of the kernels' samples on the m-large 4 h trace, 15% when every block had an id).
 # The ids in use are then at most the blocks not counted, so the unused ids (a stack linked by
 # fnext from `utop`, then those never used from `fresh`, in id order: a replica is laid out
 # without writing its blocks, whose pages stay calloc's until they are used) never run out when
@@ -376,12 +376,6 @@ def shared_blocks(rq, tbs, q, bs):
 
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def own_block(rq, tbs, q, j, bs):
-    """Whether block j of request q has a key of its own, which no other request can look up."""
-    return j >= shared_blocks(rq, tbs, q, bs)
-
-
-@njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def first_counted(rq, tbs, bs, caching, q):
     """The first of request q's blocks it holds as a count. Its blocks are offered to the
     prefix cache as they fill, and so need ids, when caching is on: after a preemption each one,
@@ -484,10 +478,10 @@ def release_hits(rq, blocks, reps, th, tbs, bs, r, q):
 def keys_unseen(rq, tbs, bs, q):
     """Whether no table can hold any of request q's keys, so a lookup would miss at once (and
     its probe, a cache miss in a table of 24 bytes a block, is skipped): every key is its own
-    (own_block holds from its first block on) and none was ever offered, which needs a release
+    (shared_blocks is 0) and none was ever offered, which needs a release
     unfinished: a preemption (free_request_blocks' offer, then grow_request as blocks fill) or
     a KV transfer (free_request_blocks' offer when it completes)."""
-    return rq.preemptions[q] == 0 and rq.xfers[q] == 0 and own_block(rq, tbs, q, 0, bs)
+    return rq.preemptions[q] == 0 and rq.xfers[q] == 0 and shared_blocks(rq, tbs, q, bs) == 0
 
 
 @njit(cache=True, _nrt=False, forceinline=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

@@ -17,12 +17,13 @@ A step that cannot be shown to run as step-by-step (too few free blocks, so a vi
 preempted; a token budget that would starve a lazy request) puts every lazy request back into
 the run_list first (`materialise`) and runs the step-by-step code.
 
-Prefix caching: a lazy request's blocks that fill up are offered to the cache when it stops
-being lazy, not at the step they fill. That is invisible: lazify only takes a request never
-preempted whose next blocks have keys private to it (`kvblocks.block_key_nb`: past its hashed
-prompt), so no other request can look those keys up and no copy of them can be in the table;
-its blocks are held, so no allocation can evict them; the table maps the same keys to the same
-blocks whichever order they went in (only its layout differs, which nothing reads).
+Prefix caching: a lazy request's blocks that fill up are not offered to the cache as they fill.
+lazify only takes a request never preempted whose next blocks have keys private to it
+(`kvblocks.block_key_nb`: past its hashed prompt), and those blocks are held as a count
+(kvblocks.first_counted), offered only when the request is released unfinished (preempted, or
+its KV handed to a decode replica: `free_request_blocks`' offer), as they are when it is not
+lazy. No other request can look those keys up, and its blocks are held, so no allocation can
+evict them: nothing observable depends on when it stops being lazy.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def lazify(rq, reps, pools, p, r, q):
 
 @njit(cache=True, _nrt=False, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def unlazy(rq, blocks, reps, th, tbs, bs, caching, r, q):
-    """Write q's progress and offer its blocks that filled meanwhile to the prefix cache (its
-    blocks already cover its computed tokens, so grow_request only caches); q is no longer lazy."""
+    """Write q's progress; q is no longer lazy. Its blocks already cover its computed tokens and
+    those that filled meanwhile are held as a count (lazify's requests: see above), so
+    grow_request only moves ncached on: they are offered if it is released unfinished."""
     d = reps.lz_steps[r] - rq.lz_join[q]
     rq.generated[q] += d
     rq.computed[q] += d

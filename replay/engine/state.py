@@ -42,7 +42,7 @@ class Requests(NamedTuple):
     counted_from: np.ndarray  # its blocks from this one on are held as a count (kvblocks.first_counted)
     nhit: np.ndarray  # leading blocks taken from the prefix cache
     nblocks: np.ndarray  # blocks held: nhit hits, then own blocks
-    ncached: np.ndarray  # leading blocks already offered to the cache
+    ncached: np.ndarray  # leading full blocks counted as offered (held as a count: offered when released unfinished)
     swapped: np.ndarray  # tokens of KV swapped out to host memory (0: none)
     # Prefill/decode disaggregation (-1 = none): the decode replica chosen at arrival, the
     # prefill replica, when the prefill was (last) admitted and ended, and the KV transfer.

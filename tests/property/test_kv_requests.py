@@ -166,7 +166,7 @@ class RequestKvMachine(RuleBasedStateMachine):
         for q in self._in("running"):
             req = self.reqs[q]
             nhit, nblocks = int(self.rq.nhit[q]), int(self.rq.nblocks[q])
-            top = max(min(nblocks, int(self.rq.counted_from[q])), nhit)
+            top = int(kvblocks.by_id.py_func(self.rq, q))
             assert nblocks == len(req.blocks)
             for j in range(nhit):
                 same(req.blocks[j], int(ht_find(self.blocks, off, mask, np.uint64(self.keys[q][j]))))
@@ -206,8 +206,7 @@ class RequestKvMachine(RuleBasedStateMachine):
         keys = {int(k) for k in self.blocks.htab_key if k != 0}
         assert keys == {k for k in kv.cached if k not in unseen}
         # Blocks conserved, and every id either in use (cached or held) or unused, once.
-        counted = sum(int(self.rq.nblocks[q]) - max(min(int(self.rq.nblocks[q]), int(self.rq.counted_from[q])),
-                                                     int(self.rq.nhit[q])) for q in self._in("running"))
+        counted = sum(int(self.rq.nblocks[q]) - int(kvblocks.by_id.py_func(self.rq, q)) for q in self._in("running"))
         held_by_id = sum(1 for block in ids if kv.ref[block] > 0)
         assert nfree + held_by_id + counted == self.num_blocks
         unused = unused_ids(self.blocks, self.reps, 0)
