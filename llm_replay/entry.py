@@ -8,11 +8,14 @@ import os
 import signal
 import sys
 
-# polars' allocator (jemalloc, configured when polars loads) hands freed pages back at once rather
-# than after ~10 s: a replay builds its tick windows and summary right after freeing large frames,
+# polars' allocator (jemalloc, configured when polars loads) hands freed pages back after 0.1 s
+# rather than ~10 s: a replay builds its tick windows and summary right after freeing large frames,
 # and the pages it held on to meanwhile were ~15% of a day's peak RSS (bench/bench_day.py, 4 h:
-# 962 -> 780 MB in the tick windows). A setting of the user's wins.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+# 962 -> 780 MB in the tick windows). Not at once: handing back every page as it is freed, and
+# faulting it in again for the next batch, cost the m-large day 7 s of its 77 on one core (0 ms
+# vs 100 ms: 77.3 vs 70.2 s, 855 vs 876 MB; 4 h on two cores 9.1-9.3 vs 8.4-8.7 s, 680 vs 716 MB).
+# A setting of the user's wins.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:100,muzzy_decay_ms:100")
 
 # The signal that arrived during the imports, if any.
 _received: list[int] = []
